@@ -1,0 +1,86 @@
+# gpupool build, test and demo entry points. `make help` lists them.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO ?= go
+TOOLS_MOD := hack/tools/go.mod
+TOOLS_BIN := $(CURDIR)/hack/tools/bin
+CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen
+GOLANGCI_LINT := $(TOOLS_BIN)/golangci-lint
+
+# The control plane is built from Go modules into a cache outside the checkout, so fresh clones
+# on one machine share it. KUBEBUILDER_ASSETS points envtest at it.
+CONTROL_PLANE_DIR := $(shell hack/control-plane.sh --print-dir)
+export KUBEBUILDER_ASSETS := $(CONTROL_PLANE_DIR)
+# What envtest needs; the demo and the end-to-end suite need the whole set.
+ENVTEST_COMPONENTS := etcd kube-apiserver
+
+GOTEST_FLAGS ?= -count=1 -timeout=30m
+
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+##@ Everyday
+
+.PHONY: demo
+demo: build control-plane ## Run gpupool on a local control plane with simulated GPU nodes.
+	hack/demo.sh
+
+.PHONY: test
+test: generate-check envtest-assets ## Run unit and envtest suites (builds etcd and kube-apiserver once).
+	$(GO) test $(GOTEST_FLAGS) ./...
+
+##@ Development
+
+.PHONY: build
+build: ## Build every binary into bin/ under the tools folder.
+	$(GO) build -o $(TOOLS_BIN)/ ./cmd/...
+
+.PHONY: run
+run: manifests ## Run the manager against the cluster in $KUBECONFIG.
+	$(GO) run ./cmd/manager --metrics-bind-address=:8080 --metrics-secure=false --leader-elect=false
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from markers.
+	$(CONTROLLER_GEN) crd rbac:roleName=manager-role paths=./api/... paths=./controllers/... \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+
+# Fails when generated files are stale, so `make test` never passes on outdated CRDs.
+.PHONY: generate-check
+generate-check: generate manifests
+	@git diff --quiet -- api config || { \
+		echo "generated files changed: run 'make generate manifests' and commit the result" >&2; \
+		git --no-pager diff --stat -- api config >&2; exit 1; }
+
+.PHONY: verify
+verify: generate manifests ## Regenerate everything and fail on any difference from git.
+	$(GO) mod tidy
+	cd hack/tools && $(GO) mod tidy
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	@git diff --exit-code || { echo "make verify: the files above differ after regeneration; commit them" >&2; exit 1; }
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## go vet and golangci-lint.
+	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: control-plane
+control-plane: ## Build etcd, kube-apiserver, scheduler, controller-manager, kubectl and kwok into the cache.
+	hack/control-plane.sh
+
+.PHONY: envtest-assets
+envtest-assets:
+	hack/control-plane.sh $(ENVTEST_COMPONENTS)
+
+$(CONTROLLER_GEN): $(TOOLS_MOD)
+	$(GO) build -modfile=$(TOOLS_MOD) -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+
+$(GOLANGCI_LINT): $(TOOLS_MOD)
+	$(GO) build -modfile=$(TOOLS_MOD) -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint

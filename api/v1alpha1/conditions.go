@@ -1,0 +1,28 @@
+package v1alpha1
+
+// Condition types reported on GPUPoolPolicy status.
+const (
+	// ConditionReady is True when the policy is valid and its pool is being observed.
+	ConditionReady = "Ready"
+	// ConditionDemandSatisfied is True when no pending pod in the pool waits on GPU capacity.
+	ConditionDemandSatisfied = "DemandSatisfied"
+	// ConditionAwaitingApproval is True while a plan waits for a human.
+	ConditionAwaitingApproval = "AwaitingApproval"
+	// ConditionReconfiguring is True while a plan is executing.
+	ConditionReconfiguring = "Reconfiguring"
+	// ConditionDegraded is True when a plan failed or a node's layout cannot be verified.
+	ConditionDegraded = "Degraded"
+	// ConditionGPUOperatorConfigured is False when the GPU Operator's ClusterPolicy does not
+	// point mig-manager and the device plugin at gpupool's config maps.
+	ConditionGPUOperatorConfigured = "GPUOperatorConfigured"
+	// ConditionConflict is True when another policy selects some of the same nodes.
+	ConditionConflict = "Conflict"
+)
+
+// Condition types reported on GPUNode status.
+const (
+	// ConditionNVMLReady is True when the agent can read the node's GPUs through NVML.
+	ConditionNVMLReady = "NVMLReady"
+	// ConditionLayoutVerified is True when every GPU's actual MIG layout equals spec.expectedLayout.
+	ConditionLayoutVerified = "LayoutVerified"
+)

@@ -1,0 +1,311 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// ApprovalMode says who may start a disruptive plan.
+// +kubebuilder:validation:Enum=Manual;AutoIdle;Auto
+type ApprovalMode string
+
+const (
+	// ApprovalManual waits for a human to annotate each plan with gpupool.io/approve.
+	ApprovalManual ApprovalMode = "Manual"
+	// ApprovalAutoIdle applies plans that evict no running pod without asking; others wait.
+	ApprovalAutoIdle ApprovalMode = "AutoIdle"
+	// ApprovalAuto applies every plan that stays within the disruption budget.
+	ApprovalAuto ApprovalMode = "Auto"
+)
+
+// GPUPoolPolicySpec is the user's intent for one pool of GPU nodes.
+// +kubebuilder:validation:XValidation:rule="has(self.nodeSelector.matchLabels) || has(self.nodeSelector.matchExpressions)",message="nodeSelector must select something: an empty selector would put every node of the cluster in the pool",fieldPath=".nodeSelector"
+type GPUPoolPolicySpec struct {
+	// NodeSelector selects the nodes of the pool. Two policies selecting one node is a conflict:
+	// both report Conflict and neither touches that node.
+	NodeSelector metav1.LabelSelector `json:"nodeSelector"`
+
+	// Catalog lists, per GPU product, the MIG profiles and sharing modes gpupool may configure.
+	// A product missing from the catalog is never reconfigured.
+	// +listType=map
+	// +listMapKey=product
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Catalog []CatalogEntry `json:"catalog,omitempty"`
+
+	// Shapes are request shapes to keep free as standby headroom, beyond pending demand.
+	// +listType=map
+	// +listMapKey=resource
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(s, self.exists_one(o, o.resource == s.resource))",message="shapes must be unique per resource"
+	// +optional
+	Shapes []StandbyShape `json:"shapes,omitempty"`
+
+	// Disruption bounds how plans may disrupt running work and who must approve them.
+	// +kubebuilder:default={}
+	// +optional
+	Disruption DisruptionPolicy `json:"disruption,omitempty"`
+
+	// Planning tunes when the controller plans.
+	// +kubebuilder:default={}
+	// +optional
+	Planning PlanningPolicy `json:"planning,omitempty"`
+}
+
+// CatalogEntry is what gpupool may configure on one GPU product.
+// +kubebuilder:validation:XValidation:rule="size(self.migProfiles) > 0 || self.allowWholeGPU || has(self.sharing)",message="allow at least one of migProfiles, allowWholeGPU or sharing"
+type CatalogEntry struct {
+	// Product matches the nvidia.com/gpu.product label (e.g. NVIDIA-H200) or the product name the
+	// node agent reads through NVML; a case-insensitive substring match on either.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Product string `json:"product"`
+
+	// MIGProfiles allowed on this product, e.g. 1g.18gb or 3g.71gb.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:default={}
+	// +optional
+	MIGProfiles []MIGProfileName `json:"migProfiles"`
+
+	// AllowWholeGPU allows turning MIG off on a GPU to serve whole-GPU requests.
+	// +optional
+	AllowWholeGPU bool `json:"allowWholeGPU,omitempty"`
+
+	// Sharing lists the sharing modes allowed on this product.
+	// +optional
+	Sharing *SharingCatalog `json:"sharing,omitempty"`
+}
+
+// SharingCatalog lists the replica counts gpupool may choose for each sharing mode.
+type SharingCatalog struct {
+	// TimeSlicing replica counts allowed (on full GPUs and on MIG devices).
+	// +optional
+	TimeSlicing *ReplicaChoices `json:"timeSlicing,omitempty"`
+	// MPS replica counts allowed (full GPUs only: MPS does not run on MIG devices).
+	// +optional
+	MPS *MPSReplicaChoices `json:"mps,omitempty"`
+}
+
+// ReplicaChoices are time-slicing replica counts.
+type ReplicaChoices struct {
+	// Replicas each device may be advertised as.
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:Minimum=2
+	// +kubebuilder:validation:items:Maximum=256
+	Replicas []int32 `json:"replicas"`
+}
+
+// MPSReplicaChoices are MPS replica counts; CUDA MPS serves at most 48 clients per device.
+type MPSReplicaChoices struct {
+	// Replicas each GPU may be advertised as.
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:Minimum=2
+	// +kubebuilder:validation:items:Maximum=48
+	Replicas []int32 `json:"replicas"`
+}
+
+// StandbyShape is a request shape kept free as headroom so the next pod of that shape starts
+// without waiting for a repartition.
+type StandbyShape struct {
+	// Resource is the extended resource a pod of this shape requests, e.g.
+	// nvidia.com/mig-1g.18gb, nvidia.com/gpu or nvidia.com/gpu.shared.
+	// +kubebuilder:validation:Pattern=`^nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]+gb(\.me)?)$`
+	// +kubebuilder:validation:MaxLength=64
+	Resource string `json:"resource"`
+	// MinFree is how many units of the resource to keep free in the pool.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	MinFree int32 `json:"minFree"`
+	// Priority orders standby shapes against each other; pending pods always come first.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Priority int32 `json:"priority,omitempty"`
+}
+
+// DisruptionPolicy bounds the disruption a plan may cause.
+type DisruptionPolicy struct {
+	// Approval says who may start a plan that changes GPU layouts.
+	// +kubebuilder:default=Manual
+	// +optional
+	Approval ApprovalMode `json:"approval,omitempty"`
+
+	// MaxDisruptedNodes is how many nodes' layouts may be changing at once, as a count or a
+	// percentage of the pool's nodes (rounded up).
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="must be a non-negative count or a percentage between 0% and 100%"
+	// +optional
+	MaxDisruptedNodes *intstr.IntOrString `json:"maxDisruptedNodes,omitempty"`
+
+	// DrainTimeout is how long a node may take to drain before its step fails.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:default="15m"
+	// +optional
+	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
+
+	// ConfigureTimeout is how long mig-manager may stay pending before the node's step fails.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:default="10m"
+	// +optional
+	ConfigureTimeout *metav1.Duration `json:"configureTimeout,omitempty"`
+
+	// PlanTTL is how long an unapproved plan waits before it expires.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:default="1h"
+	// +optional
+	PlanTTL *metav1.Duration `json:"planTTL,omitempty"`
+
+	// EvictEmptyDir allows evicting pods with emptyDir volumes (their data is lost).
+	// +optional
+	EvictEmptyDir bool `json:"evictEmptyDir,omitempty"`
+
+	// EvictUnmanaged allows evicting pods no controller will recreate.
+	// +optional
+	EvictUnmanaged bool `json:"evictUnmanaged,omitempty"`
+}
+
+// PlanningPolicy tunes when the controller plans.
+type PlanningPolicy struct {
+	// MinPendingAge ignores pods pending for less than this, which the scheduler may still place.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:default="30s"
+	// +optional
+	MinPendingAge *metav1.Duration `json:"minPendingAge,omitempty"`
+
+	// StabilizationWindow is the least time between two plans touching one node.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:default="2m"
+	// +optional
+	StabilizationWindow *metav1.Duration `json:"stabilizationWindow,omitempty"`
+
+	// Paused stops planning; plans already executing run to completion.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+}
+
+// GPUPoolPolicyStatus is what the controller observes of the pool.
+type GPUPoolPolicyStatus struct {
+	// ObservedGeneration is the spec generation this status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, DemandSatisfied, AwaitingApproval, Reconfiguring, Degraded,
+	// GPUOperatorConfigured and Conflict.
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// Pool summarises the pool's nodes, GPUs and MIG slices.
+	// +optional
+	Pool PoolStatus `json:"pool,omitempty"`
+
+	// PendingPods counts the pods waiting for GPU resources of this pool.
+	// +optional
+	PendingPods int32 `json:"pendingPods,omitempty"`
+
+	// Demand is the pending demand per request shape.
+	// +listType=map
+	// +listMapKey=resource
+	// +optional
+	Demand []ShapeDemand `json:"demand,omitempty"`
+
+	// CurrentPlan names the RepartitionPlan now awaiting approval or executing.
+	// +optional
+	CurrentPlan string `json:"currentPlan,omitempty"`
+}
+
+// PoolStatus summarises a pool's capacity.
+type PoolStatus struct {
+	// Nodes in the pool.
+	Nodes int32 `json:"nodes"`
+	// GPUs in the pool.
+	GPUs int32 `json:"gpus"`
+	// GPUsByProduct counts GPUs per product name.
+	// +optional
+	GPUsByProduct map[string]int32 `json:"gpusByProduct,omitempty"`
+	// Slices per MIG profile.
+	// +listType=map
+	// +listMapKey=profile
+	// +optional
+	Slices []ProfileSlices `json:"slices,omitempty"`
+	// StrandedSlices counts free compute slices that no pending shape or catalog profile can use.
+	// +optional
+	StrandedSlices int32 `json:"strandedSlices,omitempty"`
+}
+
+// ProfileSlices counts the instances of one MIG profile in a pool.
+type ProfileSlices struct {
+	// Profile is the MIG profile name.
+	Profile string `json:"profile"`
+	// Total instances configured.
+	Total int32 `json:"total"`
+	// Used instances, held by a pod.
+	Used int32 `json:"used"`
+	// Free instances.
+	Free int32 `json:"free"`
+	// Stranded free instances that no pending pod or standby shape can use.
+	Stranded int32 `json:"stranded"`
+}
+
+// ShapeDemand is the pending demand for one request shape.
+type ShapeDemand struct {
+	// Resource is the extended resource requested.
+	Resource string `json:"resource"`
+	// PendingPods asking for it.
+	PendingPods int32 `json:"pendingPods"`
+	// FeasibleNodes could host one such pod after a repartition.
+	FeasibleNodes int32 `json:"feasibleNodes"`
+	// EligibleNodes are in the pool and match the pods' placement constraints.
+	EligibleNodes int32 `json:"eligibleNodes"`
+}
+
+// GPUPoolPolicy declares a pool of GPU nodes, what may be configured on them and how much
+// disruption repartitioning may cause.
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=gpp,categories=gpupool
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.pool.nodes`
+// +kubebuilder:printcolumn:name="GPUs",type=integer,JSONPath=`.status.pool.gpus`
+// +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.pendingPods`
+// +kubebuilder:printcolumn:name="Stranded",type=integer,JSONPath=`.status.pool.strandedSlices`
+// +kubebuilder:printcolumn:name="Plan",type=string,JSONPath=`.status.currentPlan`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type GPUPoolPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   GPUPoolPolicySpec   `json:"spec"`
+	Status GPUPoolPolicyStatus `json:"status,omitempty"`
+}
+
+// GPUPoolPolicyList is a list of GPUPoolPolicy.
+// +kubebuilder:object:root=true
+type GPUPoolPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []GPUPoolPolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&GPUPoolPolicy{}, &GPUPoolPolicyList{})
+}

@@ -1,0 +1,237 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RepartitionPlanSpec is one proposed change to MIG layouts or sharing configs. It is
+// immutable: an approval is bound to spec.hash, and a different change is a different plan.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: create a new RepartitionPlan instead"
+type RepartitionPlanSpec struct {
+	// Policy names the GPUPoolPolicy this plan serves.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Policy string `json:"policy"`
+
+	// Hash identifies the steps; approve the plan by setting annotation
+	// gpupool.io/approve to this value.
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{8,64}$`
+	Hash string `json:"hash"`
+
+	// Disruptive is true when any step evicts a running pod.
+	// +optional
+	Disruptive bool `json:"disruptive,omitempty"`
+
+	// Steps are the per-node changes, applied within the policy's disruption budget.
+	// +listType=map
+	// +listMapKey=node
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=1000
+	Steps []NodeStep `json:"steps"`
+
+	// Expected is the effect the planner predicts.
+	// +optional
+	Expected PlanExpectation `json:"expected,omitempty"`
+}
+
+// NodeStep is the change a plan makes on one node.
+// +kubebuilder:validation:XValidation:rule="size(self.gpus) > 0 || has(self.sharingConfig)",message="a step changes at least one GPU layout or the sharing config"
+type NodeStep struct {
+	// Node is the name of the node.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node"`
+
+	// GPUs whose MIG layout changes; GPUs not listed keep running untouched.
+	// +listType=map
+	// +listMapKey=index
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:default={}
+	// +optional
+	GPUs []GPUChange `json:"gpus"`
+
+	// MIGConfigName is the immutable mig-parted config entry that holds the node's new layout,
+	// written into nvidia.com/mig.config.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	MIGConfigName string `json:"migConfigName,omitempty"`
+
+	// SharingConfig is the node's new device-plugin sharing setting, if it changes.
+	// +optional
+	SharingConfig *SharingConfig `json:"sharingConfig,omitempty"`
+
+	// SharingConfigName is the immutable device-plugin config key written into
+	// nvidia.com/device-plugin.config.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	SharingConfigName string `json:"sharingConfigName,omitempty"`
+
+	// Evictions are the pods that must leave the node before the change.
+	// +kubebuilder:validation:MaxItems=1000
+	// +optional
+	Evictions []Eviction `json:"evictions,omitempty"`
+
+	// Disruptive is true when this step evicts a running pod.
+	// +optional
+	Disruptive bool `json:"disruptive,omitempty"`
+}
+
+// GPUChange is the layout change of one GPU.
+type GPUChange struct {
+	// Index of the GPU on the node, as NVML numbers it.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=63
+	Index int32 `json:"index"`
+	// From is the GPU's current multiset of MIG profiles; empty means MIG disabled.
+	// +optional
+	From ProfileCounts `json:"from,omitempty"`
+	// To is the GPU's target multiset of MIG profiles; empty means MIG disabled.
+	// +optional
+	To ProfileCounts `json:"to,omitempty"`
+}
+
+// Eviction is a pod that a plan evicts, with why.
+type Eviction struct {
+	PodReference `json:",inline"`
+	// Reason is why the pod must go, e.g. "holds 1g.18gb on GPU 0".
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// PlanExpectation is the effect the planner predicts for a plan.
+type PlanExpectation struct {
+	// Pods pending now that are expected to fit once the plan is done.
+	// +kubebuilder:validation:MaxItems=10000
+	// +optional
+	Pods []PodReference `json:"pods,omitempty"`
+	// SlicesGained per MIG profile.
+	// +optional
+	SlicesGained map[string]int32 `json:"slicesGained,omitempty"`
+	// StrandedBefore counts stranded free slices per profile before the plan.
+	// +optional
+	StrandedBefore map[string]int32 `json:"strandedBefore,omitempty"`
+	// StrandedAfter counts stranded free slices per profile after the plan.
+	// +optional
+	StrandedAfter map[string]int32 `json:"strandedAfter,omitempty"`
+}
+
+// PlanPhase is where a plan is in its life.
+// +kubebuilder:validation:Enum=AwaitingApproval;Approved;Executing;Succeeded;Failed;RolledBack;Rejected;Expired;Superseded
+type PlanPhase string
+
+// Plan phases. A plan moves AwaitingApproval -> Approved -> Executing -> Succeeded | Failed |
+// RolledBack, or ends Rejected, Expired or Superseded before it starts.
+const (
+	PlanAwaitingApproval PlanPhase = "AwaitingApproval"
+	PlanApproved         PlanPhase = "Approved"
+	PlanExecuting        PlanPhase = "Executing"
+	PlanSucceeded        PlanPhase = "Succeeded"
+	PlanFailed           PlanPhase = "Failed"
+	PlanRolledBack       PlanPhase = "RolledBack"
+	PlanRejected         PlanPhase = "Rejected"
+	PlanExpired          PlanPhase = "Expired"
+	PlanSuperseded       PlanPhase = "Superseded"
+)
+
+// NodeStepState is where one node's step is.
+// +kubebuilder:validation:Enum=Pending;Cordoned;Draining;Configuring;Verifying;Done;Failed
+type NodeStepState string
+
+// Node step states, in order of progress; Failed may follow any of them.
+const (
+	NodePending     NodeStepState = "Pending"
+	NodeCordoned    NodeStepState = "Cordoned"
+	NodeDraining    NodeStepState = "Draining"
+	NodeConfiguring NodeStepState = "Configuring"
+	NodeVerifying   NodeStepState = "Verifying"
+	NodeDone        NodeStepState = "Done"
+	NodeFailed      NodeStepState = "Failed"
+)
+
+// NodeStepStatus is the persisted progress of one node's step, so that any manager replica
+// can resume it after a crash.
+type NodeStepStatus struct {
+	// Node is the name of the node.
+	Node string `json:"node"`
+	// State of the step.
+	State NodeStepState `json:"state"`
+	// WasUnschedulable records that someone else had cordoned the node before the plan, so
+	// gpupool leaves it cordoned afterwards.
+	// +optional
+	WasUnschedulable bool `json:"wasUnschedulable,omitempty"`
+	// Message explains the state, e.g. the pods a PodDisruptionBudget still blocks.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// StartedTime is when the step left Pending.
+	// +optional
+	StartedTime *metav1.Time `json:"startedTime,omitempty"`
+	// LastTransitionTime is when State last changed.
+	// +optional
+	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
+}
+
+// RepartitionPlanStatus is the persisted state machine of a plan.
+type RepartitionPlanStatus struct {
+	// ObservedGeneration is the generation this status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Phase of the plan.
+	// +optional
+	Phase PlanPhase `json:"phase,omitempty"`
+	// Approved is true once the plan was approved, by annotation or by its policy's approval mode.
+	// +optional
+	Approved bool `json:"approved,omitempty"`
+	// ApprovedTime is when the plan was approved.
+	// +optional
+	ApprovedTime *metav1.Time `json:"approvedTime,omitempty"`
+	// Progress is done/total nodes, e.g. 1/3.
+	// +optional
+	Progress string `json:"progress,omitempty"`
+	// Nodes is the per-node progress.
+	// +listType=map
+	// +listMapKey=node
+	// +optional
+	Nodes []NodeStepStatus `json:"nodes,omitempty"`
+	// Conditions of the plan.
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// RepartitionPlan is one proposed change to the MIG layouts or sharing configs of some nodes of
+// a pool. Disruptive plans wait for approval: annotate gpupool.io/approve=<spec.hash>.
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=rpl,categories=gpupool
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.policy`
+// +kubebuilder:printcolumn:name="Nodes",type=string,JSONPath=`.status.progress`,description="done/total nodes"
+// +kubebuilder:printcolumn:name="Disruptive",type=boolean,JSONPath=`.spec.disruptive`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Approved",type=boolean,JSONPath=`.status.approved`
+// +kubebuilder:printcolumn:name="Hash",type=string,JSONPath=`.spec.hash`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type RepartitionPlan struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   RepartitionPlanSpec   `json:"spec"`
+	Status RepartitionPlanStatus `json:"status,omitempty"`
+}
+
+// RepartitionPlanList is a list of RepartitionPlan.
+// +kubebuilder:object:root=true
+type RepartitionPlanList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RepartitionPlan `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&RepartitionPlan{}, &RepartitionPlanList{})
+}

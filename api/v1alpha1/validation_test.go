@@ -1,0 +1,270 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/gpupool/gpupool/api/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// validPolicy is a policy the API server accepts; each invalid case breaks one thing in it.
+func validPolicy(name string) *v1.GPUPoolPolicy {
+	return &v1.GPUPoolPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.GPUPoolPolicySpec{
+			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}},
+			Catalog: []v1.CatalogEntry{{
+				Product:     "NVIDIA-H200",
+				MIGProfiles: []v1.MIGProfileName{"1g.18gb", "3g.71gb"},
+			}},
+			Shapes: []v1.StandbyShape{{Resource: "nvidia.com/mig-1g.18gb", MinFree: 1}},
+		},
+	}
+}
+
+// validPlan is a plan the API server accepts.
+func validPlan(name string) *v1.RepartitionPlan {
+	return &v1.RepartitionPlan{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.RepartitionPlanSpec{
+			Policy: "pool-a",
+			Hash:   "1f3e9a7c",
+			Steps: []v1.NodeStep{{
+				Node:          "gpu-node-1",
+				MIGConfigName: "gpupool-6b2d41a0",
+				GPUs: []v1.GPUChange{{
+					Index: 0,
+					From:  v1.ProfileCounts{"1g.18gb": 7},
+					To:    v1.ProfileCounts{"3g.71gb": 2},
+				}},
+			}},
+		},
+	}
+}
+
+func duration(s string) *metav1.Duration {
+	// The API server parses durations itself; the Go value only carries the string through JSON.
+	d := &metav1.Duration{}
+	Expect(d.UnmarshalJSON([]byte(`"` + s + `"`))).To(Succeed())
+	return d
+}
+
+// expectInvalid creates obj and expects a 422 whose message names field and says what is wrong.
+func expectInvalid(obj client.Object, field, message string) {
+	ctx := context.Background()
+	err := env.Client.Create(ctx, obj)
+	Expect(err).To(HaveOccurred(), "the API server accepted an object that breaks %s", field)
+	Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want 422 Invalid, got: %v", err)
+	Expect(err.Error()).To(ContainSubstring(field))
+	Expect(err.Error()).To(ContainSubstring(message))
+}
+
+var _ = Describe("GPUPoolPolicy validation", func() {
+	It("accepts the baseline policy and fills in the documented defaults", func(ctx SpecContext) {
+		p := validPolicy("defaults")
+		Expect(env.Client.Create(ctx, p)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(env.Client.Delete(ctx, p)).To(Succeed()) })
+
+		got := &v1.GPUPoolPolicy{}
+		Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(p), got)).To(Succeed())
+		d := got.Spec.Disruption
+		Expect(d.Approval).To(Equal(v1.ApprovalManual))
+		Expect(*d.MaxDisruptedNodes).To(Equal(intstr.FromInt32(1)))
+		Expect(d.DrainTimeout.Duration.String()).To(Equal("15m0s"))
+		Expect(d.ConfigureTimeout.Duration.String()).To(Equal("10m0s"))
+		Expect(d.PlanTTL.Duration.String()).To(Equal("1h0m0s"))
+		Expect(got.Spec.Planning.MinPendingAge.Duration.String()).To(Equal("30s"))
+		Expect(got.Spec.Planning.StabilizationWindow.Duration.String()).To(Equal("2m0s"))
+	})
+
+	DescribeTable("rejects an invalid policy with a message naming the field",
+		func(mutate func(*v1.GPUPoolPolicy), field, message string) {
+			p := validPolicy("invalid")
+			mutate(p)
+			expectInvalid(p, field, message)
+		},
+		Entry("unknown approval mode", func(p *v1.GPUPoolPolicy) {
+			p.Spec.Disruption.Approval = "Sometimes"
+		}, "spec.disruption.approval", `supported values: "Manual", "AutoIdle", "Auto"`),
+		Entry("negative disruption budget", func(p *v1.GPUPoolPolicy) {
+			b := intstr.FromInt32(-1)
+			p.Spec.Disruption.MaxDisruptedNodes = &b
+		}, "spec.disruption.maxDisruptedNodes", "non-negative count or a percentage"),
+		Entry("budget percentage over 100%", func(p *v1.GPUPoolPolicy) {
+			b := intstr.FromString("150%")
+			p.Spec.Disruption.MaxDisruptedNodes = &b
+		}, "spec.disruption.maxDisruptedNodes", "non-negative count or a percentage"),
+		Entry("budget that is neither a count nor a percentage", func(p *v1.GPUPoolPolicy) {
+			b := intstr.FromString("two")
+			p.Spec.Disruption.MaxDisruptedNodes = &b
+		}, "spec.disruption.maxDisruptedNodes", "non-negative count or a percentage"),
+		Entry("bad MIG profile name in the catalog", func(p *v1.GPUPoolPolicy) {
+			p.Spec.Catalog[0].MIGProfiles = []v1.MIGProfileName{"3g.71"}
+		}, "spec.catalog[0].migProfiles[0]", "should match"),
+		Entry("duplicate standby shapes for one resource", func(p *v1.GPUPoolPolicy) {
+			p.Spec.Shapes = append(p.Spec.Shapes, v1.StandbyShape{Resource: "nvidia.com/mig-1g.18gb", MinFree: 3})
+		}, "spec.shapes[1]", "Duplicate value"),
+		Entry("duplicate catalog product", func(p *v1.GPUPoolPolicy) {
+			p.Spec.Catalog = append(p.Spec.Catalog, p.Spec.Catalog[0])
+		}, "spec.catalog[1]", "Duplicate value"),
+		Entry("negative duration", func(p *v1.GPUPoolPolicy) {
+			p.Spec.Planning.MinPendingAge = duration("-30s")
+		}, "spec.planning.minPendingAge", "should match"),
+		Entry("shape resource that is no GPU resource", func(p *v1.GPUPoolPolicy) {
+			p.Spec.Shapes[0].Resource = "nvidia.com/mig-9g.1gb"
+		}, "spec.shapes[0].resource", "should match"),
+		Entry("negative standby count", func(p *v1.GPUPoolPolicy) {
+			p.Spec.Shapes[0].MinFree = -1
+		}, "spec.shapes[0].minFree", "should be greater than or equal to 0"),
+		Entry("catalog entry that allows nothing", func(p *v1.GPUPoolPolicy) {
+			p.Spec.Catalog[0].MIGProfiles = nil
+		}, "spec.catalog[0]", "allow at least one of migProfiles, allowWholeGPU or sharing"),
+		Entry("MPS beyond the 48 clients CUDA allows", func(p *v1.GPUPoolPolicy) {
+			p.Spec.Catalog[0].Sharing = &v1.SharingCatalog{MPS: &v1.MPSReplicaChoices{Replicas: []int32{64}}}
+		}, "spec.catalog[0].sharing.mps.replicas[0]", "should be less than or equal to 48"),
+		Entry("time-slicing with a single replica", func(p *v1.GPUPoolPolicy) {
+			p.Spec.Catalog[0].Sharing = &v1.SharingCatalog{TimeSlicing: &v1.ReplicaChoices{Replicas: []int32{1}}}
+		}, "spec.catalog[0].sharing.timeSlicing.replicas[0]", "should be greater than or equal to 2"),
+		Entry("empty node selector that would take every node", func(p *v1.GPUPoolPolicy) {
+			p.Spec.NodeSelector = metav1.LabelSelector{}
+		}, "spec.nodeSelector", "must select something"),
+	)
+
+	// kubectl sends whatever a user typed; a Go client could not even encode these values.
+	DescribeTable("rejects values typed by hand with a message naming the field",
+		func(path []string, value any, field, message string) {
+			obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(validPolicy("invalid"))
+			Expect(err).NotTo(HaveOccurred())
+			u := &unstructured.Unstructured{Object: obj}
+			u.SetGroupVersionKind(v1.GroupVersion.WithKind("GPUPoolPolicy"))
+			Expect(unstructured.SetNestedField(u.Object, value, path...)).To(Succeed())
+			expectInvalid(u, field, message)
+		},
+		Entry("malformed duration", []string{"spec", "disruption", "drainTimeout"}, "15 minutes",
+			"spec.disruption.drainTimeout", "should match"),
+		Entry("duration without a unit", []string{"spec", "planning", "stabilizationWindow"}, "120",
+			"spec.planning.stabilizationWindow", "should match"),
+		Entry("approval mode in the wrong case", []string{"spec", "disruption", "approval"}, "manual",
+			"spec.disruption.approval", `supported values: "Manual", "AutoIdle", "Auto"`),
+	)
+})
+
+var _ = Describe("RepartitionPlan validation", func() {
+	DescribeTable("rejects an invalid plan with a message naming the field",
+		func(mutate func(*v1.RepartitionPlan), field, message string) {
+			p := validPlan("invalid")
+			mutate(p)
+			expectInvalid(p, field, message)
+		},
+		Entry("no steps", func(p *v1.RepartitionPlan) {
+			p.Spec.Steps = nil
+		}, "spec.steps", "Required value"),
+		Entry("hash that is not hex", func(p *v1.RepartitionPlan) {
+			p.Spec.Hash = "not-a-hash"
+		}, "spec.hash", "should match"),
+		Entry("target layout with an unknown profile", func(p *v1.RepartitionPlan) {
+			p.Spec.Steps[0].GPUs[0].To = v1.ProfileCounts{"9g.1": 1}
+		}, "spec.steps[0].gpus[0].to", "keys must be MIG profile names"),
+		Entry("more instances of a profile than a GPU holds", func(p *v1.RepartitionPlan) {
+			p.Spec.Steps[0].GPUs[0].To = v1.ProfileCounts{"1g.18gb": 8}
+		}, "spec.steps[0].gpus[0].to", "between 0 and 7"),
+		Entry("step that changes nothing", func(p *v1.RepartitionPlan) {
+			p.Spec.Steps[0].GPUs = nil
+		}, "spec.steps[0]", "changes at least one GPU layout or the sharing config"),
+		Entry("sharing None with replicas", func(p *v1.RepartitionPlan) {
+			p.Spec.Steps[0].SharingConfig = &v1.SharingConfig{Mode: v1.SharingNone, Replicas: 4}
+		}, "spec.steps[0].sharingConfig", "forbidden for None"),
+		Entry("two steps for one node", func(p *v1.RepartitionPlan) {
+			p.Spec.Steps = append(p.Spec.Steps, p.Spec.Steps[0])
+		}, "spec.steps[1]", "Duplicate value"),
+	)
+
+	It("refuses any edit of spec once created, but allows status and approval", func(ctx SpecContext) {
+		p := validPlan("immutable")
+		Expect(env.Client.Create(ctx, p)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(env.Client.Delete(ctx, p)).To(Succeed()) })
+
+		edited := p.DeepCopy()
+		edited.Spec.Steps[0].GPUs[0].To = v1.ProfileCounts{"7g.141gb": 1}
+		err := env.Client.Update(ctx, edited)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want 422 Invalid, got: %v", err)
+		Expect(err.Error()).To(ContainSubstring("spec"))
+		Expect(err.Error()).To(ContainSubstring("spec is immutable"))
+
+		approved := p.DeepCopy()
+		approved.Annotations = map[string]string{v1.AnnotationApprove: p.Spec.Hash}
+		Expect(env.Client.Update(ctx, approved)).To(Succeed())
+
+		approved.Status.Phase = v1.PlanApproved
+		approved.Status.Approved = true
+		Expect(env.Client.Status().Update(ctx, approved)).To(Succeed())
+
+		bad := approved.DeepCopy()
+		bad.Status.Phase = "Done"
+		err = env.Client.Status().Update(ctx, bad)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want 422 Invalid, got: %v", err)
+		Expect(err.Error()).To(ContainSubstring("status.phase"))
+	})
+})
+
+var _ = Describe("GPUNode validation", func() {
+	It("rejects an expected layout with a bad profile name", func() {
+		n := &v1.GPUNode{
+			ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-x"},
+			Spec: v1.GPUNodeSpec{ExpectedLayout: []v1.GPULayout{
+				{Index: 0, Profiles: v1.ProfileCounts{"3g": 1}},
+			}},
+		}
+		expectInvalid(n, "spec.expectedLayout[0].profiles", "keys must be MIG profile names")
+	})
+})
+
+var _ = Describe("the samples in config/samples", func() {
+	It("are all accepted by the API server", func(ctx SpecContext) {
+		files, err := filepath.Glob(filepath.Join(env.RepoRoot, "config", "samples", "*.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(files).To(HaveLen(3), "one sample per kind")
+		kinds := map[string]bool{}
+		for _, file := range files {
+			for _, obj := range readObjects(file) {
+				Expect(env.Client.Create(ctx, obj)).To(Succeed(), "creating %s from %s", obj.GetName(), file)
+				kinds[obj.GetKind()] = true
+				DeferCleanup(func(ctx SpecContext) { Expect(env.Client.Delete(ctx, obj)).To(Succeed()) })
+			}
+		}
+		Expect(kinds).To(HaveKey("GPUPoolPolicy"))
+		Expect(kinds).To(HaveKey("RepartitionPlan"))
+		Expect(kinds).To(HaveKey("GPUNode"))
+	})
+})
+
+// readObjects decodes every document of a multi-document YAML file.
+func readObjects(file string) []*unstructured.Unstructured {
+	data, err := os.ReadFile(file)
+	Expect(err).NotTo(HaveOccurred())
+	decoder := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(data)), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := decoder.Decode(&obj.Object); err != nil {
+			Expect(err.Error()).To(Equal("EOF"))
+			break
+		}
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
+		}
+	}
+	return objs
+}

@@ -1,0 +1,28 @@
+package v1alpha1
+
+// Annotations and labels that form gpupool's contract with users and with the NVIDIA GPU
+// Operator. They are API: renaming one breaks running clusters.
+const (
+	// AnnotationApprove approves a RepartitionPlan when its value equals the plan's spec.hash,
+	// so an approval can never carry over to a different plan.
+	AnnotationApprove = "gpupool.io/approve"
+	// AnnotationReject rejects a RepartitionPlan; the value is the reason shown in its status.
+	AnnotationReject = "gpupool.io/reject"
+	// AnnotationDoNotDisrupt on a pod, with value "true", forbids gpupool to evict it; the planner
+	// leaves the GPUs it uses alone instead.
+	AnnotationDoNotDisrupt = "gpupool.io/do-not-disrupt"
+	// AnnotationCordonedBy on a node names the RepartitionPlan that cordoned it, so gpupool only
+	// ever uncordons nodes it cordoned itself.
+	AnnotationCordonedBy = "gpupool.io/cordoned-by"
+
+	// LabelMIGConfig selects the mig-parted config entry that NVIDIA's mig-manager applies.
+	LabelMIGConfig = "nvidia.com/mig.config"
+	// LabelMIGConfigState is where mig-manager reports pending, rebooting, success or failed.
+	LabelMIGConfigState = "nvidia.com/mig.config.state"
+	// LabelDevicePluginConfig selects the k8s-device-plugin config entry (sharing settings).
+	LabelDevicePluginConfig = "nvidia.com/device-plugin.config"
+	// LabelGPUProduct is GPU Feature Discovery's product label, matched against catalog entries.
+	LabelGPUProduct = "nvidia.com/gpu.product"
+	// LabelGPUPresent marks nodes with an NVIDIA GPU; the node agent DaemonSet selects on it.
+	LabelGPUPresent = "nvidia.com/gpu.present"
+)

@@ -1,0 +1,116 @@
+// Command manager runs gpupool's controllers: it watches GPU demand and inventory, proposes
+// RepartitionPlans and executes approved ones.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"os"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	gpupoolv1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// options are the manager's command-line settings.
+type options struct {
+	metricsAddr             string
+	metricsSecure           bool
+	probeAddr               string
+	leaderElect             bool
+	leaderElectionNamespace string
+	enableHTTP2             bool
+}
+
+func main() {
+	var opts options
+	flag.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8443",
+		"Address the metrics endpoint binds to (:8443 for HTTPS, :8080 for HTTP, 0 to disable).")
+	flag.BoolVar(&opts.metricsSecure, "metrics-secure", true,
+		"Serve metrics over HTTPS, authenticated and authorised through the API server.")
+	flag.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8081",
+		"Address the /healthz and /readyz probes bind to.")
+	flag.BoolVar(&opts.leaderElect, "leader-elect", true,
+		"Elect a leader through a Lease so that only one replica acts at a time.")
+	flag.StringVar(&opts.leaderElectionNamespace, "leader-election-namespace", "",
+		"Namespace of the leader-election Lease (default: the pod's namespace).")
+	flag.BoolVar(&opts.enableHTTP2, "enable-http2", false,
+		"Serve the metrics endpoint over HTTP/2 (off by default: CVE-2023-44487 and CVE-2023-39325).")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		ctrl.Log.Error(err, "loading kubeconfig: set KUBECONFIG or run in a pod")
+		os.Exit(1)
+	}
+	if err := run(ctrl.SetupSignalHandler(), cfg, opts); err != nil {
+		ctrl.Log.Error(err, "manager stopped")
+		os.Exit(1)
+	}
+}
+
+// run starts the manager and blocks until ctx ends or the manager fails.
+func run(ctx context.Context, cfg *rest.Config, opts options) error {
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("registering built-in kinds: %w", err)
+	}
+	if err := gpupoolv1alpha1.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("registering gpupool kinds: %w", err)
+	}
+
+	var tlsOpts []func(*tls.Config)
+	if !opts.enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	metricsOpts := metricsserver.Options{
+		BindAddress:   opts.metricsAddr,
+		SecureServing: opts.metricsSecure,
+		TLSOpts:       tlsOpts,
+	}
+	if opts.metricsSecure {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        opts.probeAddr,
+		LeaderElection:                opts.leaderElect,
+		LeaderElectionID:              "gpupool-manager.gpupool.io",
+		LeaderElectionNamespace:       opts.leaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding ready check: %w", err)
+	}
+
+	// No reconcilers yet: the policy and plan controllers arrive with the planner and the node
+	// agent. The manager already elects a leader and serves probes and metrics.
+	log.Info("starting manager", "controllers", 0, "leaderElection", opts.leaderElect,
+		"metrics", opts.metricsAddr, "probes", opts.probeAddr)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpupool/gpupool/internal/testenv"
+)
+
+// freeAddr returns a loopback address nothing listens on, so parallel test runs do not clash.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestManagerElectsLeaderAndServesProbes runs the manager against a real API server: it must
+// take the leader Lease, answer its probes and metrics, and release the Lease on shutdown so a
+// standby replica takes over at once.
+func TestManagerElectsLeaderAndServesProbes(t *testing.T) {
+	g := NewWithT(t)
+	env, err := testenv.Start()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = env.Stop() })
+
+	opts := options{
+		metricsAddr:             freeAddr(t),
+		probeAddr:               freeAddr(t),
+		metricsSecure:           true,
+		leaderElect:             true,
+		leaderElectionNamespace: "default",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, env.Config, opts) }()
+
+	get := func(url string) (int, error) {
+		resp, err := http.Get(url)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	for _, probe := range []string{"healthz", "readyz"} {
+		g.Eventually(func() (int, error) {
+			return get(fmt.Sprintf("http://%s/%s", opts.probeAddr, probe))
+		}).WithTimeout(30*time.Second).Should(Equal(http.StatusOK), probe)
+	}
+
+	lease := &coordinationv1.Lease{}
+	key := types.NamespacedName{Namespace: "default", Name: "gpupool-manager.gpupool.io"}
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, key, lease)).To(Succeed())
+		g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil())
+		g.Expect(*lease.Spec.HolderIdentity).NotTo(BeEmpty())
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+
+	// Metrics are served over HTTPS by default; an anonymous request must be refused, not served.
+	// The certificate is self-signed; what matters here is that anonymous callers are refused.
+	client := &http.Client{Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // self-signed local endpoint
+	}}
+	g.Eventually(func() (int, error) {
+		resp, err := client.Get(fmt.Sprintf("https://%s/metrics", opts.metricsAddr))
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, nil
+	}).WithTimeout(30 * time.Second).Should(BeElementOf(http.StatusUnauthorized, http.StatusForbidden))
+
+	cancel()
+	g.Eventually(done).WithTimeout(30 * time.Second).Should(Receive(BeNil()))
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(context.Background(), key, lease)).To(Succeed())
+		g.Expect(lease.Spec.HolderIdentity).To(Or(BeNil(), HaveValue(BeEmpty())), "lease released on shutdown")
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+}
