@@ -1,0 +1,410 @@
+package mig
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+)
+
+// NVML GPU-instance profile IDs (nvmlGpuInstanceProfile*, as go-nvml's const.go
+// spells them). Names drift across drivers, so profiles are keyed by ID plus
+// memory-slice size instead of by name.
+const (
+	// GIProfile1Slice is NVML_GPU_INSTANCE_PROFILE_1_SLICE: the plain 1g profile.
+	GIProfile1Slice = 0
+	// GIProfile2Slice is NVML_GPU_INSTANCE_PROFILE_2_SLICE: the 2g profile.
+	GIProfile2Slice = 1
+	// GIProfile3Slice is NVML_GPU_INSTANCE_PROFILE_3_SLICE: the 3g profile.
+	GIProfile3Slice = 2
+	// GIProfile4Slice is NVML_GPU_INSTANCE_PROFILE_4_SLICE: the 4g profile.
+	GIProfile4Slice = 3
+	// GIProfile7Slice is NVML_GPU_INSTANCE_PROFILE_7_SLICE: the whole-GPU 7g profile.
+	GIProfile7Slice = 4
+	// GIProfile8Slice is NVML_GPU_INSTANCE_PROFILE_8_SLICE, unused by the built-in products.
+	GIProfile8Slice = 5
+	// GIProfile6Slice is NVML_GPU_INSTANCE_PROFILE_6_SLICE, unused by the built-in products.
+	GIProfile6Slice = 6
+	// GIProfile1SliceRev1 is NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1: 1g with media extensions (+me).
+	GIProfile1SliceRev1 = 7
+	// GIProfile2SliceRev1 is NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1: 2g with media extensions (A30).
+	GIProfile2SliceRev1 = 8
+	// GIProfile1SliceRev2 is NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: 1g with two memory slices.
+	GIProfile1SliceRev2 = 9
+)
+
+// Limits of the compact representation; real GPUs use 8 memory slices and at
+// most 18 profile IDs, so these leave room for NVML reports of future parts.
+const (
+	// MaxMemorySlices is the most memory slices a Product may have (one uint16 bitmask).
+	MaxMemorySlices = 16
+	// MaxProfiles is the most profiles a Product may list (one uint64 bitmask of profiles).
+	MaxProfiles = 32
+	maxCompute  = 64
+)
+
+// Placement is the memory-slice range [Start, Start+Size) an instance occupies.
+type Placement struct{ Start, Size int }
+
+// Profile is one GPU-instance profile of a product with the placements the driver allows.
+type Profile struct {
+	ID            int         // NVML GPU-instance profile ID (GIProfile*)
+	Name          string      // canonical name, e.g. "3g.71gb"
+	Aliases       []string    // other names drivers have used for it, e.g. "7g.79gb"
+	ComputeSlices int         // compute slices (the "Ng" of the name)
+	MemorySlices  int         // memory slices every placement covers
+	MemoryMiB     int         // memory of one instance, as NVML reports it
+	MaxCount      int         // most instances of this profile one GPU holds
+	Placements    []Placement // allowed placements, ascending Start
+	// MediaExtensions marks +me profiles; at most one such instance fits a GPU
+	// because there is a single JPEG/OFA unit to hand out.
+	MediaExtensions bool
+}
+
+// Product is the MIG geometry of one GPU model. Treat it as immutable once any
+// method has been called on it: derived tables are cached on first use.
+type Product struct {
+	Name string // canonical, e.g. "H200-141GB"
+	// Match lists dash-separated token sets matched against nvidia.com/gpu.product
+	// label values and NVML names; see LookupProduct. A token written "!X" vetoes
+	// the entry when X is present (H100 NVL is a different, 94GB product).
+	Match         []string
+	PCIDeviceIDs  []uint16 // PCI device IDs (vendor 0x10DE) of boards with this geometry
+	MemorySlices  int
+	ComputeSlices int
+	Profiles      []Profile // in catalog order: larger profiles first
+
+	geo atomic.Pointer[geometry]
+}
+
+func placements(size int, starts ...int) []Placement {
+	out := make([]Placement, len(starts))
+	for i, s := range starts {
+		out[i] = Placement{Start: s, Size: size}
+	}
+	return out
+}
+
+// names of the seven profiles of an 8-slice product, larger first; mib holds
+// the matching per-instance memory.
+type eightSlice struct {
+	g7, g4, g3, g2, g1d, g1 string
+	mib                     [6]int // 7g, 4g, 3g, 2g, 1g double, 1g
+	aliases                 map[string][]string
+}
+
+// The 8-memory-slice, 7-compute-slice products share one placement table
+// (A100 and H100 from nvidia-smi captures; H200 and B200 use the same profile
+// IDs and are assumed to match, see design.md section 6).
+func (e eightSlice) profiles() []Profile {
+	ps := []Profile{
+		{ID: GIProfile7Slice, Name: e.g7, ComputeSlices: 7, MemorySlices: 8, MemoryMiB: e.mib[0], MaxCount: 1, Placements: placements(8, 0)},
+		{ID: GIProfile4Slice, Name: e.g4, ComputeSlices: 4, MemorySlices: 4, MemoryMiB: e.mib[1], MaxCount: 1, Placements: placements(4, 0)},
+		{ID: GIProfile3Slice, Name: e.g3, ComputeSlices: 3, MemorySlices: 4, MemoryMiB: e.mib[2], MaxCount: 2, Placements: placements(4, 0, 4)},
+		{ID: GIProfile2Slice, Name: e.g2, ComputeSlices: 2, MemorySlices: 2, MemoryMiB: e.mib[3], MaxCount: 3, Placements: placements(2, 0, 2, 4)},
+		{ID: GIProfile1SliceRev2, Name: e.g1d, ComputeSlices: 1, MemorySlices: 2, MemoryMiB: e.mib[4], MaxCount: 4, Placements: placements(2, 0, 2, 4, 6)},
+		{ID: GIProfile1Slice, Name: e.g1, ComputeSlices: 1, MemorySlices: 1, MemoryMiB: e.mib[5], MaxCount: 7, Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
+		{ID: GIProfile1SliceRev1, Name: e.g1 + "+me", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: e.mib[5], MaxCount: 1, Placements: placements(1, 0, 1, 2, 3, 4, 5, 6), MediaExtensions: true},
+	}
+	for i := range ps {
+		ps[i].Aliases = e.aliases[ps[i].Name]
+	}
+	return ps
+}
+
+// gib is a per-instance memory derived from the profile name (GB x 1024 MiB);
+// used where no NVML capture was available, so expect the agent's report to
+// differ by a few hundred MiB.
+func gib(gb int) int { return gb * 1024 }
+
+// driftAliases80 are names seen for the 80GB profiles on some drivers, whose
+// naming rounds the memory fraction against a slightly smaller total.
+var driftAliases80 = map[string][]string{
+	"7g.80gb": {"7g.79gb"},
+	"4g.40gb": {"4g.39gb"},
+	"3g.40gb": {"3g.39gb"},
+}
+
+var builtin = []*Product{
+	{
+		Name:          "A30-24GB",
+		Match:         []string{"A30"},
+		PCIDeviceIDs:  []uint16{0x20B7},
+		MemorySlices:  4,
+		ComputeSlices: 4,
+		// Memory from go-nvml's A30 mock, which design.md says matches real devices.
+		Profiles: []Profile{
+			{ID: GIProfile4Slice, Name: "4g.24gb", ComputeSlices: 4, MemorySlices: 4, MemoryMiB: 23344, MaxCount: 1, Placements: placements(4, 0)},
+			{ID: GIProfile2Slice, Name: "2g.12gb", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 11672, MaxCount: 2, Placements: placements(2, 0, 2)},
+			{ID: GIProfile2SliceRev1, Name: "2g.12gb+me", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 11672, MaxCount: 1, Placements: placements(2, 0, 2), MediaExtensions: true},
+			{ID: GIProfile1Slice, Name: "1g.6gb", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5836, MaxCount: 4, Placements: placements(1, 0, 1, 2, 3)},
+			{ID: GIProfile1SliceRev1, Name: "1g.6gb+me", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5836, MaxCount: 1, Placements: placements(1, 0, 1, 2, 3), MediaExtensions: true},
+		},
+	},
+	{
+		Name:          "A100-40GB",
+		Match:         []string{"A100-40GB", "A800-40GB"},
+		PCIDeviceIDs:  []uint16{0x20B0, 0x20B1, 0x20F1, 0x20F6},
+		MemorySlices:  8,
+		ComputeSlices: 7,
+		// Memory from go-nvml's dgxa100 mock (an nvidia-smi capture).
+		Profiles: eightSlice{
+			g7: "7g.40gb", g4: "4g.20gb", g3: "3g.20gb", g2: "2g.10gb", g1d: "1g.10gb", g1: "1g.5gb",
+			mib: [6]int{40192, 19968, 19968, 9856, 9856, 4864},
+		}.profiles(),
+	},
+	{
+		Name:          "A100-80GB",
+		Match:         []string{"A100-80GB", "A800-80GB"},
+		PCIDeviceIDs:  []uint16{0x20B2, 0x20B5, 0x20F3, 0x20F5},
+		MemorySlices:  8,
+		ComputeSlices: 7,
+		// Memory from go-nvml's A100 80GB mock.
+		Profiles: eightSlice{
+			g7: "7g.80gb", g4: "4g.40gb", g3: "3g.40gb", g2: "2g.20gb", g1d: "1g.20gb", g1: "1g.10gb",
+			mib:     [6]int{80384, 40192, 40192, 19968, 19968, 9856},
+			aliases: driftAliases80,
+		}.profiles(),
+	},
+	{
+		Name: "H100-80GB",
+		// H100 NVL and H800 NVL are 94GB parts with other profile names.
+		Match:         []string{"H100-80GB", "H100-PCIE-!NVL-!94GB", "H100-SXM5-!94GB-!64GB", "H800-!NVL-!94GB"},
+		PCIDeviceIDs:  []uint16{0x2330, 0x2331, 0x2322},
+		MemorySlices:  8,
+		ComputeSlices: 7,
+		Profiles: eightSlice{
+			g7: "7g.80gb", g4: "4g.40gb", g3: "3g.40gb", g2: "2g.20gb", g1d: "1g.20gb", g1: "1g.10gb",
+			mib:     [6]int{gib(80), gib(40), gib(40), gib(20), gib(20), gib(10)},
+			aliases: driftAliases80,
+		}.profiles(),
+	},
+	{
+		Name:          "H200-141GB",
+		Match:         []string{"H200"},
+		PCIDeviceIDs:  []uint16{0x2335, 0x233B},
+		MemorySlices:  8,
+		ComputeSlices: 7,
+		Profiles: eightSlice{
+			g7: "7g.141gb", g4: "4g.71gb", g3: "3g.71gb", g2: "2g.35gb", g1d: "1g.35gb", g1: "1g.18gb",
+			mib: [6]int{gib(141), gib(71), gib(71), gib(35), gib(35), gib(18)},
+		}.profiles(),
+	},
+	{
+		Name:          "B200",
+		Match:         []string{"B200"},
+		PCIDeviceIDs:  []uint16{0x2901},
+		MemorySlices:  8,
+		ComputeSlices: 7,
+		Profiles: eightSlice{
+			g7: "7g.180gb", g4: "4g.90gb", g3: "3g.90gb", g2: "2g.45gb", g1d: "1g.45gb", g1: "1g.23gb",
+			mib: [6]int{gib(180), gib(90), gib(90), gib(45), gib(45), gib(23)},
+		}.profiles(),
+	},
+}
+
+// Products returns the built-in product table in a stable order. The products
+// are shared: read them, never modify them.
+func Products() []*Product { return slices.Clone(builtin) }
+
+// LookupProduct finds a built-in product by canonical name, nvidia.com/gpu.product
+// label value (e.g. "NVIDIA-H100-80GB-HBM3") or NVML device name (e.g.
+// "NVIDIA H200"), ignoring case. A GFD "-MIG-<profile>" or "-SHARED" suffix is
+// ignored. The most specific Match entry wins, then table order.
+func LookupProduct(name string) (*Product, bool) {
+	name = strings.TrimSpace(name)
+	if name == "" {
+		return nil, false
+	}
+	for _, p := range builtin {
+		if strings.EqualFold(p.Name, name) {
+			return p, true
+		}
+	}
+	toks := productTokens(name)
+	var best *Product
+	bestScore := 0
+	for _, p := range builtin {
+		for _, m := range p.Match {
+			if s := matchScore(m, toks); s > bestScore {
+				best, bestScore = p, s
+			}
+		}
+	}
+	return best, best != nil
+}
+
+// LookupProductByPCIID finds a built-in product by PCI device ID, either the
+// bare 16-bit device ID (0x2330) or NVML's combined form (0x233010DE).
+func LookupProductByPCIID(id uint32) (*Product, bool) {
+	dev := id
+	if id > 0xFFFF {
+		if id&0xFFFF != 0x10DE {
+			return nil, false
+		}
+		dev = id >> 16
+	}
+	for _, p := range builtin {
+		if slices.Contains(p.PCIDeviceIDs, uint16(dev)) {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+func productTokens(name string) []string {
+	up := strings.ToUpper(name)
+	fields := strings.FieldsFunc(up, func(r rune) bool {
+		return r == '-' || r == ' ' || r == '_' || r == '/' || r == '\t'
+	})
+	out := fields[:0]
+	for _, f := range fields {
+		if f == "MIG" {
+			break // GFD single strategy appends -MIG-<profile>
+		}
+		if f == "SHARED" {
+			continue // GFD marks time-sliced GPUs
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// matchScore is the number of positive tokens of entry when all are present in
+// toks and no vetoed token is, else 0.
+func matchScore(entry string, toks []string) int {
+	score := 0
+	for t := range strings.SplitSeq(strings.ToUpper(entry), "-") {
+		if neg, ok := strings.CutPrefix(t, "!"); ok {
+			if slices.Contains(toks, neg) {
+				return 0
+			}
+			continue
+		}
+		if !slices.Contains(toks, t) {
+			return 0
+		}
+		score++
+	}
+	return score
+}
+
+// NewProductFromProfiles builds a Product from what the agent read through
+// NVML, so a node's real table overrides the built-in one. Profiles with
+// MemorySlices 0 take it from their placements, MaxCount 0 becomes the number
+// of placements, and names containing "+me" are marked MediaExtensions. The
+// input is copied and the profiles are put in catalog order.
+func NewProductFromProfiles(name string, memorySlices, computeSlices int, profiles []Profile) (*Product, error) {
+	p := &Product{
+		Name:          name,
+		MemorySlices:  memorySlices,
+		ComputeSlices: computeSlices,
+		Profiles:      make([]Profile, len(profiles)),
+	}
+	for i, in := range profiles {
+		pr := in
+		pr.Aliases = slices.Clone(in.Aliases)
+		pr.Placements = slices.Clone(in.Placements)
+		slices.SortFunc(pr.Placements, func(a, b Placement) int { return a.Start - b.Start })
+		if pr.MemorySlices == 0 && len(pr.Placements) > 0 {
+			pr.MemorySlices = pr.Placements[0].Size
+		}
+		if pr.MaxCount == 0 {
+			pr.MaxCount = len(pr.Placements)
+		}
+		if strings.Contains(strings.ToLower(pr.Name), "+me") {
+			pr.MediaExtensions = true
+		}
+		p.Profiles[i] = pr
+	}
+	slices.SortStableFunc(p.Profiles, compareCatalog)
+	g := compile(p)
+	if g.err != nil {
+		return nil, g.err
+	}
+	p.geo.Store(g)
+	return p, nil
+}
+
+// compareCatalog orders profiles larger first, which is both the order people
+// read catalogs in and the most constrained-first order the search wants.
+func compareCatalog(a, b Profile) int {
+	switch {
+	case a.MemorySlices != b.MemorySlices:
+		return b.MemorySlices - a.MemorySlices
+	case a.ComputeSlices != b.ComputeSlices:
+		return b.ComputeSlices - a.ComputeSlices
+	case a.MediaExtensions != b.MediaExtensions:
+		if a.MediaExtensions {
+			return 1
+		}
+		return -1
+	case a.ID != b.ID:
+		return a.ID - b.ID
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
+// Err reports why the product's table is unusable, or nil; every other method
+// treats an unusable product as one on which nothing fits.
+func (p *Product) Err() error { return p.geometry().err }
+
+// Profile finds a profile by canonical name or known alias ("7g.79gb"),
+// ignoring case; it also accepts the device-plugin resource spelling
+// ("nvidia.com/mig-1g.10gb.me"). Other drifted names are not guessed at: a
+// near miss such as "1g.6gb" on an A100-40GB is an A30 profile, not a 1g.5gb,
+// so unknown names stay unknown and NVML reports are matched by ProfileByID.
+func (p *Product) Profile(name string) (*Profile, bool) {
+	g := p.geometry()
+	i := g.resolve(name)
+	if i < 0 {
+		return nil, false
+	}
+	return &p.Profiles[i], true
+}
+
+// ProfileByID finds a profile by its NVML ID and memory-slice size, the key
+// that survives driver renames.
+func (p *Product) ProfileByID(id, memorySlices int) (*Profile, bool) {
+	for i := range p.Profiles {
+		if p.Profiles[i].ID == id && p.Profiles[i].MemorySlices == memorySlices {
+			return &p.Profiles[i], true
+		}
+	}
+	return nil, false
+}
+
+// ProfileNames lists the canonical profile names in catalog order.
+func (p *Product) ProfileNames() []string {
+	out := make([]string, len(p.Profiles))
+	for i := range p.Profiles {
+		out[i] = p.Profiles[i].Name
+	}
+	return out
+}
+
+// article picks "a" or "an" for a product name as it is read aloud: model
+// codes ("H200", "RTX") are spelled letter by letter, words are not.
+func article(name string) string {
+	if name == "" {
+		return "a"
+	}
+	first := name[0]
+	spelled := len(name) == 1 || name[1] >= '0' && name[1] <= '9' || name[1] >= 'A' && name[1] <= 'Z' || name[1] == '-'
+	if spelled && strings.IndexByte("AEFHILMNORSX", first) >= 0 {
+		return "an"
+	}
+	if !spelled && strings.IndexByte("AEIOUaeiou", first) >= 0 {
+		return "an"
+	}
+	return "a"
+}
+
+func (p *Product) anName() string { return article(p.Name) + " " + p.Name }
+
+var errNilProduct = errors.New("mig: nil product")
+
+func invalidf(p *Product, format string, args ...any) error {
+	return fmt.Errorf("mig: product %q: %s", p.Name, fmt.Sprintf(format, args...))
+}
