@@ -132,7 +132,7 @@ func assetsDir(root string) (string, error) {
 	}
 	for _, name := range []string{"etcd", "kube-apiserver"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
-			return "", fmt.Errorf("%s not found in %s: run `make envtest-assets` (or `make test`), "+
+			return "", fmt.Errorf("%s not found in %s: run `make test-assets` (or `make test`), "+
 				"which builds it from Go modules once per machine", name, dir)
 		}
 	}
