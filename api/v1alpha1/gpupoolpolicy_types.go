@@ -305,7 +305,3 @@ type GPUPoolPolicyList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []GPUPoolPolicy `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&GPUPoolPolicy{}, &GPUPoolPolicyList{})
-}

@@ -2,16 +2,17 @@
 // RepartitionPlan (one proposed change to MIG layouts or sharing configs) and GPUNode (a node's
 // real GPU inventory as its agent reads it through NVML).
 //
-// The package imports apimachinery and core API types only, so that clients, the CLI and the
-// planner can depend on it without pulling in controller machinery.
+// The package imports apimachinery only, so that clients, the CLI and the planner can depend on
+// it without pulling in controller machinery.
 //
 // +kubebuilder:object:generate=true
 // +groupName=gpupool.io
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -19,8 +20,18 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "gpupool.io", Version: "v1alpha1"}
 
 	// SchemeBuilder registers this package's kinds with a runtime.Scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds this package's kinds to a runtime.Scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+func addKnownTypes(scheme *runtime.Scheme) error {
+	scheme.AddKnownTypes(GroupVersion,
+		&GPUPoolPolicy{}, &GPUPoolPolicyList{},
+		&RepartitionPlan{}, &RepartitionPlanList{},
+		&GPUNode{}, &GPUNodeList{},
+	)
+	metav1.AddToGroupVersion(scheme, GroupVersion)
+	return nil
+}

@@ -231,7 +231,3 @@ type RepartitionPlanList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []RepartitionPlan `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&RepartitionPlan{}, &RepartitionPlanList{})
-}

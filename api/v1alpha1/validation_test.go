@@ -15,8 +15,9 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
 
 // validPolicy is a policy the API server accepts; each invalid case breaks one thing in it.
@@ -233,9 +234,22 @@ var _ = Describe("GPUNode validation", func() {
 
 var _ = Describe("the samples in config/samples", func() {
 	It("are all accepted by the API server", func(ctx SpecContext) {
-		files, err := filepath.Glob(filepath.Join(env.RepoRoot, "config", "samples", "*.yaml"))
+		dir := filepath.Join(env.RepoRoot, "config", "samples")
+		files, err := filepath.Glob(filepath.Join(dir, "gpupool_v1alpha1_*.yaml"))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(files).To(HaveLen(3), "one sample per kind")
+
+		// `kubectl apply -k config/samples` (the demo's command) must apply every sample.
+		kustomization := readObjects(filepath.Join(dir, "kustomization.yaml"))
+		Expect(kustomization).To(HaveLen(1))
+		resources, _, err := unstructured.NestedStringSlice(kustomization[0].Object, "resources")
+		Expect(err).NotTo(HaveOccurred())
+		var names []string
+		for _, f := range files {
+			names = append(names, filepath.Base(f))
+		}
+		Expect(resources).To(ConsistOf(names))
+
 		kinds := map[string]bool{}
 		for _, file := range files {
 			for _, obj := range readObjects(file) {

@@ -315,7 +315,10 @@ func (c *Cluster) waitHealthy(ctx context.Context, name, url string, cfg *rest.C
 		}
 		select {
 		case <-proc.done:
-			return fmt.Errorf("%s exited during start-up (%v); see %s", name, proc.err, c.LogPath(name))
+			if proc.err == nil {
+				return fmt.Errorf("%s exited during start-up; see %s", name, c.LogPath(name))
+			}
+			return fmt.Errorf("%s exited during start-up: %w; see %s", name, proc.err, c.LogPath(name))
 		case <-ctx.Done():
 			return fmt.Errorf("%s not healthy at %s: %w; see %s", name, url, ctx.Err(), c.LogPath(name))
 		case <-ticker.C:
