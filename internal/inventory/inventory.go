@@ -1,0 +1,474 @@
+// Package inventory turns Nodes, GPUNodes, Pods and PodDisruptionBudgets into a snapshot the
+// planner can reason about: per node what is free for every resource, which GPUs it has with
+// their current MIG layouts and instance placements, which pod holds which GPU, and whether
+// each pod may be evicted. It makes no client calls; the controller and the offline CLI feed it
+// the objects they read.
+package inventory
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/mig"
+)
+
+// Options are the policy settings and clock that decide what Build reports.
+type Options struct {
+	// Now is the time the snapshot is taken at; it judges how stale an agent report is.
+	Now time.Time
+	// MaxReportAge is how old a GPUNode report may be before its node is not planned;
+	// zero disables the check (offline what-if on a saved snapshot).
+	MaxReportAge time.Duration
+	// EvictEmptyDir allows evicting pods with emptyDir volumes.
+	EvictEmptyDir bool
+	// EvictUnmanaged allows evicting pods that no controller recreates.
+	EvictUnmanaged bool
+}
+
+// Snapshot is the state of the GPU nodes at one moment.
+type Snapshot struct {
+	// Nodes sorted by name.
+	Nodes []*Node
+	// DisruptionsAllowed is, per PodDisruptionBudget ("namespace/name"), how many of its pods
+	// may be evicted now.
+	DisruptionsAllowed map[string]int32
+}
+
+// Node is one node as the planner sees it.
+type Node struct {
+	// Name of the node.
+	Name string
+	// Object is the Node itself, for label, affinity and taint matching.
+	Object *corev1.Node
+	// Allocatable is what the scheduler may hand out on the node.
+	Allocatable corev1.ResourceList
+	// Requested is what the pods bound to the node request, counted as the scheduler does.
+	Requested corev1.ResourceList
+	// GPUs on the node, by index, from the agent's GPUNode report.
+	GPUs []*GPU
+	// Pods bound to the node and not finished, sorted by namespace/name.
+	Pods []*Pod
+	// Blocker says why the planner must leave the node alone; empty when it may plan it.
+	Blocker string
+}
+
+// GPU is one GPU and what runs on it.
+type GPU struct {
+	// Index as NVML numbers it.
+	Index int
+	// Product is its MIG geometry; nil when neither the built-in table nor the agent's report
+	// describes it.
+	Product *mig.Product
+	// ProductName as reported.
+	ProductName string
+	// MIGEnabled is the current MIG mode.
+	MIGEnabled bool
+	// Instances are the GPU instances, sorted by placement.
+	Instances []Instance
+	// Pods holding the whole GPU or any of its instances, sorted.
+	Pods []types.NamespacedName
+	// Error is set when the agent could not read this GPU; such a GPU is never changed.
+	Error string
+}
+
+// Instance is a GPU instance at its real placement.
+type Instance struct {
+	mig.Instance
+	// Pod holding the instance, if any.
+	Pod *types.NamespacedName
+	// Busy is true when a pod or a process uses it.
+	Busy bool
+}
+
+// Pod is a pod bound to a node.
+type Pod struct {
+	// Key is namespace/name.
+	Key types.NamespacedName
+	// Requests as the scheduler counts them.
+	Requests corev1.ResourceList
+	// Priority of the pod.
+	Priority int32
+	// Evictable is true when gpupool may evict the pod.
+	Evictable bool
+	// Blocker says why the pod may not be evicted; empty when it may.
+	Blocker string
+	// PDBs covering the pod ("namespace/name"); each eviction spends one of their budgets.
+	PDBs []string
+}
+
+// Layout is the GPU's current multiset of MIG profiles; empty when MIG is off.
+func (g *GPU) Layout() mig.Layout {
+	l := mig.Layout{}
+	for _, in := range g.Instances {
+		l[in.Profile]++
+	}
+	return l
+}
+
+// Busy reports whether any pod or process uses the GPU.
+func (g *GPU) Busy() bool {
+	if len(g.Pods) > 0 {
+		return true
+	}
+	for _, in := range g.Instances {
+		if in.Busy {
+			return true
+		}
+	}
+	return false
+}
+
+// FreeInstances counts, per profile, the instances no pod or process uses.
+func (g *GPU) FreeInstances() map[string]int {
+	free := map[string]int{}
+	for _, in := range g.Instances {
+		if !in.Busy && in.Pod == nil {
+			free[in.Profile]++
+		}
+	}
+	return free
+}
+
+// Pod returns the node's pod with that key, or nil.
+func (n *Node) Pod(key types.NamespacedName) *Pod {
+	i, found := slices.BinarySearchFunc(n.Pods, key, func(p *Pod, k types.NamespacedName) int {
+		return cmp.Or(cmp.Compare(p.Key.Namespace, k.Namespace), cmp.Compare(p.Key.Name, k.Name))
+	})
+	if !found {
+		return nil
+	}
+	return n.Pods[i]
+}
+
+// Free is allocatable minus requested for one resource, never negative.
+func (n *Node) Free(name corev1.ResourceName) int64 {
+	return max(0, units(n.Allocatable, name)-units(n.Requested, name))
+}
+
+// Build assembles a snapshot. Nodes without the agent's report, with a stale report, or with
+// GPU pods the agent has not attributed to a device are included with a Blocker, so that the
+// planner can say why it does not touch them.
+func Build(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []corev1.Pod,
+	pdbs []policyv1.PodDisruptionBudget, opts Options) *Snapshot {
+	reports := make(map[string]*v1alpha1.GPUNode, len(gpuNodes))
+	for i := range gpuNodes {
+		reports[gpuNodes[i].Name] = &gpuNodes[i]
+	}
+	budgets := newBudgets(pdbs)
+	podsByNode := map[string][]*corev1.Pod{}
+	for i := range pods {
+		p := &pods[i]
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		podsByNode[p.Spec.NodeName] = append(podsByNode[p.Spec.NodeName], p)
+	}
+	products := productCache{}
+
+	snap := &Snapshot{DisruptionsAllowed: budgets.allowed}
+	for i := range nodes {
+		obj := nodes[i].DeepCopy()
+		n := &Node{
+			Name:        obj.Name,
+			Object:      obj,
+			Allocatable: obj.Status.Allocatable.DeepCopy(),
+			Requested:   corev1.ResourceList{},
+		}
+		for _, p := range podsByNode[n.Name] {
+			pod := newPod(p, budgets, opts)
+			addTo(n.Requested, pod.Requests)
+			n.Pods = append(n.Pods, pod)
+		}
+		slices.SortFunc(n.Pods, func(a, b *Pod) int {
+			return cmp.Or(cmp.Compare(a.Key.Namespace, b.Key.Namespace), cmp.Compare(a.Key.Name, b.Key.Name))
+		})
+		n.GPUs, n.Blocker = gpusOf(obj, reports[n.Name], products, opts)
+		if n.Blocker == "" {
+			n.Blocker = unattributedGPUPods(n)
+		}
+		snap.Nodes = append(snap.Nodes, n)
+	}
+	slices.SortFunc(snap.Nodes, func(a, b *Node) int { return cmp.Compare(a.Name, b.Name) })
+	return snap
+}
+
+// gpusOf reads the agent's report of one node.
+func gpusOf(node *corev1.Node, report *v1alpha1.GPUNode, products productCache, opts Options) ([]*GPU, string) {
+	if report == nil {
+		return nil, "no GPUNode report: is the gpupool agent running on this node?"
+	}
+	if !meta.IsStatusConditionTrue(report.Status.Conditions, v1alpha1.ConditionNVMLReady) {
+		msg := "the agent cannot read NVML"
+		if c := meta.FindStatusCondition(report.Status.Conditions, v1alpha1.ConditionNVMLReady); c != nil && c.Message != "" {
+			msg += ": " + c.Message
+		}
+		return nil, msg
+	}
+	if opts.MaxReportAge > 0 {
+		if report.Status.ObservedTime == nil {
+			return nil, "the GPUNode report has no observedTime"
+		}
+		if age := opts.Now.Sub(report.Status.ObservedTime.Time); age > opts.MaxReportAge {
+			return nil, fmt.Sprintf("the GPUNode report is %s old (limit %s): is the agent healthy?",
+				age.Round(time.Second), opts.MaxReportAge)
+		}
+	}
+	var gpus []*GPU
+	for _, s := range report.Status.GPUs {
+		g := &GPU{Index: int(s.Index), ProductName: s.Product, Error: s.Error}
+		if g.ProductName == "" {
+			g.ProductName = node.Labels[v1alpha1.LabelGPUProduct]
+		}
+		g.Product = products.get(g.ProductName, s.Profiles)
+		g.MIGEnabled = s.MIGMode != nil && s.MIGMode.Current == "Enabled"
+		for _, in := range s.Instances {
+			inst := Instance{
+				Instance: mig.Instance{Profile: in.Profile, Placement: mig.Placement{
+					Start: int(in.Placement.Start), Size: int(in.Placement.Size)}},
+				Busy: in.Busy || in.Pod != nil,
+			}
+			if g.Product != nil {
+				if pr, ok := g.Product.Profile(in.Profile); ok {
+					inst.Profile = pr.Name
+				}
+			}
+			if in.Pod != nil {
+				key := types.NamespacedName{Namespace: in.Pod.Namespace, Name: in.Pod.Name}
+				inst.Pod = &key
+				g.Pods = append(g.Pods, key)
+			}
+			g.Instances = append(g.Instances, inst)
+		}
+		for _, p := range s.Pods {
+			g.Pods = append(g.Pods, types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
+		}
+		slices.SortFunc(g.Instances, func(a, b Instance) int {
+			return cmp.Or(cmp.Compare(a.Placement.Start, b.Placement.Start), cmp.Compare(a.Profile, b.Profile))
+		})
+		slices.SortFunc(g.Pods, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
+		g.Pods = slices.Compact(g.Pods)
+		gpus = append(gpus, g)
+	}
+	slices.SortFunc(gpus, func(a, b *GPU) int { return cmp.Compare(a.Index, b.Index) })
+	return gpus, ""
+}
+
+// unattributedGPUPods blocks a node whose pods hold GPU resources the agent has not tied to a
+// device: the planner cannot know which GPU they would lose, so it changes none.
+func unattributedGPUPods(n *Node) string {
+	attributed := map[types.NamespacedName]bool{}
+	for _, g := range n.GPUs {
+		for _, p := range g.Pods {
+			attributed[p] = true
+		}
+	}
+	var missing []string
+	for _, p := range n.Pods {
+		if attributed[p.Key] {
+			continue
+		}
+		for name := range p.Requests {
+			if _, _, ok := demand.Classify(name); ok {
+				missing = append(missing, p.Key.String())
+				break
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the agent has not yet reported which GPU %s uses", strings.Join(missing, ", "))
+}
+
+func newPod(p *corev1.Pod, budgets *budgets, opts Options) *Pod {
+	pod := &Pod{
+		Key:      types.NamespacedName{Namespace: p.Namespace, Name: p.Name},
+		Requests: demand.PodRequests(p),
+	}
+	if p.Spec.Priority != nil {
+		pod.Priority = *p.Spec.Priority
+	}
+	pod.PDBs = budgets.covering(p)
+	pod.Blocker = evictionBlocker(p, pod.PDBs, budgets, opts)
+	pod.Evictable = pod.Blocker == ""
+	return pod
+}
+
+// evictionBlocker says why gpupool must not evict the pod, following kubectl drain's defaults
+// and gpupool's do-not-disrupt annotation.
+func evictionBlocker(p *corev1.Pod, pdbs []string, budgets *budgets, opts Options) string {
+	if p.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
+		return "annotated " + v1alpha1.AnnotationDoNotDisrupt
+	}
+	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return "a static (mirror) pod"
+	}
+	if p.DeletionTimestamp != nil {
+		return "already terminating"
+	}
+	owner := metav1.GetControllerOf(p)
+	if owner != nil && owner.Kind == "DaemonSet" {
+		return "a DaemonSet pod"
+	}
+	if owner == nil && !opts.EvictUnmanaged {
+		return "not managed by a controller, so nothing would recreate it (policy evictUnmanaged is false)"
+	}
+	if !opts.EvictEmptyDir {
+		for _, v := range p.Spec.Volumes {
+			if v.EmptyDir != nil {
+				return fmt.Sprintf("uses emptyDir volume %q whose data eviction would lose (policy evictEmptyDir is false)", v.Name)
+			}
+		}
+	}
+	for _, key := range pdbs {
+		if budgets.allowed[key] <= 0 {
+			return "PodDisruptionBudget " + key + " allows no disruption now"
+		}
+	}
+	return ""
+}
+
+// budgets indexes PodDisruptionBudgets by namespace.
+type budgets struct {
+	allowed     map[string]int32
+	byNamespace map[string][]pdbSelector
+}
+
+type pdbSelector struct {
+	key      string
+	selector labels.Selector
+}
+
+func newBudgets(pdbs []policyv1.PodDisruptionBudget) *budgets {
+	b := &budgets{allowed: map[string]int32{}, byNamespace: map[string][]pdbSelector{}}
+	for i := range pdbs {
+		pdb := &pdbs[i]
+		key := pdb.Namespace + "/" + pdb.Name
+		// A nil selector selects no pod in policy/v1; an unreadable one protects nothing in the
+		// API server either.
+		if pdb.Spec.Selector == nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil {
+			continue
+		}
+		// A PDB whose status the disruption controller has not computed yet allows nothing.
+		allowed := pdb.Status.DisruptionsAllowed
+		if pdb.Status.ObservedGeneration < pdb.Generation {
+			allowed = 0
+		}
+		b.allowed[key] = allowed
+		b.byNamespace[pdb.Namespace] = append(b.byNamespace[pdb.Namespace], pdbSelector{key: key, selector: sel})
+	}
+	return b
+}
+
+func (b *budgets) covering(p *corev1.Pod) []string {
+	var keys []string
+	set := labels.Set(p.Labels)
+	for _, s := range b.byNamespace[p.Namespace] {
+		if s.selector.Matches(set) {
+			keys = append(keys, s.key)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// productCache shares one compiled Product among GPUs that report the same profile table, so
+// a 5,000-node snapshot compiles a handful of products, not 40,000.
+type productCache map[string]*mig.Product
+
+func (c productCache) get(name string, reported []v1alpha1.GPUInstanceProfile) *mig.Product {
+	builtin, _ := mig.LookupProduct(name)
+	if len(reported) == 0 {
+		return builtin
+	}
+	var b strings.Builder
+	b.WriteString(name)
+	for _, p := range reported {
+		fmt.Fprintf(&b, "|%d:%s:%d:%d:%d", p.ID, p.Name, p.MemoryMiB, p.Slices, p.MaxCount)
+		for _, pl := range p.Placements {
+			fmt.Fprintf(&b, ",%d+%d", pl.Start, pl.Size)
+		}
+	}
+	key := b.String()
+	if p, ok := c[key]; ok {
+		return p
+	}
+	p := fromReport(name, builtin, reported)
+	c[key] = p
+	return p
+}
+
+// fromReport builds the geometry the agent read through NVML; it overrides the built-in table
+// because drivers rename profiles and NVML is the authority on placements. A report the
+// geometry code rejects falls back to the built-in table.
+func fromReport(name string, builtin *mig.Product, reported []v1alpha1.GPUInstanceProfile) *mig.Product {
+	memSlices, computeSlices := 0, 0
+	profiles := make([]mig.Profile, 0, len(reported))
+	for _, r := range reported {
+		pr := mig.Profile{ID: int(r.ID), Name: r.Name, ComputeSlices: int(r.Slices),
+			MemoryMiB: int(r.MemoryMiB), MaxCount: int(r.MaxCount)}
+		for _, pl := range r.Placements {
+			pr.Placements = append(pr.Placements, mig.Placement{Start: int(pl.Start), Size: int(pl.Size)})
+			memSlices = max(memSlices, int(pl.Start+pl.Size))
+		}
+		computeSlices = max(computeSlices, int(r.Slices))
+		if builtin != nil {
+			if b, ok := builtin.ProfileByID(pr.ID, memSlicesOf(pr)); ok {
+				pr.Aliases = append([]string{b.Name}, b.Aliases...)
+			}
+		}
+		profiles = append(profiles, pr)
+	}
+	productName := name
+	if builtin != nil {
+		productName = builtin.Name
+		memSlices, computeSlices = builtin.MemorySlices, builtin.ComputeSlices
+	}
+	p, err := mig.NewProductFromProfiles(productName, memSlices, computeSlices, profiles)
+	if err != nil {
+		return builtin
+	}
+	return p
+}
+
+func memSlicesOf(p mig.Profile) int {
+	if len(p.Placements) == 0 {
+		return 0
+	}
+	return p.Placements[0].Size
+}
+
+func units(list corev1.ResourceList, name corev1.ResourceName) int64 {
+	q, ok := list[name]
+	if !ok {
+		return 0
+	}
+	if name == corev1.ResourceCPU {
+		return q.MilliValue()
+	}
+	return q.Value()
+}
+
+func addTo(sum, add corev1.ResourceList) {
+	for name, q := range add {
+		cur := sum[name]
+		cur.Add(q)
+		sum[name] = cur
+	}
+}

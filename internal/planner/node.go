@@ -1,0 +1,152 @@
+package planner
+
+import (
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// choice is a tentative target for a node: per GPU, an option index or keep (-1).
+type choice []int
+
+const keep = -1
+
+// state is what a node offers pods under a choice: free instances per profile position, free
+// whole GPUs and free non-GPU resources, after the pods a choice evicts have been put back.
+type state struct {
+	free  []int
+	whole int
+	vec   []int64
+	// evicted are the pods the choice evicts, in GPU order.
+	evicted []types.NamespacedName
+}
+
+// stateFor computes the node's offer under a choice; ok is false when the pods the choice
+// evicts cannot all fit back on the node, which would be a net loss.
+func (ni *nodeInfo) stateFor(ch choice) (state, bool) {
+	pi := ni.prod
+	st := state{free: make([]int, len(pi.names)), vec: append([]int64(nil), ni.free...)}
+	evicted := map[types.NamespacedName]bool{}
+	for i, gi := range ni.gpus {
+		if ch[i] != keep {
+			for _, p := range gi.pods {
+				if !evicted[p.Key] {
+					evicted[p.Key] = true
+					st.evicted = append(st.evicted, p.Key)
+				}
+			}
+		}
+	}
+	for i, gi := range ni.gpus {
+		if ch[i] != keep {
+			o := &pi.options[ch[i]]
+			for k, n := range o.counts {
+				st.free[k] += n
+			}
+			if o.disabled {
+				st.whole++
+			}
+			continue
+		}
+		g := gi.gpu
+		if !g.MIGEnabled {
+			if len(g.Pods) == 0 || (len(g.Pods) > 0 && allIn(g.Pods, evicted)) {
+				st.whole++
+			}
+			continue
+		}
+		for _, in := range g.Instances {
+			free := !in.Busy && in.Pod == nil
+			if in.Pod != nil && evicted[*in.Pod] {
+				free = true
+			}
+			if k, ok := pi.index[in.Profile]; ok && free {
+				st.free[k]++
+			}
+		}
+	}
+	// Evicted pods come back as pending and must fit again: take their GPUs first. Their CPU
+	// and memory are already counted as requested on this node, so only GPUs are re-taken.
+	for _, key := range st.evicted {
+		p := ni.node.Pod(key)
+		need, whole, ok := gpuNeeds(p, pi)
+		if !ok {
+			return st, false
+		}
+		for k, n := range need {
+			st.free[k] -= n
+			if st.free[k] < 0 {
+				return st, false
+			}
+		}
+		st.whole -= whole
+		if st.whole < 0 {
+			return st, false
+		}
+	}
+	return st, true
+}
+
+func allIn(keys []types.NamespacedName, set map[types.NamespacedName]bool) bool {
+	for _, k := range keys {
+		if !set[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// fits is how many pods of class c the state can take, at most limit.
+func (ni *nodeInfo) fits(p *planState, c *class, st *state, limit int) int {
+	if limit <= 0 || c.shared {
+		return 0
+	}
+	need := p.needs(c, ni.prod)
+	if need == nil {
+		return 0
+	}
+	n := limit
+	for k, per := range need.perProfile {
+		if per > 0 {
+			n = min(n, st.free[k]/per)
+		}
+	}
+	if c.whole > 0 {
+		n = min(n, st.whole/int(c.whole))
+	}
+	for d, per := range c.vec {
+		if per > 0 {
+			n = min(n, saturate(st.vec[d]/per))
+		}
+	}
+	return max(n, 0)
+}
+
+// take removes n pods of class c from the state.
+func (ni *nodeInfo) take(p *planState, c *class, st *state, n int) {
+	need := p.needs(c, ni.prod)
+	for k, per := range need.perProfile {
+		st.free[k] -= per * n
+	}
+	st.whole -= int(c.whole) * n
+	for d, per := range c.vec {
+		st.vec[d] -= per * int64(n)
+	}
+}
+
+// fill serves the remaining demand in class order and returns the pods served per class and
+// the score; st is consumed.
+func (ni *nodeInfo) fill(p *planState, st *state, served []int) score {
+	sc := p.newScore()
+	for _, c := range p.classes {
+		served[c.id] = 0
+		if c.left == 0 || !p.eligible(ni, c) {
+			continue
+		}
+		n := ni.fits(p, c, st, c.left)
+		if n > 0 {
+			ni.take(p, c, st, n)
+			served[c.id] = n
+			sc.add(p, c, n)
+		}
+	}
+	return sc
+}

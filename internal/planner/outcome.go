@@ -1,0 +1,474 @@
+package planner
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/mig"
+)
+
+// stranded counts, per profile, free instances that neither the remaining pending demand nor
+// the standby shapes can use.
+func (p *planState) stranded(states map[*nodeInfo]*state, shapes []demand.Shape) map[string]int {
+	free := map[*productInfo][]int{}
+	for _, ni := range p.nodes {
+		st := states[ni]
+		if st == nil {
+			continue
+		}
+		sum := free[ni.prod]
+		if sum == nil {
+			sum = make([]int, len(ni.prod.names))
+			free[ni.prod] = sum
+		}
+		for k, n := range st.free {
+			sum[k] += max(n, 0)
+		}
+	}
+	out := map[string]int{}
+	for _, pi := range sortedProducts(free) {
+		want := make([]int, len(pi.names))
+		for _, c := range p.classes {
+			if c.left == 0 {
+				continue
+			}
+			if need := p.needs(c, pi); need != nil {
+				for k, per := range need.perProfile {
+					want[k] += per * c.left
+				}
+			}
+		}
+		for _, s := range shapes {
+			if s.Kind != demand.KindMIG {
+				continue
+			}
+			if pr, ok := pi.product.Profile(s.Profile); ok {
+				want[pi.index[pr.Name]] += int(s.MinFree)
+			}
+		}
+		for k, n := range free[pi] {
+			if n > want[k] {
+				out[pi.names[k]] += n - want[k]
+			}
+		}
+	}
+	return out
+}
+
+func sortedProducts[V any](m map[*productInfo]V) []*productInfo {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b *productInfo) int { return cmp.Compare(a.product.Name, b.product.Name) })
+	return keys
+}
+
+// standby re-carves idle GPUs toward the policy's standby shapes once pending demand is
+// served: first on nodes the plan changes anyway, then on new nodes while the budget lasts.
+// Standby never evicts: headroom is not worth disrupting running work.
+func (p *planState) standby(budget int, steps map[*nodeInfo]*proposal, shapes []demand.Shape) {
+	if len(shapes) == 0 {
+		return
+	}
+	for {
+		deficit := p.deficits(steps, shapes)
+		if !slices.ContainsFunc(deficit, func(n int) bool { return n > 0 }) {
+			return
+		}
+		var bestNode *nodeInfo
+		var bestChoice choice
+		bestGain := 0
+		for _, ni := range p.standbyCandidates(budget, steps) {
+			base := keepAll(len(ni.gpus))
+			if pr := steps[ni]; pr != nil {
+				base = pr.choice
+			}
+			for gpu, gi := range ni.gpus {
+				if base[gpu] != keep || !gi.changeable || len(gi.pods) > 0 {
+					continue
+				}
+				for o := range ni.prod.options {
+					if o == gi.currentOpt {
+						continue
+					}
+					trial := slices.Clone(base)
+					trial[gpu] = o
+					gain, ok := p.standbyGain(ni, steps[ni], base, trial, shapes, deficit)
+					if ok && gain > bestGain {
+						bestNode, bestChoice, bestGain = ni, trial, gain
+					}
+				}
+			}
+		}
+		if bestNode == nil {
+			return
+		}
+		pr := steps[bestNode]
+		if pr == nil {
+			pr = &proposal{node: bestNode, served: make([]int, len(p.classes)), gain: p.newScore()}
+			steps[bestNode] = pr
+		}
+		pr.choice = bestChoice
+		pr.changed = 0
+		for _, o := range bestChoice {
+			if o != keep {
+				pr.changed++
+			}
+		}
+	}
+}
+
+// standbyCandidates are nodes the plan already changes, then, while the budget allows a new
+// node, every other plannable node; in name order within each group.
+func (p *planState) standbyCandidates(budget int, steps map[*nodeInfo]*proposal) []*nodeInfo {
+	var touched, fresh []*nodeInfo
+	for _, ni := range p.nodes {
+		if ni.blocker != "" || ni.prod == nil || len(ni.prod.options) == 0 {
+			continue
+		}
+		if steps[ni] != nil {
+			touched = append(touched, ni)
+		} else if len(steps) < budget {
+			fresh = append(fresh, ni)
+		}
+	}
+	return append(touched, fresh...)
+}
+
+// deficits is, per standby shape, how many more free units the pool needs.
+func (p *planState) deficits(steps map[*nodeInfo]*proposal, shapes []demand.Shape) []int {
+	states := p.finalStates(steps)
+	out := make([]int, len(shapes))
+	for i, s := range shapes {
+		have := 0
+		for _, ni := range p.nodes {
+			if st := states[ni]; st != nil {
+				have += shapeUnits(ni.prod, st, s)
+			}
+		}
+		out[i] = max(0, int(s.MinFree)-have)
+	}
+	return out
+}
+
+func shapeUnits(pi *productInfo, st *state, s demand.Shape) int {
+	switch s.Kind {
+	case demand.KindMIG:
+		if pr, ok := pi.product.Profile(s.Profile); ok {
+			return max(0, st.free[pi.index[pr.Name]])
+		}
+	case demand.KindGPU:
+		return max(0, st.whole)
+	}
+	return 0
+}
+
+// standbyGain is how much a trial choice reduces the standby deficits on one node (shapes of
+// higher priority weigh more), without taking capacity from pods the plan serves there.
+func (p *planState) standbyGain(ni *nodeInfo, pr *proposal, base, trial choice, shapes []demand.Shape, deficit []int) (int, bool) {
+	before, ok := p.stateOf(ni, base)
+	if !ok {
+		return 0, false
+	}
+	after, ok := p.stateOf(ni, trial)
+	if !ok {
+		return 0, false
+	}
+	if pr != nil {
+		for _, c := range p.classes {
+			if n := pr.served[c.id]; n > 0 {
+				ni.take(p, c, &before, n)
+				ni.take(p, c, &after, n)
+			}
+		}
+		if !after.valid() {
+			return 0, false
+		}
+	}
+	gain, loss := 0, 0
+	for i, s := range shapes {
+		delta := shapeUnits(ni.prod, &after, s) - shapeUnits(ni.prod, &before, s)
+		weight := int(s.Priority) + 1
+		if delta > 0 {
+			gain += min(delta, deficit[i]) * weight
+		} else if delta < 0 {
+			loss += -delta * weight
+		}
+	}
+	if loss > 0 {
+		return 0, false
+	}
+	return gain, true
+}
+
+// steps turns accepted proposals into Steps and names the pods they serve.
+func (p *planState) steps(chosen map[*nodeInfo]*proposal, res *Result) ([]Step, []types.NamespacedName) {
+	total := make([]int, len(p.classes))
+	var out []Step
+	for _, ni := range p.nodes {
+		pr := chosen[ni]
+		if pr == nil || pr.changed == 0 {
+			continue
+		}
+		step := Step{Node: ni.node.Name, Product: ni.prod.product.Name}
+		for i, gi := range ni.gpus {
+			to := gi.gpu.Layout()
+			if pr.choice[i] != keep {
+				to = ni.prod.options[pr.choice[i]].layout.Clone()
+				from := gi.gpu.Layout()
+				step.GPUs = append(step.GPUs, GPUChange{Index: gi.gpu.Index, From: from, To: to})
+				for name, n := range to {
+					res.SlicesGained[name] += n
+				}
+				for name, n := range from {
+					res.SlicesGained[name] -= n
+				}
+				for _, pod := range gi.pods {
+					step.Evictions = append(step.Evictions, Eviction{Pod: pod.Key,
+						Reason: fmt.Sprintf("holds %s on GPU %d", holding(gi, pod.Key), gi.gpu.Index)})
+				}
+			}
+			step.Layout = append(step.Layout, to)
+		}
+		slices.SortFunc(step.Evictions, func(a, b Eviction) int {
+			return cmp.Or(cmp.Compare(a.Pod.Namespace, b.Pod.Namespace), cmp.Compare(a.Pod.Name, b.Pod.Name))
+		})
+		step.Evictions = slices.CompactFunc(step.Evictions, func(a, b Eviction) bool { return a.Pod == b.Pod })
+		for _, c := range p.classes {
+			total[c.id] += pr.served[c.id]
+		}
+		out = append(out, step)
+	}
+	for name, n := range res.SlicesGained {
+		if n == 0 {
+			delete(res.SlicesGained, name)
+		}
+	}
+	return out, p.takePods(total)
+}
+
+// holding names what a pod holds on a GPU, e.g. "1g.18gb" or "the whole GPU".
+func holding(gi *gpuInfo, key types.NamespacedName) string {
+	var profiles []string
+	for _, in := range gi.gpu.Instances {
+		if in.Pod != nil && *in.Pod == key {
+			profiles = append(profiles, in.Profile)
+		}
+	}
+	if len(profiles) == 0 {
+		return "the whole GPU"
+	}
+	slices.SortFunc(profiles, mig.CompareProfileNames)
+	return strings.Join(profiles, ", ")
+}
+
+// unserved explains every pending pod the plan leaves waiting.
+func (p *planState) unserved(budget int, steps map[*nodeInfo]*proposal, spec *v1alpha1.GPUPoolPolicySpec) []Unserved {
+	var out []Unserved
+	for _, c := range p.classes {
+		if c.left == 0 {
+			continue
+		}
+		reason, msg := p.explain(c, budget, steps, spec)
+		for _, pod := range c.pods[len(c.pods)-c.left:] {
+			out = append(out, Unserved{Pod: pod, Reason: reason, Message: msg})
+		}
+	}
+	slices.SortFunc(out, func(a, b Unserved) int {
+		return cmp.Or(cmp.Compare(a.Pod.Namespace, b.Pod.Namespace), cmp.Compare(a.Pod.Name, b.Pod.Name))
+	})
+	return out
+}
+
+// explain finds the first obstacle between a class and a node, in the order a user would fix
+// them: where it may run, what the GPUs may be carved into, CPU and memory, disruption rules,
+// and finally plain capacity.
+func (p *planState) explain(c *class, budget int, steps map[*nodeInfo]*proposal, spec *v1alpha1.GPUPoolPolicySpec) (Reason, string) {
+	what := "needs " + c.describe()
+	if c.shared {
+		return ReasonPartitionShape, what + ": time-slicing and MPS replicas are not planned yet; gpupool plans MIG layouts and whole GPUs"
+	}
+	var eligible []*nodeInfo
+	firstMismatch := ""
+	for _, ni := range p.nodes {
+		if p.eligible(ni, c) {
+			eligible = append(eligible, ni)
+		} else if firstMismatch == "" {
+			_, firstMismatch = c.sample.Matches(ni.node.Object)
+		}
+	}
+	if len(eligible) == 0 {
+		if len(p.nodes) == 0 {
+			return ReasonNotInPool, what + ": the policy's nodeSelector selects no node"
+		}
+		return ReasonNotInPool, fmt.Sprintf("%s: none of the pool's %d nodes matches the pod's node selector, affinity or tolerations (%s)",
+			what, len(p.nodes), firstMismatch)
+	}
+	var shaped []*nodeInfo
+	shapeWhy := ""
+	for _, ni := range eligible {
+		if why := p.shapeObstacle(c, ni); why != "" {
+			if shapeWhy == "" {
+				shapeWhy = why
+			}
+			continue
+		}
+		shaped = append(shaped, ni)
+	}
+	if len(shaped) == 0 {
+		return ReasonPartitionShape, fmt.Sprintf("%s: %s", what, shapeWhy)
+	}
+	var placed []*nodeInfo
+	placeWhy := ""
+	for _, ni := range shaped {
+		if why := p.resourceObstacle(c, ni); why != "" {
+			if placeWhy == "" {
+				placeWhy = why
+			}
+			continue
+		}
+		placed = append(placed, ni)
+	}
+	if len(placed) == 0 {
+		return ReasonNodePlacement, fmt.Sprintf("%s: the %d node(s) whose GPUs could host it lack resources (%s)", what, len(shaped), placeWhy)
+	}
+	if spec.Planning.Paused {
+		return ReasonDisruption, what + ": planning is paused (spec.planning.paused)"
+	}
+	hostable, blockedWhy := 0, ""
+	evictions := 0
+	for _, ni := range placed {
+		if steps[ni] != nil {
+			continue
+		}
+		n, why := p.evictionsToHost(c, ni)
+		if why != "" {
+			if blockedWhy == "" {
+				blockedWhy = why
+			}
+			continue
+		}
+		if hostable == 0 || n < evictions {
+			evictions = n
+		}
+		hostable++
+	}
+	product := ""
+	if placed[0].prod != nil {
+		product = placed[0].prod.product.Name + " "
+	}
+	if hostable > 0 && len(steps) >= budget {
+		return ReasonDisruption, fmt.Sprintf("%s: %d %snode(s) could host it after evicting %d pod(s), but the disruption budget allows %d node(s) and the plan uses them",
+			what, hostable, product, evictions, budget)
+	}
+	if hostable == 0 && blockedWhy != "" {
+		return ReasonDisruption, fmt.Sprintf("%s: %d %snode(s) could host it, but %s", what, len(placed), product, blockedWhy)
+	}
+	return ReasonCapacity, fmt.Sprintf("%s: the GPUs of all %d suitable node(s) are taken by running pods or by demand served first",
+		what, len(placed))
+}
+
+// shapeObstacle says why no layout of this node's GPUs the catalog allows could hold one pod
+// of the class, or "" when one could.
+func (p *planState) shapeObstacle(c *class, ni *nodeInfo) string {
+	if ni.prod == nil {
+		return fmt.Sprintf("node %s: %s", ni.node.Name, ni.blocker)
+	}
+	pi := ni.prod
+	if p.needs(c, pi) == nil {
+		return fmt.Sprintf("%s has no such MIG profile (it has %s)", pi.product.Name, strings.Join(pi.names, ", "))
+	}
+	for profile, n := range c.mig {
+		pr, _ := pi.product.Profile(profile)
+		if !slices.Contains(pi.allowed, pr.Name) && !p.currentlyOffered(ni, pr.Name) {
+			allowed := "nothing"
+			if len(pi.allowed) > 0 {
+				allowed = strings.Join(pi.allowed, ", ")
+			}
+			return fmt.Sprintf("the policy's catalog does not allow %s on %s (it allows %s)", pr.Name, pi.product.Name, allowed)
+		}
+		if int(n) > pr.MaxCount*len(ni.gpus) {
+			return fmt.Sprintf("%d x %s exceed what the %d GPU(s) of a %s node can hold", n, pr.Name, len(ni.gpus), pi.product.Name)
+		}
+	}
+	if c.whole > 0 {
+		if !pi.wholeOK && !p.currentlyWhole(ni) {
+			return fmt.Sprintf("the policy's catalog does not allow whole GPUs (MIG off) on %s (allowWholeGPU is false)", pi.product.Name)
+		}
+		if int(c.whole) > len(ni.gpus) {
+			return fmt.Sprintf("%d whole GPUs exceed the %d GPU(s) of a %s node", c.whole, len(ni.gpus), pi.product.Name)
+		}
+	}
+	return ""
+}
+
+func (p *planState) currentlyOffered(ni *nodeInfo, profile string) bool {
+	for _, gi := range ni.gpus {
+		if gi.current[ni.prod.index[profile]] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *planState) currentlyWhole(ni *nodeInfo) bool {
+	for _, gi := range ni.gpus {
+		if !gi.gpu.MIGEnabled {
+			return true
+		}
+	}
+	return false
+}
+
+// resourceObstacle says which non-GPU resource the node lacks for one pod, or "".
+func (p *planState) resourceObstacle(c *class, ni *nodeInfo) string {
+	for d, per := range c.vec {
+		if per > ni.free[d] {
+			return fmt.Sprintf("node %s has %d of %s free, the pod needs %d", ni.node.Name, ni.free[d], p.dimName(d), per)
+		}
+	}
+	return ""
+}
+
+func (p *planState) dimName(d int) string { return string(p.dims.names[d]) }
+
+// evictionsToHost estimates the evictions a node needs to host one pod of the class by
+// re-carving its cheapest GPUs, or says what forbids it.
+func (p *planState) evictionsToHost(c *class, ni *nodeInfo) (int, string) {
+	if ni.blocker != "" {
+		return 0, fmt.Sprintf("node %s may not change: %s", ni.node.Name, ni.blocker)
+	}
+	perGPU := 1
+	need := int(c.whole)
+	for profile, n := range c.mig {
+		pr, _ := ni.prod.product.Profile(profile)
+		per := max(1, pr.MaxCount)
+		need = max(need, (int(n)+per-1)/per)
+		perGPU = max(perGPU, per)
+	}
+	costs := make([]int, 0, len(ni.gpus))
+	why := ""
+	for _, gi := range ni.gpus {
+		if !gi.changeable {
+			if why == "" {
+				why = gi.blocker
+			}
+			continue
+		}
+		costs = append(costs, len(gi.pods))
+	}
+	if len(costs) < need {
+		return 0, why
+	}
+	slices.Sort(costs)
+	total := 0
+	for _, n := range costs[:need] {
+		total += n
+	}
+	return total, ""
+}

@@ -1,0 +1,517 @@
+package planner
+
+import (
+	"cmp"
+	"container/heap"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/mig"
+)
+
+// planState is one planning pass's working memory.
+type planState struct {
+	in        *Input
+	dims      *dims
+	classes   []*class
+	tiers     []int32 // distinct priorities, highest first
+	tierOf    []int   // per class
+	nodes     []*nodeInfo
+	needCache map[needKey]*needs
+	pdbLeft   map[string]int32
+	evictOK   bool
+}
+
+type needKey struct {
+	class int
+	prod  *productInfo
+}
+
+// needs is what one pod of a class takes from a node of one product.
+type needs struct {
+	perProfile []int
+}
+
+func (p *planState) needs(c *class, pi *productInfo) *needs {
+	if pi == nil {
+		return nil
+	}
+	key := needKey{c.id, pi}
+	if n, ok := p.needCache[key]; ok {
+		return n
+	}
+	var n *needs
+	per, ok := c.needs(pi.product, pi.index)
+	if ok {
+		n = &needs{perProfile: per}
+		if per == nil {
+			n.perProfile = make([]int, len(pi.names))
+		}
+	}
+	p.needCache[key] = n
+	return n
+}
+
+func (p *planState) eligible(ni *nodeInfo, c *class) bool {
+	switch ni.eligible[c.id] {
+	case 1:
+		return true
+	case -1:
+		return false
+	}
+	ok, _ := c.sample.Matches(ni.node.Object)
+	if ok {
+		ni.eligible[c.id] = 1
+	} else {
+		ni.eligible[c.id] = -1
+	}
+	return ok
+}
+
+// score ranks what a change serves: pods per priority tier, highest tier first (a pod of higher
+// priority outweighs any number of lower ones, as with preemption), then GPU compute slices.
+type score struct {
+	tiers  []int
+	slices int
+}
+
+func (p *planState) newScore() score { return score{tiers: make([]int, len(p.tiers))} }
+
+func (s *score) add(p *planState, c *class, n int) {
+	s.tiers[p.tierOf[c.id]] += n
+	s.slices += c.slices * n
+}
+
+func (s score) compare(o score) int {
+	for i := range s.tiers {
+		if c := cmp.Compare(s.tiers[i], o.tiers[i]); c != 0 {
+			return c
+		}
+	}
+	return cmp.Compare(s.slices, o.slices)
+}
+
+func (s score) zero() bool { return s.slices == 0 && !slices.ContainsFunc(s.tiers, func(n int) bool { return n > 0 }) }
+
+// proposal is the best change found for one node against the current remaining demand.
+type proposal struct {
+	node      *nodeInfo
+	choice    choice
+	gain      score
+	served    []int
+	evictions int
+	changed   int
+	version   int
+}
+
+// Plan computes the next change for a pool. It never fails on odd input: nodes it cannot
+// reason about are left alone and pods it cannot serve are explained.
+func Plan(in Input) (*Result, error) {
+	if in.Snapshot == nil || in.Policy == nil {
+		return nil, fmt.Errorf("planning needs a snapshot and a policy")
+	}
+	spec := &in.Policy.Spec
+	pool, err := poolNodes(in.Snapshot, in.Policy)
+	if err != nil {
+		return nil, err
+	}
+	d := newDims(in.Pending)
+	p := &planState{in: &in, dims: d, needCache: map[needKey]*needs{}, pdbLeft: map[string]int32{}}
+	p.classes = groupClasses(in.Pending, d)
+	for _, c := range p.classes {
+		if len(p.tiers) == 0 || p.tiers[len(p.tiers)-1] != c.priority {
+			p.tiers = append(p.tiers, c.priority)
+		}
+		p.tierOf = append(p.tierOf, len(p.tiers)-1)
+	}
+	for k, v := range in.Snapshot.DisruptionsAllowed {
+		p.pdbLeft[k] = v
+	}
+	approval := spec.Disruption.Approval
+	p.evictOK = approval != v1alpha1.ApprovalAutoIdle
+	cat := &catalog{entries: spec.Catalog, products: map[*mig.Product]*productInfo{}}
+	for _, n := range pool {
+		p.nodes = append(p.nodes, newNodeInfo(n, cat, d, &in, len(p.classes), p.evictOK))
+	}
+
+	res := &Result{PoolNodes: len(pool), SlicesGained: map[string]int{}}
+	res.Budget = max(0, budgetFor(spec.Disruption.MaxDisruptedNodes, len(pool))-in.InFlight)
+	standby, err := demand.Standby(spec.Shapes)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", in.Policy.Name, err)
+	}
+
+	// Pods that fit what exists already need no change; take their capacity first.
+	current := make(map[*nodeInfo]*state, len(p.nodes))
+	for _, ni := range p.nodes {
+		if ni.prod == nil || !ni.schedulable {
+			continue
+		}
+		st, _ := ni.stateFor(keepAll(len(ni.gpus)))
+		current[ni] = &st
+	}
+	fitsNow := make([]int, len(p.classes))
+	for _, ni := range p.nodes {
+		st := current[ni]
+		if st == nil {
+			continue
+		}
+		ni.reserved = make([]int, len(p.classes))
+		ni.fill(p, st, ni.reserved)
+		for _, c := range p.classes {
+			fitsNow[c.id] += ni.reserved[c.id]
+			c.left -= ni.reserved[c.id]
+		}
+	}
+	res.FitsNow = p.takePods(fitsNow)
+	res.StrandedBefore = p.stranded(current, standby)
+
+	steps := map[*nodeInfo]*proposal{}
+	if !spec.Planning.Paused {
+		p.greedy(res.Budget, steps)
+		p.standby(res.Budget, steps, standby)
+	}
+	res.StrandedAfter = p.stranded(p.finalStates(steps), standby)
+	res.Steps, res.Served = p.steps(steps, res)
+	res.Unserved = p.unserved(res.Budget, steps, spec)
+	return res, nil
+}
+
+// finalStates is what every schedulable pool node offers once the plan is done and the pods it
+// serves are placed.
+func (p *planState) finalStates(steps map[*nodeInfo]*proposal) map[*nodeInfo]*state {
+	out := make(map[*nodeInfo]*state, len(p.nodes))
+	for _, ni := range p.nodes {
+		if ni.prod == nil || !ni.schedulable {
+			continue
+		}
+		ch := keepAll(len(ni.gpus))
+		pr := steps[ni]
+		if pr != nil {
+			ch = pr.choice
+		}
+		st, ok := p.stateOf(ni, ch)
+		if !ok {
+			continue
+		}
+		if pr != nil {
+			for _, c := range p.classes {
+				if n := pr.served[c.id]; n > 0 {
+					ni.take(p, c, &st, n)
+				}
+			}
+		}
+		out[ni] = &st
+	}
+	return out
+}
+
+func keepAll(n int) choice {
+	ch := make(choice, n)
+	for i := range ch {
+		ch[i] = keep
+	}
+	return ch
+}
+
+// stateOf is the node's offer under a choice once the pending pods that already fit it now are
+// placed; ok is false when the choice would destroy the instances those pods are about to use.
+func (p *planState) stateOf(ni *nodeInfo, ch choice) (state, bool) {
+	st, ok := ni.stateFor(ch)
+	if !ok || ni.reserved == nil {
+		return st, ok
+	}
+	for _, c := range p.classes {
+		if n := ni.reserved[c.id]; n > 0 {
+			ni.take(p, c, &st, n)
+		}
+	}
+	return st, st.valid()
+}
+
+func (st *state) valid() bool {
+	if st.whole < 0 {
+		return false
+	}
+	for _, n := range st.free {
+		if n < 0 {
+			return false
+		}
+	}
+	for _, v := range st.vec {
+		if v < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// takePods names the pods behind per-class counts. Pods are taken in each class's serving
+// order, and c.left must already exclude them: the n pods named are those just before the
+// still-unserved tail.
+func (p *planState) takePods(counts []int) []types.NamespacedName {
+	var out []types.NamespacedName
+	for _, c := range p.classes {
+		n := counts[c.id]
+		if n == 0 {
+			continue
+		}
+		start := len(c.pods) - c.left - n
+		out = append(out, c.pods[start:start+n]...)
+	}
+	slices.SortFunc(out, func(a, b types.NamespacedName) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// proposalHeap orders proposals best first: most served, then fewest evictions, fewest GPUs
+// changed, then node name, so that equal inputs give equal plans.
+type proposalHeap []*proposal
+
+func (h proposalHeap) Len() int { return len(h) }
+func (h proposalHeap) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	if c := a.gain.compare(b.gain); c != 0 {
+		return c > 0
+	}
+	if a.evictions != b.evictions {
+		return a.evictions < b.evictions
+	}
+	if a.changed != b.changed {
+		return a.changed < b.changed
+	}
+	return a.node.node.Name < b.node.node.Name
+}
+func (h proposalHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *proposalHeap) Push(x any)   { *h = append(*h, x.(*proposal)) }
+func (h *proposalHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// greedy picks, node by node, the change that serves the most remaining demand, until the
+// budget is spent or nothing more can be served. Remaining demand only shrinks, so a node's
+// best gain only falls: stale proposals are re-evaluated lazily when they reach the top.
+func (p *planState) greedy(budget int, steps map[*nodeInfo]*proposal) {
+	if budget <= 0 {
+		return
+	}
+	version := 0
+	h := &proposalHeap{}
+	for _, ni := range p.nodes {
+		if pr := p.propose(ni, version); pr != nil {
+			*h = append(*h, pr)
+		}
+	}
+	heap.Init(h)
+	for h.Len() > 0 && len(steps) < budget {
+		top := heap.Pop(h).(*proposal)
+		if top.version != version {
+			if pr := p.propose(top.node, version); pr != nil {
+				heap.Push(h, pr)
+			}
+			continue
+		}
+		steps[top.node] = top
+		for _, c := range p.classes {
+			c.left -= top.served[c.id]
+		}
+		for _, gi := range changedGPUs(top) {
+			for _, pod := range gi.pods {
+				for _, key := range pod.PDBs {
+					p.pdbLeft[key]--
+				}
+			}
+		}
+		version++
+	}
+}
+
+func changedGPUs(pr *proposal) []*gpuInfo {
+	var out []*gpuInfo
+	for i, gi := range pr.node.gpus {
+		if pr.choice[i] != keep {
+			out = append(out, gi)
+		}
+	}
+	return out
+}
+
+// propose finds the node's best change against the remaining demand: GPUs are considered
+// cheapest first (idle, then fewest pods to evict) and each takes the catalog layout that adds
+// the most served demand; a layout is also tried on several GPUs at once, for pods that need
+// more instances or whole GPUs than one GPU offers.
+func (p *planState) propose(ni *nodeInfo, version int) *proposal {
+	if ni.blocker != "" || ni.prod == nil || len(ni.prod.options) == 0 {
+		return nil
+	}
+	order := p.changeOrder(ni)
+	if len(order) == 0 {
+		return nil
+	}
+	ch := keepAll(len(ni.gpus))
+	best := p.evaluate(ni, ch, make([]int, len(p.classes)))
+	if best == nil {
+		return nil
+	}
+	base := best.gain
+	for pos := 0; pos < len(order); pos++ {
+		gpu := order[pos]
+		if ch[gpu] != keep {
+			continue
+		}
+		var winner *proposal
+		for o := range ni.prod.options {
+			if o == ni.gpus[gpu].currentOpt {
+				continue
+			}
+			// Apply option o to this GPU and, while it helps, to the next cheapest ones.
+			trial := slices.Clone(ch)
+			for k := pos; k < len(order); k++ {
+				g := order[k]
+				if trial[g] != keep {
+					continue
+				}
+				trial[g] = o
+				cand := p.evaluate(ni, trial, make([]int, len(p.classes)))
+				if cand == nil {
+					break
+				}
+				if winner == nil || better(cand, winner, p, ni) {
+					winner = cand
+					winner.choice = slices.Clone(trial)
+				}
+				if !p.needsMore(ni, cand) {
+					break
+				}
+			}
+		}
+		if winner != nil && winner.gain.compare(best.gain) > 0 {
+			best = winner
+			ch = slices.Clone(winner.choice)
+		}
+	}
+	if best.gain.compare(base) <= 0 || best.changed == 0 {
+		return nil
+	}
+	best.version = version
+	return best
+}
+
+// needsMore is true when some eligible class still has pods left on this node that the
+// candidate does not serve, so applying the same layout to one more GPU might.
+func (p *planState) needsMore(ni *nodeInfo, cand *proposal) bool {
+	for _, c := range p.classes {
+		if c.left > cand.served[c.id] && p.eligible(ni, c) && (c.whole > 1 || maxCount(c.mig) > 1) {
+			return true
+		}
+	}
+	return false
+}
+
+func maxCount(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n = max(n, v)
+	}
+	return n
+}
+
+// better breaks ties between candidates for one GPU: more served, then fewer evictions and
+// GPUs changed, then fewer stranded instances, then catalog order (earlier wins: the caller
+// tries options in order and keeps the first of equals).
+func better(a, b *proposal, p *planState, ni *nodeInfo) bool {
+	if c := a.gain.compare(b.gain); c != 0 {
+		return c > 0
+	}
+	if a.evictions != b.evictions {
+		return a.evictions < b.evictions
+	}
+	if a.changed != b.changed {
+		return a.changed < b.changed
+	}
+	return p.leftover(ni, a) < p.leftover(ni, b)
+}
+
+// leftover counts the free compute slices a candidate leaves that no remaining demand on this
+// node asks for: the stranded capacity the choice would create.
+func (p *planState) leftover(ni *nodeInfo, pr *proposal) int {
+	st, ok := p.stateOf(ni, pr.choice)
+	if !ok {
+		return 0
+	}
+	for _, c := range p.classes {
+		if n := pr.served[c.id]; n > 0 {
+			ni.take(p, c, &st, n)
+		}
+	}
+	wanted := make([]int, len(st.free))
+	for _, c := range p.classes {
+		rest := c.left - pr.served[c.id]
+		if rest <= 0 || !p.eligible(ni, c) {
+			continue
+		}
+		if need := p.needs(c, ni.prod); need != nil {
+			for k, per := range need.perProfile {
+				wanted[k] += per * rest
+			}
+		}
+	}
+	stranded := 0
+	for k, n := range st.free {
+		if n > wanted[k] {
+			stranded += (n - wanted[k]) * ni.prod.compute[k]
+		}
+	}
+	return stranded
+}
+
+// evaluate scores a choice on a node; nil when it would lose an evicted pod or overspend a
+// PodDisruptionBudget.
+func (p *planState) evaluate(ni *nodeInfo, ch choice, served []int) *proposal {
+	pdbUse := map[string]int32{}
+	pr := &proposal{node: ni, choice: ch}
+	for i, gi := range ni.gpus {
+		if ch[i] == keep {
+			continue
+		}
+		pr.changed++
+		pr.evictions += len(gi.pods)
+		for _, pod := range gi.pods {
+			for _, key := range pod.PDBs {
+				pdbUse[key]++
+				if pdbUse[key] > p.pdbLeft[key] {
+					return nil
+				}
+			}
+		}
+	}
+	st, ok := p.stateOf(ni, ch)
+	if !ok {
+		return nil
+	}
+	pr.gain = ni.fill(p, &st, served)
+	pr.served = served
+	return pr
+}
+
+// changeOrder lists the node's changeable GPUs, cheapest to change first.
+func (p *planState) changeOrder(ni *nodeInfo) []int {
+	var order []int
+	for i, gi := range ni.gpus {
+		if gi.changeable {
+			order = append(order, i)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(len(ni.gpus[a].pods), len(ni.gpus[b].pods)), cmp.Compare(a, b))
+	})
+	return order
+}

@@ -1,0 +1,259 @@
+package planner_test
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/planner"
+)
+
+func pod(name string) types.NamespacedName { return types.NamespacedName{Namespace: "team", Name: name} }
+
+func TestPrefersIdleGPUOverEviction(t *testing.T) {
+	g := NewWithT(t)
+	res := newCluster(t).
+		node("gpu-1", "NVIDIA-H200", "1g.18gb:7", "1g.18gb:7").
+		running("infer-a", "gpu-1", 0, "1g.18gb").
+		running("infer-b", "gpu-1", 0, "1g.18gb").
+		pending("trainer", mig1("3g.71gb")).
+		plan(policy())
+
+	g.Expect(res.Served).To(ConsistOf(pod("trainer")))
+	g.Expect(res.Unserved).To(BeEmpty())
+	g.Expect(res.Steps).To(HaveLen(1))
+	step := res.Steps[0]
+	g.Expect(step.Evictions).To(BeEmpty(), "the idle GPU 1 serves the pod without disruption")
+	g.Expect(step.GPUs).To(HaveLen(1))
+	g.Expect(step.GPUs[0].Index).To(Equal(1))
+	g.Expect(step.GPUs[0].From).To(Equal(mig.Layout{"1g.18gb": 7}))
+	g.Expect(step.GPUs[0].To["3g.71gb"]).To(BeNumerically(">=", 1))
+	g.Expect(res.Disruptive()).To(BeFalse())
+}
+
+func TestEvictsOnlyWhenNeededAndEvictedPodsFitAgain(t *testing.T) {
+	g := NewWithT(t)
+	res := newCluster(t).
+		node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
+		running("infer-a", "gpu-1", 0, "1g.18gb").
+		running("infer-b", "gpu-1", 0, "1g.18gb").
+		pending("trainer", mig1("3g.71gb")).
+		plan(policy())
+
+	g.Expect(res.Served).To(ConsistOf(pod("trainer")))
+	g.Expect(res.Steps).To(HaveLen(1))
+	step := res.Steps[0]
+	g.Expect(step.Evictions).To(HaveLen(2))
+	g.Expect(step.Evictions[0].Reason).To(Equal("holds 1g.18gb on GPU 0"))
+	to := step.GPUs[0].To
+	g.Expect(to["3g.71gb"]).To(BeNumerically(">=", 1))
+	g.Expect(to["1g.18gb"]).To(BeNumerically(">=", 2), "never a net loss: both evicted 1g pods fit again")
+	p, _ := mig.LookupProduct("H200")
+	g.Expect(p.Fits(to)).To(BeTrue())
+	g.Expect(res.Disruptive()).To(BeTrue())
+}
+
+func TestDisruptionRulesBlockEvictions(t *testing.T) {
+	cases := []struct {
+		name    string
+		opts    []podOpt
+		pol     *v1alpha1.GPUPoolPolicy
+		pdb     int32
+		message string
+	}{
+		{name: "do-not-disrupt", opts: []podOpt{annotated(v1alpha1.AnnotationDoNotDisrupt, "true")},
+			pol: policy(), pdb: 1, message: "annotated gpupool.io/do-not-disrupt"},
+		{name: "AutoIdle forbids evictions", pol: policy(approval(v1alpha1.ApprovalAutoIdle)), pdb: 1,
+			message: "approval AutoIdle forbids evictions"},
+		{name: "PDB exhausted", pol: policy(), pdb: 0, message: "PodDisruptionBudget team/infer allows no disruption now"},
+		{name: "budget zero", pol: policy(budget(0)), pdb: 1, message: "the disruption budget allows 0 node(s)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			res := newCluster(t).
+				node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
+				running("infer-a", "gpu-1", 0, "1g.18gb", append(tc.opts, labelled("app", "infer"))...).
+				pdb("infer", "infer", tc.pdb).
+				pending("trainer", mig1("3g.71gb")).
+				plan(tc.pol)
+			g.Expect(res.Steps).To(BeEmpty())
+			g.Expect(res.Unserved).To(HaveLen(1))
+			g.Expect(res.Unserved[0].Reason).To(Equal(planner.ReasonDisruption))
+			g.Expect(res.Unserved[0].Message).To(HavePrefix("needs 1 x 3g.71gb: "))
+			g.Expect(res.Unserved[0].Message).To(ContainSubstring(tc.message))
+		})
+	}
+}
+
+func TestBudgetLimitsNodesTouched(t *testing.T) {
+	g := NewWithT(t)
+	c := newCluster(t)
+	for _, n := range []string{"gpu-1", "gpu-2", "gpu-3"} {
+		c.node(n, "NVIDIA-H200", "1g.18gb:7")
+	}
+	res := c.pending("t1", mig1("7g.141gb"), priority(10)).
+		pending("t2", mig1("7g.141gb")).
+		pending("t3", mig1("7g.141gb")).
+		plan(policy(budget(2)))
+	g.Expect(res.Steps).To(HaveLen(2))
+	g.Expect(res.Served).To(ConsistOf(pod("t1"), pod("t2")), "highest priority first, then oldest/name order")
+	g.Expect(res.Unserved).To(HaveLen(1))
+	g.Expect(res.Unserved[0].Reason).To(Equal(planner.ReasonDisruption))
+	g.Expect(res.Unserved[0].Message).To(Equal(
+		"needs 1 x 7g.141gb: 1 H200-141GB node(s) could host it after evicting 0 pod(s), but the disruption budget allows 2 node(s) and the plan uses them"))
+}
+
+func TestPercentBudgetRoundsUp(t *testing.T) {
+	g := NewWithT(t)
+	c := newCluster(t)
+	for i := range 5 {
+		c.node("gpu-"+itoa(i), "NVIDIA-H200", "1g.18gb:7")
+	}
+	pol := policy()
+	pct := v1alpha1.GPUPoolPolicy{}
+	_ = pct
+	pol.Spec.Disruption.MaxDisruptedNodes = ptrIntOrString("25%")
+	for i := range 5 {
+		c.pending("t"+itoa(i), mig1("7g.141gb"))
+	}
+	res := c.plan(pol)
+	g.Expect(res.Budget).To(Equal(2), "25% of 5 nodes, rounded up")
+	g.Expect(res.Steps).To(HaveLen(2))
+}
+
+func TestUnservedReasons(t *testing.T) {
+	cases := []struct {
+		name    string
+		pending map[string]int64
+		opts    []podOpt
+		pol     *v1alpha1.GPUPoolPolicy
+		reason  planner.Reason
+		message string
+	}{
+		{name: "profile not in catalog", pending: mig1("4g.71gb"),
+			pol:    policy(catalog("H200", false, "1g.18gb", "3g.71gb")),
+			reason: planner.ReasonPartitionShape,
+			message: "needs 1 x 4g.71gb: the policy's catalog does not allow 4g.71gb on H200-141GB (it allows 1g.18gb, 3g.71gb)"},
+		{name: "profile of another product", pending: mig1("3g.40gb"), pol: policy(),
+			reason: planner.ReasonPartitionShape, message: "H200-141GB has no such MIG profile"},
+		{name: "node selector matches no pool node", pending: mig1("3g.71gb"), opts: []podOpt{nodeSelector("zone", "b")},
+			pol: policy(), reason: planner.ReasonNotInPool, message: "none of the pool's 1 nodes matches"},
+		{name: "too much CPU", pending: mig1("3g.71gb"), opts: []podOpt{cpu("100")}, pol: policy(),
+			reason: planner.ReasonNodePlacement, message: "node gpu-1 has 64000 of cpu free, the pod needs 100000"},
+		{name: "whole GPUs not allowed", pending: map[string]int64{"nvidia.com/gpu": 1}, pol: policy(),
+			reason: planner.ReasonPartitionShape, message: "allowWholeGPU is false"},
+		{name: "more instances than a node holds", pending: map[string]int64{mig.ResourceName("3g.71gb"): 5}, pol: policy(),
+			reason: planner.ReasonPartitionShape, message: "5 x 3g.71gb exceed what the 2 GPU(s)"},
+		{name: "shared replicas", pending: map[string]int64{"nvidia.com/gpu.shared": 1}, pol: policy(),
+			reason: planner.ReasonPartitionShape, message: "time-slicing and MPS replicas are not planned yet"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			res := newCluster(t).
+				node("gpu-1", "NVIDIA-H200", "1g.18gb:7", "1g.18gb:7").
+				pending("p", tc.pending, tc.opts...).
+				plan(tc.pol)
+			g.Expect(res.Steps).To(BeEmpty())
+			g.Expect(res.Unserved).To(HaveLen(1))
+			g.Expect(res.Unserved[0].Reason).To(Equal(tc.reason))
+			g.Expect(res.Unserved[0].Message).To(ContainSubstring(tc.message))
+		})
+	}
+}
+
+func TestCapacityWhenEverythingIsBusyWithOthersDemand(t *testing.T) {
+	g := NewWithT(t)
+	res := newCluster(t).
+		node("gpu-1", "NVIDIA-H200", "7g.141gb:1").
+		running("big", "gpu-1", 0, "7g.141gb", annotated(v1alpha1.AnnotationDoNotDisrupt, "true")).
+		node("gpu-2", "NVIDIA-H200", "1g.18gb:7").
+		pending("a", mig1("7g.141gb"), priority(5)).
+		pending("b", mig1("7g.141gb")).
+		plan(policy(budget(5)))
+	g.Expect(res.Served).To(ConsistOf(pod("a")))
+	g.Expect(res.Unserved).To(HaveLen(1))
+	g.Expect(res.Unserved[0].Pod).To(Equal(pod("b")))
+	g.Expect(res.Unserved[0].Reason).To(Equal(planner.ReasonDisruption))
+}
+
+func TestWholeGPUsOnOneNode(t *testing.T) {
+	g := NewWithT(t)
+	res := newCluster(t).
+		node("gpu-1", "NVIDIA-H200", "1g.18gb:7", "1g.18gb:7", "1g.18gb:7").
+		pending("multi", map[string]int64{"nvidia.com/gpu": 2}).
+		plan(policy(catalog("H200", true, "1g.18gb")))
+	g.Expect(res.Served).To(ConsistOf(pod("multi")))
+	g.Expect(res.Steps).To(HaveLen(1))
+	g.Expect(res.Steps[0].GPUs).To(HaveLen(2), "two GPUs turn MIG off, the third is untouched")
+	for _, ch := range res.Steps[0].GPUs {
+		g.Expect(ch.To).To(BeEmpty())
+	}
+}
+
+func TestPodsThatFitNowNeedNoChange(t *testing.T) {
+	g := NewWithT(t)
+	res := newCluster(t).
+		node("gpu-1", "NVIDIA-H200", "3g.71gb:2").
+		running("x", "gpu-1", 0, "3g.71gb").
+		pending("fits", mig1("3g.71gb")).
+		pending("needs-1g", mig1("1g.18gb")).
+		plan(policy())
+	g.Expect(res.FitsNow).To(ConsistOf(pod("fits")))
+	g.Expect(res.Unserved).To(HaveLen(1))
+	g.Expect(res.Unserved[0].Pod).To(Equal(pod("needs-1g")))
+	g.Expect(res.Steps).To(BeEmpty(), "re-carving the only GPU would destroy the instance 'fits' is about to use or evict x")
+}
+
+func TestPDBBudgetSpansTheWholePlan(t *testing.T) {
+	g := NewWithT(t)
+	res := newCluster(t).
+		node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
+		node("gpu-2", "NVIDIA-H200", "1g.18gb:7").
+		running("w1", "gpu-1", 0, "1g.18gb", labelled("app", "web")).
+		running("w2", "gpu-2", 0, "1g.18gb", labelled("app", "web")).
+		pdb("web", "web", 1).
+		pending("t1", mig1("7g.141gb")).
+		pending("t2", mig1("4g.71gb")).
+		plan(policy(budget(2)))
+	evicted := 0
+	for _, s := range res.Steps {
+		evicted += len(s.Evictions)
+	}
+	g.Expect(evicted).To(BeNumerically("<=", 1), "PDB web allows one disruption in total")
+}
+
+func TestStandbyShapesOnIdleGPUs(t *testing.T) {
+	g := NewWithT(t)
+	res := newCluster(t).
+		node("gpu-1", "NVIDIA-H200", "7g.141gb:1", "7g.141gb:1").
+		running("big", "gpu-1", 0, "7g.141gb").
+		plan(policy(standby("nvidia.com/mig-1g.18gb", 3)))
+	g.Expect(res.Steps).To(HaveLen(1))
+	g.Expect(res.Steps[0].Evictions).To(BeEmpty(), "standby never evicts")
+	g.Expect(res.Steps[0].GPUs).To(HaveLen(1))
+	g.Expect(res.Steps[0].GPUs[0].Index).To(Equal(1))
+	g.Expect(res.Steps[0].GPUs[0].To["1g.18gb"]).To(BeNumerically(">=", 3))
+}
+
+func TestPausedPolicyPlansNothing(t *testing.T) {
+	g := NewWithT(t)
+	pol := policy()
+	pol.Spec.Planning.Paused = true
+	res := newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7").pending("t", mig1("7g.141gb")).plan(pol)
+	g.Expect(res.Steps).To(BeEmpty())
+	g.Expect(res.Unserved[0].Message).To(ContainSubstring("planning is paused"))
+}
+
+func TestNodesWithoutAgentReportAreLeftAlone(t *testing.T) {
+	g := NewWithT(t)
+	c := newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7").pending("t", mig1("7g.141gb"))
+	c.gpuNodes = nil
+	res := c.plan(policy())
+	g.Expect(res.Steps).To(BeEmpty())
+	g.Expect(res.Unserved[0].Message).To(ContainSubstring("no GPUNode report"))
+}

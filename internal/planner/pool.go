@@ -1,0 +1,270 @@
+package planner
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/mig"
+)
+
+// productInfo is one GPU product with the policy's catalog applied.
+type productInfo struct {
+	product *mig.Product
+	index   map[string]int // canonical profile name -> position in names
+	names   []string
+	compute []int // compute slices per profile position
+	allowed []string
+	wholeOK bool
+	options []option // target layouts the catalog allows, in a fixed order
+}
+
+// option is one target layout for a GPU.
+type option struct {
+	layout   mig.Layout
+	counts   []int // instances per profile position
+	disabled bool  // MIG off: the GPU serves one whole-GPU pod
+}
+
+// gpuInfo is one GPU of a plannable node.
+type gpuInfo struct {
+	gpu        *inventory.GPU
+	current    []int // current instances per profile position
+	changeable bool
+	blocker    string             // why it may not change, when it may not
+	pods       []*inventory.Pod   // pods that a change evicts
+	idle       bool               // no pod and no process
+	currentOpt int                // index in options equal to the current layout, or -1
+}
+
+// nodeInfo is one node of the pool.
+type nodeInfo struct {
+	node    *inventory.Node
+	prod    *productInfo
+	free    []int64 // non-GPU resources free now, in dims order
+	gpus    []*gpuInfo
+	blocker string // why the planner may not change it; empty when it may
+	// schedulable is false when nothing can land on the node (cordoned, no report).
+	schedulable bool
+	eligible    []int8 // per class: 0 unknown, 1 matches, -1 does not
+	// reserved counts, per class, the pending pods that fit the node as it is now; their
+	// capacity is spoken for.
+	reserved []int
+}
+
+// catalog resolves the policy's catalog against GPU products.
+type catalog struct {
+	entries  []v1alpha1.CatalogEntry
+	products map[*mig.Product]*productInfo
+}
+
+// entryFor finds the catalog entry for a GPU: a case-insensitive substring match of the entry's
+// product on the agent's product name, the node's GPU Feature Discovery label or the built-in
+// product's canonical name.
+func (c *catalog) entryFor(names ...string) *v1alpha1.CatalogEntry {
+	for i := range c.entries {
+		want := strings.ToLower(c.entries[i].Product)
+		for _, n := range names {
+			if n != "" && strings.Contains(strings.ToLower(n), want) {
+				return &c.entries[i]
+			}
+		}
+	}
+	return nil
+}
+
+func (c *catalog) info(p *mig.Product, entry *v1alpha1.CatalogEntry) *productInfo {
+	if pi, ok := c.products[p]; ok {
+		return pi
+	}
+	pi := &productInfo{product: p, index: map[string]int{}}
+	for _, pr := range p.Profiles {
+		pi.index[pr.Name] = len(pi.names)
+		pi.names = append(pi.names, pr.Name)
+		pi.compute = append(pi.compute, pr.ComputeSlices)
+	}
+	for _, name := range entry.MIGProfiles {
+		if pr, ok := p.Profile(string(name)); ok && !slices.Contains(pi.allowed, pr.Name) {
+			pi.allowed = append(pi.allowed, pr.Name)
+		}
+	}
+	pi.wholeOK = entry.AllowWholeGPU
+	if len(pi.allowed) > 0 {
+		for _, l := range p.MaximalLayoutsOf(pi.allowed) {
+			pi.options = append(pi.options, option{layout: l, counts: pi.counts(l)})
+		}
+	}
+	if pi.wholeOK {
+		pi.options = append(pi.options, option{layout: mig.Layout{}, counts: make([]int, len(pi.names)), disabled: true})
+	}
+	c.products[p] = pi
+	return pi
+}
+
+func (pi *productInfo) counts(l mig.Layout) []int {
+	v := make([]int, len(pi.names))
+	for name, n := range l {
+		if pr, ok := pi.product.Profile(name); ok {
+			v[pi.index[pr.Name]] += n
+		}
+	}
+	return v
+}
+
+// budgetFor resolves maxDisruptedNodes (a count or a percentage of the pool, rounded up).
+func budgetFor(v *intstr.IntOrString, poolNodes int) int {
+	if v == nil {
+		return 1
+	}
+	if v.Type == intstr.Int {
+		return max(0, v.IntValue())
+	}
+	pct, err := intstr.GetScaledValueFromIntOrPercent(v, poolNodes, true)
+	if err != nil {
+		return 0
+	}
+	return max(0, pct)
+}
+
+// poolNodes picks the policy's nodes, sorted by name.
+func poolNodes(snap *inventory.Snapshot, policy *v1alpha1.GPUPoolPolicy) ([]*inventory.Node, error) {
+	sel, err := metav1.LabelSelectorAsSelector(&policy.Spec.NodeSelector)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: spec.nodeSelector: %w", policy.Name, err)
+	}
+	if sel.Empty() {
+		// The API server refuses an empty selector; a hand-written snapshot might not.
+		return nil, fmt.Errorf("policy %s: spec.nodeSelector selects every node; name the pool's nodes", policy.Name)
+	}
+	var out []*inventory.Node
+	for _, n := range snap.Nodes {
+		if sel.Matches(labels.Set(n.Object.Labels)) {
+			out = append(out, n)
+		}
+	}
+	slices.SortFunc(out, func(a, b *inventory.Node) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// newNodeInfo decides what the planner may do on one pool node.
+func newNodeInfo(n *inventory.Node, cat *catalog, d *dims, in *Input, classes int, evictOK bool) *nodeInfo {
+	ni := &nodeInfo{node: n, free: d.free(n), eligible: make([]int8, classes)}
+	ni.schedulable = n.Blocker == "" && !n.Object.Spec.Unschedulable
+	switch {
+	case n.Blocker != "":
+		ni.blocker = n.Blocker
+	case in.Frozen[n.Name] != "":
+		ni.blocker = in.Frozen[n.Name]
+	case n.Object.Spec.Unschedulable:
+		ni.blocker = "the node is cordoned"
+	case len(n.GPUs) == 0:
+		ni.blocker = "the agent reports no GPU"
+	}
+	var product *mig.Product
+	for _, g := range n.GPUs {
+		if g.Product == nil {
+			if ni.blocker == "" {
+				ni.blocker = fmt.Sprintf("GPU %d (%s) has no known MIG geometry", g.Index, g.ProductName)
+			}
+			continue
+		}
+		if product != nil && product != g.Product && ni.blocker == "" {
+			ni.blocker = "the node mixes GPU products"
+		}
+		product = g.Product
+	}
+	if product == nil {
+		if ni.blocker == "" {
+			ni.blocker = "no GPU with known MIG geometry"
+		}
+		return ni
+	}
+	entry := cat.entryFor(n.GPUs[0].ProductName, n.Object.Labels[v1alpha1.LabelGPUProduct], product.Name)
+	if entry == nil {
+		if ni.blocker == "" {
+			ni.blocker = fmt.Sprintf("the policy's catalog has no entry for %s", product.Name)
+		}
+		// Pods may still land in its current free instances.
+		entry = &v1alpha1.CatalogEntry{}
+	}
+	ni.prod = cat.info(product, entry)
+	for _, g := range n.GPUs {
+		gi := &gpuInfo{gpu: g, current: ni.prod.counts(g.Layout()), idle: !g.Busy(), currentOpt: -1}
+		for i, o := range ni.prod.options {
+			if o.disabled == !g.MIGEnabled && o.layout.Equal(g.Layout()) {
+				gi.currentOpt = i
+			}
+		}
+		gi.changeable, gi.blocker = changeable(gi, n, evictOK)
+		ni.gpus = append(ni.gpus, gi)
+	}
+	return ni
+}
+
+// changeable decides whether a GPU may be re-carved, and if so which pods that evicts.
+func changeable(gi *gpuInfo, n *inventory.Node, evictOK bool) (bool, string) {
+	g := gi.gpu
+	if g.Error != "" {
+		return false, fmt.Sprintf("the agent could not read GPU %d: %s", g.Index, g.Error)
+	}
+	for _, in := range g.Instances {
+		if in.Busy && in.Pod == nil {
+			return false, fmt.Sprintf("a process outside Kubernetes uses %s on GPU %d", in.Profile, g.Index)
+		}
+	}
+	for _, key := range g.Pods {
+		p := n.Pod(key)
+		if p == nil {
+			return false, fmt.Sprintf("GPU %d is held by %s, which is not bound to the node", g.Index, key)
+		}
+		if !p.Evictable {
+			return false, fmt.Sprintf("%s on GPU %d may not be evicted: %s", key, g.Index, p.Blocker)
+		}
+		gi.pods = append(gi.pods, p)
+	}
+	if len(gi.pods) > 0 && !evictOK {
+		return false, fmt.Sprintf("GPU %d has running pods and approval %s forbids evictions", g.Index, v1alpha1.ApprovalAutoIdle)
+	}
+	return true, ""
+}
+
+// gpuNeeds is what an evicted pod needs again after the change, per profile position and whole GPUs.
+func gpuNeeds(p *inventory.Pod, pi *productInfo) (perProfile []int, whole int, ok bool) {
+	perProfile = make([]int, len(pi.names))
+	for name, q := range p.Requests {
+		kind, profile, isGPU := demand.Classify(name)
+		if !isGPU {
+			continue
+		}
+		switch kind {
+		case demand.KindMIG:
+			pr, found := pi.product.Profile(profile)
+			if !found {
+				return nil, 0, false
+			}
+			perProfile[pi.index[pr.Name]] += int(q.Value())
+		case demand.KindGPU:
+			whole += int(q.Value())
+		default:
+			return nil, 0, false
+		}
+	}
+	return perProfile, whole, true
+}
+
+// saturate keeps bulk arithmetic on pod counts inside int.
+func saturate(v int64) int {
+	if v > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int(v)
+}

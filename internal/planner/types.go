@@ -1,0 +1,128 @@
+// Package planner decides new MIG layouts for a pool of GPU nodes from pending demand, running
+// pods and a policy. It is pure and deterministic: a snapshot in, a plan out, no client calls,
+// no clock reads and no globals, so that the controller, the offline CLI and the trace-driven
+// benchmark all call the same function.
+//
+// Objectives, in order (design.md section 5): safety (every target layout has a valid slot
+// placement; no GPU with a pod changes unless that pod may be evicted; budgets and PDBs hold),
+// most pending demand served (higher priority first, whole-pod fit), standby shapes, least
+// disruption (pods evicted, then GPUs changed, then nodes touched), least stranded capacity.
+package planner
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/mig"
+)
+
+// Input is everything one planning pass looks at.
+type Input struct {
+	// Snapshot is the state of the nodes (all nodes the caller read; the policy's
+	// nodeSelector picks the pool).
+	Snapshot *inventory.Snapshot
+	// Pending is the pending GPU demand, as demand.Pending returns it.
+	Pending []demand.Request
+	// Policy is the pool's policy; its spec decides the pool, catalog, shapes and budget.
+	Policy *v1alpha1.GPUPoolPolicy
+	// Frozen names nodes the planner must not change, with why: nodes another policy also
+	// selects, nodes inside the stabilisation window, nodes an executing plan is changing.
+	Frozen map[string]string
+	// InFlight is how many of the pool's nodes executing plans are changing now; they count
+	// against maxDisruptedNodes.
+	InFlight int
+	// Now is the planning time (carried into the result, never read from a clock).
+	Now time.Time
+}
+
+// Reason says why a pending pod is not served by the plan.
+type Reason string
+
+// Reasons a pending pod stays unserved.
+const (
+	// ReasonPartitionShape: no GPU the pod may use can be partitioned into what it asks for
+	// (profile not in the catalog, unknown on the product, or more instances than a node holds).
+	ReasonPartitionShape Reason = "PartitionShape"
+	// ReasonNodePlacement: nodes with a suitable GPU lack the pod's CPU, memory or other
+	// resources.
+	ReasonNodePlacement Reason = "NodePlacement"
+	// ReasonCapacity: suitable nodes exist but their GPUs are taken by running pods or by
+	// demand served first.
+	ReasonCapacity Reason = "Capacity"
+	// ReasonDisruption: serving the pod needs evictions or node changes that the budget, the
+	// approval mode, PodDisruptionBudgets or do-not-disrupt forbid.
+	ReasonDisruption Reason = "Disruption"
+	// ReasonNotInPool: no node of the pool matches the pod's node selector, affinity or
+	// tolerations.
+	ReasonNotInPool Reason = "NotInPool"
+)
+
+// Result is one planning pass's outcome.
+type Result struct {
+	// Steps are the per-node changes, sorted by node name; empty when nothing should change.
+	Steps []Step
+	// Served are the pending pods expected to run once the plan is done.
+	Served []types.NamespacedName
+	// FitsNow are pending pods that already fit the current layouts; the scheduler should
+	// place them without any change (a device plugin or scheduler lag, not fragmentation).
+	FitsNow []types.NamespacedName
+	// Unserved are the pending pods the plan cannot serve, each with why.
+	Unserved []Unserved
+	// SlicesGained counts, per MIG profile, instances the plan adds minus those it removes.
+	SlicesGained map[string]int
+	// StrandedBefore and StrandedAfter count, per MIG profile, free instances that neither
+	// pending demand nor standby shapes can use, before and after the plan.
+	StrandedBefore, StrandedAfter map[string]int
+	// Budget is how many nodes the plan could change (maxDisruptedNodes minus in-flight).
+	Budget int
+	// PoolNodes is how many nodes the policy selects.
+	PoolNodes int
+}
+
+// Step is the change on one node.
+type Step struct {
+	// Node is the node's name.
+	Node string
+	// Product is the node's GPU product, for messages.
+	Product string
+	// GPUs whose layout changes, by index; MIG disabled is the empty layout.
+	GPUs []GPUChange
+	// Layout is the node's complete target: every GPU's layout by index, changed or not,
+	// because a mig-parted config entry describes the whole node.
+	Layout []mig.Layout
+	// Evictions are the pods that must leave the node first.
+	Evictions []Eviction
+}
+
+// GPUChange is one GPU's layout change.
+type GPUChange struct {
+	Index    int
+	From, To mig.Layout
+}
+
+// Eviction is a pod a step evicts, with why.
+type Eviction struct {
+	Pod    types.NamespacedName
+	Reason string
+}
+
+// Unserved is a pending pod the plan does not serve.
+type Unserved struct {
+	Pod     types.NamespacedName
+	Reason  Reason
+	Message string
+}
+
+// Disruptive reports whether any step evicts a pod.
+func (r *Result) Disruptive() bool {
+	for _, s := range r.Steps {
+		if len(s.Evictions) > 0 {
+			return true
+		}
+	}
+	return false
+}
