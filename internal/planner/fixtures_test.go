@@ -106,7 +106,9 @@ func nodeSelector(k, v string) podOpt {
 }
 
 func cpu(q string) podOpt {
-	return func(p *corev1.Pod) { p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse(q) }
+	return func(p *corev1.Pod) {
+		p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse(q)
+	}
 }
 
 func newPod(name string, resources map[string]int64, opts ...podOpt) corev1.Pod {

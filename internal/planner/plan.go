@@ -95,7 +95,9 @@ func (s score) compare(o score) int {
 	return cmp.Compare(s.slices, o.slices)
 }
 
-func (s score) zero() bool { return s.slices == 0 && !slices.ContainsFunc(s.tiers, func(n int) bool { return n > 0 }) }
+func (s score) zero() bool {
+	return s.slices == 0 && !slices.ContainsFunc(s.tiers, func(n int) bool { return n > 0 })
+}
 
 // proposal is the best change found for one node against the current remaining demand.
 type proposal struct {

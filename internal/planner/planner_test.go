@@ -11,7 +11,9 @@ import (
 	"github.com/gpupool/gpupool/internal/planner"
 )
 
-func pod(name string) types.NamespacedName { return types.NamespacedName{Namespace: "team", Name: name} }
+func pod(name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: "team", Name: name}
+}
 
 func TestPrefersIdleGPUOverEviction(t *testing.T) {
 	g := NewWithT(t)
@@ -135,8 +137,8 @@ func TestUnservedReasons(t *testing.T) {
 		message string
 	}{
 		{name: "profile not in catalog", pending: mig1("4g.71gb"),
-			pol:    policy(catalog("H200", false, "1g.18gb", "3g.71gb")),
-			reason: planner.ReasonPartitionShape,
+			pol:     policy(catalog("H200", false, "1g.18gb", "3g.71gb")),
+			reason:  planner.ReasonPartitionShape,
 			message: "needs 1 x 4g.71gb: the policy's catalog does not allow 4g.71gb on H200-141GB (it allows 1g.18gb, 3g.71gb)"},
 		{name: "profile of another product", pending: mig1("3g.40gb"), pol: policy(),
 			reason: planner.ReasonPartitionShape, message: "H200-141GB has no such MIG profile"},

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/labels"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -40,10 +40,10 @@ type gpuInfo struct {
 	gpu        *inventory.GPU
 	current    []int // current instances per profile position
 	changeable bool
-	blocker    string             // why it may not change, when it may not
-	pods       []*inventory.Pod   // pods that a change evicts
-	idle       bool               // no pod and no process
-	currentOpt int                // index in options equal to the current layout, or -1
+	blocker    string           // why it may not change, when it may not
+	pods       []*inventory.Pod // pods that a change evicts
+	idle       bool             // no pod and no process
+	currentOpt int              // index in options equal to the current layout, or -1
 }
 
 // nodeInfo is one node of the pool.
