@@ -217,9 +217,10 @@ func (p *planState) steps(chosen map[*nodeInfo]*proposal, res *Result) ([]Step, 
 		}
 		step := Step{Node: ni.node.Name, Product: ni.prod.product.Name}
 		for i, gi := range ni.gpus {
-			to := gi.gpu.Layout()
+			to, enabled := gi.gpu.Layout(), gi.gpu.MIGEnabled
 			if pr.choice[i] != keep {
-				to = ni.prod.options[pr.choice[i]].layout.Clone()
+				o := &ni.prod.options[pr.choice[i]]
+				to, enabled = o.layout.Clone(), !o.disabled
 				from := gi.gpu.Layout()
 				step.GPUs = append(step.GPUs, GPUChange{Index: gi.gpu.Index, From: from, To: to})
 				for name, n := range to {
@@ -233,7 +234,7 @@ func (p *planState) steps(chosen map[*nodeInfo]*proposal, res *Result) ([]Step, 
 						Reason: fmt.Sprintf("holds %s on GPU %d", holding(gi, pod.Key), gi.gpu.Index)})
 				}
 			}
-			step.Layout = append(step.Layout, to)
+			step.Target = append(step.Target, GPUTarget{Index: gi.gpu.Index, MIGEnabled: enabled, Layout: to})
 		}
 		slices.SortFunc(step.Evictions, func(a, b Eviction) int {
 			return cmp.Or(cmp.Compare(a.Pod.Namespace, b.Pod.Namespace), cmp.Compare(a.Pod.Name, b.Pod.Name))

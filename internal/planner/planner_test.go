@@ -259,3 +259,38 @@ func TestNodesWithoutAgentReportAreLeftAlone(t *testing.T) {
 	g.Expect(res.Steps).To(BeEmpty())
 	g.Expect(res.Unserved[0].Message).To(ContainSubstring("no GPUNode report"))
 }
+
+func TestRepartitionPlanObject(t *testing.T) {
+	g := NewWithT(t)
+	pol := policy()
+	res := newCluster(t).
+		node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
+		running("infer-a", "gpu-1", 0, "1g.18gb").
+		pending("trainer", mig1("3g.71gb")).
+		plan(pol)
+	plan := res.RepartitionPlan(pol, now)
+	g.Expect(plan).NotTo(BeNil())
+	g.Expect(plan.Name).To(Equal("pool-a-20261129-" + plan.Spec.Hash[:8]))
+	g.Expect(plan.Spec.Hash).To(MatchRegexp("^[0-9a-f]{16}$"))
+	g.Expect(plan.Spec.Disruptive).To(BeTrue())
+	g.Expect(plan.Spec.Steps).To(HaveLen(1))
+	step := plan.Spec.Steps[0]
+	g.Expect(step.MIGConfigName).To(Equal(planner.MIGConfigName(res.Steps[0].Target)))
+	g.Expect(step.Evictions).To(HaveLen(1))
+	g.Expect(step.GPUs[0].From).To(Equal(v1alpha1.ProfileCounts{"1g.18gb": 7}))
+	g.Expect(plan.Spec.Expected.Pods).To(ConsistOf(v1alpha1.PodReference{Namespace: "team", Name: "trainer"}))
+	g.Expect(plan.OwnerReferences[0].Kind).To(Equal("GPUPoolPolicy"))
+
+	again := newCluster(t).
+		node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
+		running("infer-a", "gpu-1", 0, "1g.18gb").
+		pending("trainer", mig1("3g.71gb")).
+		plan(pol).RepartitionPlan(pol, now)
+	g.Expect(again.Spec).To(Equal(plan.Spec), "same input, same plan and hash")
+
+	g.Expect(planner.MIGConfigName([]planner.GPUTarget{{MIGEnabled: true, Layout: mig.Layout{"1g.18gb": 7}}})).
+		NotTo(Equal(planner.MIGConfigName([]planner.GPUTarget{{MIGEnabled: true, Layout: mig.Layout{"3g.71gb": 2}}})))
+	g.Expect(planner.MIGConfigName([]planner.GPUTarget{{MIGEnabled: true}})).
+		NotTo(Equal(planner.MIGConfigName([]planner.GPUTarget{{MIGEnabled: false}})), "MIG on with no instance is not MIG off")
+	g.Expect((&planner.Result{}).RepartitionPlan(pol, now)).To(BeNil())
+}

@@ -91,11 +91,19 @@ type Step struct {
 	Product string
 	// GPUs whose layout changes, by index; MIG disabled is the empty layout.
 	GPUs []GPUChange
-	// Layout is the node's complete target: every GPU's layout by index, changed or not,
-	// because a mig-parted config entry describes the whole node.
-	Layout []mig.Layout
+	// Target is the node's complete target, every GPU by index, changed or not, because a
+	// mig-parted config entry describes the whole node.
+	Target []GPUTarget
 	// Evictions are the pods that must leave the node first.
 	Evictions []Eviction
+}
+
+// GPUTarget is what one GPU should look like once a step is done.
+type GPUTarget struct {
+	Index int
+	// MIGEnabled is false for a GPU that serves whole-GPU pods; Layout is then empty.
+	MIGEnabled bool
+	Layout     mig.Layout
 }
 
 // GPUChange is one GPU's layout change.

@@ -1,0 +1,102 @@
+package planner
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// LabelPolicy on a RepartitionPlan names its policy, so plans of one pool list with a selector.
+const LabelPolicy = "gpupool.io/policy"
+
+// MIGConfigName is the immutable mig-parted config entry for a node's complete layout. The name
+// is derived from the layout itself: mig-manager never re-applies an edited entry, so a new
+// layout must get a new name, and the same layout always gets the same one.
+func MIGConfigName(target []GPUTarget) string {
+	h := sha256.New()
+	for _, g := range target {
+		fmt.Fprintf(h, "%d:%t=%s;", g.Index, g.MIGEnabled, g.Layout.String())
+	}
+	return "gpupool-" + hex.EncodeToString(h.Sum(nil))[:10]
+}
+
+// RepartitionPlan renders the result as the RepartitionPlan the controller creates for the
+// policy, owned by it; nil when the result changes nothing.
+func (r *Result) RepartitionPlan(policy *v1alpha1.GPUPoolPolicy, now time.Time) *v1alpha1.RepartitionPlan {
+	if len(r.Steps) == 0 {
+		return nil
+	}
+	spec := v1alpha1.RepartitionPlanSpec{Policy: policy.Name, Disruptive: r.Disruptive()}
+	for _, s := range r.Steps {
+		step := v1alpha1.NodeStep{
+			Node:          s.Node,
+			MIGConfigName: MIGConfigName(s.Target),
+			GPUs:          []v1alpha1.GPUChange{},
+			Disruptive:    len(s.Evictions) > 0,
+		}
+		for _, g := range s.GPUs {
+			step.GPUs = append(step.GPUs, v1alpha1.GPUChange{Index: int32(g.Index), From: counts(g.From), To: counts(g.To)})
+		}
+		for _, e := range s.Evictions {
+			step.Evictions = append(step.Evictions, v1alpha1.Eviction{
+				PodReference: v1alpha1.PodReference{Namespace: e.Pod.Namespace, Name: e.Pod.Name}, Reason: e.Reason})
+		}
+		spec.Steps = append(spec.Steps, step)
+	}
+	for _, p := range r.Served {
+		spec.Expected.Pods = append(spec.Expected.Pods, v1alpha1.PodReference{Namespace: p.Namespace, Name: p.Name})
+	}
+	spec.Expected.SlicesGained = counts(r.SlicesGained)
+	spec.Expected.StrandedBefore = counts(r.StrandedBefore)
+	spec.Expected.StrandedAfter = counts(r.StrandedAfter)
+	spec.Hash = hashSteps(spec.Steps)
+
+	name := fmt.Sprintf("%s-%s-%s", policy.Name, now.UTC().Format("20060102"), spec.Hash[:8])
+	if len(name) > 253 {
+		name = name[len(name)-253:]
+	}
+	return &v1alpha1.RepartitionPlan{
+		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "RepartitionPlan"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   name,
+			Labels: map[string]string{LabelPolicy: policy.Name},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: v1alpha1.GroupVersion.String(), Kind: "GPUPoolPolicy", Name: policy.Name, UID: policy.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: spec,
+	}
+}
+
+// hashSteps identifies what a plan does (not what it predicts), so an approval binds to the
+// exact changes and evictions.
+func hashSteps(steps []v1alpha1.NodeStep) string {
+	data, err := json.Marshal(steps)
+	if err != nil {
+		// NodeStep holds only strings, integers and maps of them.
+		panic(fmt.Sprintf("encoding plan steps: %v", err))
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+func counts(l map[string]int) v1alpha1.ProfileCounts {
+	if len(l) == 0 {
+		return nil
+	}
+	out := make(v1alpha1.ProfileCounts, len(l))
+	for k, v := range l {
+		if v != 0 {
+			out[k] = int32(v)
+		}
+	}
+	return out
+}
