@@ -3,7 +3,9 @@ package planner
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +31,9 @@ type class struct {
 	vec      []int64                // non-GPU requests per resource dimension
 	// slices is the compute slices one pod takes, to break ties toward serving more GPU.
 	slices int
+	// multi is true when one pod needs several instances of a profile or several whole GPUs,
+	// which one GPU may not offer alone.
+	multi bool
 }
 
 // dims indexes the non-GPU resources that pending pods request, so that fits compare small
@@ -110,6 +115,7 @@ func groupClasses(reqs []demand.Request, d *dims) []*class {
 		}
 		c.pods = append(c.pods, r.Pod)
 		c.left++
+		c.multi = c.whole > 1 || slices.ContainsFunc(slices.Collect(maps.Values(c.mig)), func(n int64) bool { return n > 1 })
 	}
 	slices.SortStableFunc(classes, func(a, b *class) int { return cmp.Compare(b.priority, a.priority) })
 	for i, c := range classes {
@@ -130,10 +136,11 @@ func computeOf(profile string) int {
 	return max(n, 1)
 }
 
-// classKey is everything that decides where and how a pod fits.
+// classKey is everything that decides where and how a pod fits. It is built without fmt:
+// grouping runs over every pending pod on every pass.
 func classKey(r *demand.Request) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "p%d|", r.Priority)
+	b.WriteString(strconv.FormatInt(int64(r.Priority), 10))
 	names := make([]string, 0, len(r.Requests))
 	for name := range r.Requests {
 		names = append(names, string(name))
@@ -141,22 +148,27 @@ func classKey(r *demand.Request) string {
 	slices.Sort(names)
 	for _, name := range names {
 		q := r.Requests[corev1.ResourceName(name)]
-		fmt.Fprintf(&b, "%s=%s,", name, q.String())
+		b.WriteByte('|')
+		b.WriteString(name)
+		b.WriteByte('=')
+		b.WriteString(strconv.FormatInt(q.MilliValue(), 10))
 	}
-	b.WriteString("|sel:")
-	keys := make([]string, 0, len(r.NodeSelector))
-	for k := range r.NodeSelector {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s=%s,", k, r.NodeSelector[k])
+	if len(r.NodeSelector) > 0 {
+		keys := slices.Sorted(maps.Keys(r.NodeSelector))
+		for _, k := range keys {
+			b.WriteString("|sel:")
+			b.WriteString(k)
+			b.WriteByte('=')
+			b.WriteString(r.NodeSelector[k])
+		}
 	}
 	if r.RequiredAffinity != nil {
-		fmt.Fprintf(&b, "|aff:%s", r.RequiredAffinity.String())
+		b.WriteString("|aff:")
+		b.WriteString(r.RequiredAffinity.String())
 	}
 	for _, t := range r.Tolerations {
-		fmt.Fprintf(&b, "|tol:%s", t.String())
+		b.WriteString("|tol:")
+		b.WriteString(t.String())
 	}
 	return b.String()
 }

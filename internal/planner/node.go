@@ -20,18 +20,18 @@ type state struct {
 }
 
 // stateFor computes the node's offer under a choice; ok is false when the pods the choice
-// evicts cannot all fit back on the node, which would be a net loss.
+// evicts cannot all fit back on the node, which would be a net loss. It is the planner's
+// innermost loop, so it works from per-GPU figures computed once in newNodeInfo.
 func (ni *nodeInfo) stateFor(ch choice) (state, bool) {
 	pi := ni.prod
 	st := state{free: make([]int, len(pi.names)), vec: append([]int64(nil), ni.free...)}
-	evicted := map[types.NamespacedName]bool{}
 	for i, gi := range ni.gpus {
-		if ch[i] != keep {
-			for _, p := range gi.pods {
-				if !evicted[p.Key] {
-					evicted[p.Key] = true
-					st.evicted = append(st.evicted, p.Key)
-				}
+		if ch[i] == keep {
+			continue
+		}
+		for _, p := range gi.pods {
+			if !containsKey(st.evicted, p.Key) {
+				st.evicted = append(st.evicted, p.Key)
 			}
 		}
 	}
@@ -46,16 +46,25 @@ func (ni *nodeInfo) stateFor(ch choice) (state, bool) {
 			}
 			continue
 		}
+		if len(st.evicted) == 0 || !sharesPod(gi, st.evicted) {
+			for k, n := range gi.freeNow {
+				st.free[k] += n
+			}
+			st.whole += gi.wholeNow
+			continue
+		}
+		// A pod evicted from another GPU also held this one (a multi-GPU pod): what it held
+		// here comes free too.
 		g := gi.gpu
 		if !g.MIGEnabled {
-			if len(g.Pods) == 0 || (len(g.Pods) > 0 && allIn(g.Pods, evicted)) {
+			if allIn(g.Pods, st.evicted) {
 				st.whole++
 			}
 			continue
 		}
 		for _, in := range g.Instances {
 			free := !in.Busy && in.Pod == nil
-			if in.Pod != nil && evicted[*in.Pod] {
+			if in.Pod != nil && containsKey(st.evicted, *in.Pod) {
 				free = true
 			}
 			if k, ok := pi.index[in.Profile]; ok && free {
@@ -66,18 +75,17 @@ func (ni *nodeInfo) stateFor(ch choice) (state, bool) {
 	// Evicted pods come back as pending and must fit again: take their GPUs first. Their CPU
 	// and memory are already counted as requested on this node, so only GPUs are re-taken.
 	for _, key := range st.evicted {
-		p := ni.node.Pod(key)
-		need, whole, ok := gpuNeeds(p, pi)
+		need, ok := ni.podNeeds[key]
 		if !ok {
 			return st, false
 		}
-		for k, n := range need {
+		for k, n := range need.perProfile {
 			st.free[k] -= n
 			if st.free[k] < 0 {
 				return st, false
 			}
 		}
-		st.whole -= whole
+		st.whole -= need.whole
 		if st.whole < 0 {
 			return st, false
 		}
@@ -85,9 +93,27 @@ func (ni *nodeInfo) stateFor(ch choice) (state, bool) {
 	return st, true
 }
 
-func allIn(keys []types.NamespacedName, set map[types.NamespacedName]bool) bool {
+func containsKey(keys []types.NamespacedName, k types.NamespacedName) bool {
+	for _, x := range keys {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+func sharesPod(gi *gpuInfo, evicted []types.NamespacedName) bool {
+	for _, p := range gi.gpu.Pods {
+		if containsKey(evicted, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func allIn(keys, set []types.NamespacedName) bool {
 	for _, k := range keys {
-		if !set[k] {
+		if !containsKey(set, k) {
 			return false
 		}
 	}

@@ -108,6 +108,7 @@ type proposal struct {
 	evictions int
 	changed   int
 	version   int
+	leftover  int // stranded compute slices this choice leaves; -1 until computed
 }
 
 // Plan computes the next change for a pool. It never fails on odd input: nodes it cannot
@@ -364,9 +365,13 @@ func (p *planState) propose(ni *nodeInfo, version int) *proposal {
 		return nil
 	}
 	base := best.gain
+	scratch := make([]int, len(p.classes))
+	// GPUs that look alike (same layout, same pods' needs) give the same marginal gain until
+	// something is committed, so one that brought nothing rules out its twins.
+	fruitless := map[string]bool{}
 	for pos := 0; pos < len(order); pos++ {
 		gpu := order[pos]
-		if ch[gpu] != keep {
+		if ch[gpu] != keep || fruitless[ni.gpus[gpu].sig] {
 			continue
 		}
 		var winner *proposal
@@ -382,22 +387,29 @@ func (p *planState) propose(ni *nodeInfo, version int) *proposal {
 					continue
 				}
 				trial[g] = o
-				cand := p.evaluate(ni, trial, make([]int, len(p.classes)))
+				cand := p.evaluate(ni, trial, scratch)
 				if cand == nil {
 					break
 				}
 				if winner == nil || better(cand, winner, p, ni) {
 					winner = cand
 					winner.choice = slices.Clone(trial)
+					winner.served = slices.Clone(scratch)
 				}
 				if !p.needsMore(ni, cand) {
 					break
 				}
 			}
 		}
-		if winner != nil && winner.gain.compare(best.gain) > 0 {
-			best = winner
-			ch = slices.Clone(winner.choice)
+		if winner == nil || winner.gain.compare(best.gain) <= 0 {
+			fruitless[ni.gpus[gpu].sig] = true
+			continue
+		}
+		best = winner
+		ch = slices.Clone(winner.choice)
+		clear(fruitless)
+		if p.saturated(ni, best) {
+			break
 		}
 	}
 	if best.gain.compare(base) <= 0 || best.changed == 0 {
@@ -407,23 +419,26 @@ func (p *planState) propose(ni *nodeInfo, version int) *proposal {
 	return best
 }
 
+// saturated is true when a proposal serves every remaining pod that may run on the node:
+// changing more GPUs could only add disruption.
+func (p *planState) saturated(ni *nodeInfo, pr *proposal) bool {
+	for _, c := range p.classes {
+		if c.left > pr.served[c.id] && !c.shared && p.eligible(ni, c) && p.needs(c, ni.prod) != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // needsMore is true when some eligible class still has pods left on this node that the
 // candidate does not serve, so applying the same layout to one more GPU might.
 func (p *planState) needsMore(ni *nodeInfo, cand *proposal) bool {
 	for _, c := range p.classes {
-		if c.left > cand.served[c.id] && p.eligible(ni, c) && (c.whole > 1 || maxCount(c.mig) > 1) {
+		if c.multi && c.left > cand.served[c.id] && p.eligible(ni, c) {
 			return true
 		}
 	}
 	return false
-}
-
-func maxCount(m map[string]int64) int64 {
-	var n int64
-	for _, v := range m {
-		n = max(n, v)
-	}
-	return n
 }
 
 // better breaks ties between candidates for one GPU: more served, then fewer evictions and
@@ -439,7 +454,15 @@ func better(a, b *proposal, p *planState, ni *nodeInfo) bool {
 	if a.changed != b.changed {
 		return a.changed < b.changed
 	}
-	return p.leftover(ni, a) < p.leftover(ni, b)
+	return p.leftoverOf(ni, a) < p.leftoverOf(ni, b)
+}
+
+// leftoverOf caches leftover on the proposal: ties are common and each costs a node state.
+func (p *planState) leftoverOf(ni *nodeInfo, pr *proposal) int {
+	if pr.leftover < 0 {
+		pr.leftover = p.leftover(ni, pr)
+	}
+	return pr.leftover
 }
 
 // leftover counts the free compute slices a candidate leaves that no remaining demand on this
@@ -478,8 +501,8 @@ func (p *planState) leftover(ni *nodeInfo, pr *proposal) int {
 // evaluate scores a choice on a node; nil when it would lose an evicted pod or overspend a
 // PodDisruptionBudget.
 func (p *planState) evaluate(ni *nodeInfo, ch choice, served []int) *proposal {
-	pdbUse := map[string]int32{}
-	pr := &proposal{node: ni, choice: ch}
+	var pdbUse map[string]int32
+	pr := &proposal{node: ni, choice: ch, leftover: -1}
 	for i, gi := range ni.gpus {
 		if ch[i] == keep {
 			continue
@@ -488,6 +511,9 @@ func (p *planState) evaluate(ni *nodeInfo, ch choice, served []int) *proposal {
 		pr.evictions += len(gi.pods)
 		for _, pod := range gi.pods {
 			for _, key := range pod.PDBs {
+				if pdbUse == nil {
+					pdbUse = map[string]int32{}
+				}
 				pdbUse[key]++
 				if pdbUse[key] > p.pdbLeft[key] {
 					return nil

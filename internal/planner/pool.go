@@ -9,6 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -44,6 +45,15 @@ type gpuInfo struct {
 	pods       []*inventory.Pod // pods that a change evicts
 	idle       bool             // no pod and no process
 	currentOpt int              // index in options equal to the current layout, or -1
+	freeNow    []int            // free instances per profile position, unchanged
+	wholeNow   int              // 1 when MIG is off and no pod holds the GPU
+	sig        string           // what makes two GPUs of a node interchangeable for planning
+}
+
+// podNeed is what a running pod needs from the node's GPUs if it is evicted and comes back.
+type podNeed struct {
+	perProfile []int
+	whole      int
 }
 
 // nodeInfo is one node of the pool.
@@ -59,6 +69,9 @@ type nodeInfo struct {
 	// reserved counts, per class, the pending pods that fit the node as it is now; their
 	// capacity is spoken for.
 	reserved []int
+	// podNeeds holds, for every pod on a changeable GPU, what it needs to come back; a pod
+	// missing here could not come back, so no change may evict it.
+	podNeeds map[types.NamespacedName]podNeed
 }
 
 // catalog resolves the policy's catalog against GPU products.
@@ -197,14 +210,33 @@ func newNodeInfo(n *inventory.Node, cat *catalog, d *dims, in *Input, classes in
 		entry = &v1alpha1.CatalogEntry{}
 	}
 	ni.prod = cat.info(product, entry)
+	ni.podNeeds = map[types.NamespacedName]podNeed{}
 	for _, g := range n.GPUs {
-		gi := &gpuInfo{gpu: g, current: ni.prod.counts(g.Layout()), idle: !g.Busy(), currentOpt: -1}
+		gi := &gpuInfo{gpu: g, current: ni.prod.counts(g.Layout()), idle: !g.Busy(), currentOpt: -1,
+			freeNow: make([]int, len(ni.prod.names))}
+		if !g.MIGEnabled && len(g.Pods) == 0 {
+			gi.wholeNow = 1
+		}
+		for _, in := range g.Instances {
+			if k, ok := ni.prod.index[in.Profile]; ok && !in.Busy && in.Pod == nil {
+				gi.freeNow[k]++
+			}
+		}
 		for i, o := range ni.prod.options {
 			if o.disabled == !g.MIGEnabled && o.layout.Equal(g.Layout()) {
 				gi.currentOpt = i
 			}
 		}
 		gi.changeable, gi.blocker = changeable(gi, n, evictOK)
+		sig := fmt.Sprintf("%t|%d|%s|%v", g.MIGEnabled, gi.currentOpt, g.Layout(), gi.changeable)
+		for _, p := range gi.pods {
+			per, whole, ok := gpuNeeds(p, ni.prod)
+			if ok {
+				ni.podNeeds[p.Key] = podNeed{perProfile: per, whole: whole}
+			}
+			sig += fmt.Sprintf("|%v,%d,%t,%v", per, whole, ok, p.PDBs)
+		}
+		gi.sig = sig
 		ni.gpus = append(ni.gpus, gi)
 	}
 	return ni
