@@ -279,8 +279,9 @@ func unattributedGPUPods(n *Node) string {
 		if attributed[p.Key] {
 			continue
 		}
-		for name := range p.Requests {
-			if _, _, ok := demand.Classify(name); ok {
+		for name, q := range p.Requests {
+			// A pod asking for zero devices holds none, so the agent never attributes it.
+			if _, _, ok := demand.Classify(name); ok && q.Sign() > 0 {
 				missing = append(missing, p.Key.String())
 				break
 			}
@@ -331,6 +332,10 @@ func evictionBlocker(p *corev1.Pod, pdbs []string, budgets *budgets, opts Option
 				return fmt.Sprintf("uses emptyDir volume %q whose data eviction would lose (policy evictEmptyDir is false)", v.Name)
 			}
 		}
+	}
+	// The Eviction API refuses a pod that more than one budget covers, whatever they allow.
+	if len(pdbs) > 1 {
+		return "covered by more than one PodDisruptionBudget (" + strings.Join(pdbs, ", ") + "), which the Eviction API refuses"
 	}
 	for _, key := range pdbs {
 		if budgets.allowed[key] <= 0 {

@@ -1,0 +1,199 @@
+package inventory_test
+
+import (
+	"maps"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+func TestEvictionBlockers(t *testing.T) {
+	const (
+		unmanaged = "not managed by a controller, so nothing would recreate it (policy evictUnmanaged is false)"
+		scratch   = `uses emptyDir volume "scratch" whose data eviction would lose (policy evictEmptyDir is false)`
+	)
+	tests := []struct {
+		name     string
+		pod      []podOpt
+		pdbs     []policyv1.PodDisruptionBudget
+		opts     inventory.Options
+		blocker  string
+		wantPDBs []string
+	}{{
+		name: "a ReplicaSet pod without a budget may be evicted",
+	}, {
+		name:    "do-not-disrupt annotation",
+		pod:     []podOpt{annotated(v1alpha1.AnnotationDoNotDisrupt, "true")},
+		blocker: "annotated gpupool.io/do-not-disrupt",
+	}, {
+		name: "do-not-disrupt with a value other than true does not block",
+		pod:  []podOpt{annotated(v1alpha1.AnnotationDoNotDisrupt, "false")},
+	}, {
+		name:    "do-not-disrupt is reported before every other reason",
+		pod:     []podOpt{annotated(v1alpha1.AnnotationDoNotDisrupt, "true"), ownedBy("apps/v1", "DaemonSet", "agent"), terminating()},
+		blocker: "annotated gpupool.io/do-not-disrupt",
+	}, {
+		name:    "mirror pod of a static pod",
+		pod:     []podOpt{mirror()},
+		blocker: "a static (mirror) pod",
+	}, {
+		name:    "terminating pod",
+		pod:     []podOpt{terminating()},
+		blocker: "already terminating",
+	}, {
+		name:    "DaemonSet pod",
+		pod:     []podOpt{ownedBy("apps/v1", "DaemonSet", "nvidia-device-plugin")},
+		blocker: "a DaemonSet pod",
+	}, {
+		name:    "DaemonSet pod even when unmanaged pods may be evicted",
+		pod:     []podOpt{ownedBy("apps/v1", "DaemonSet", "nvidia-device-plugin")},
+		opts:    inventory.Options{EvictUnmanaged: true, EvictEmptyDir: true},
+		blocker: "a DaemonSet pod",
+	}, {
+		name:    "unmanaged pod with evictUnmanaged false",
+		pod:     []podOpt{unowned()},
+		blocker: unmanaged,
+	}, {
+		name:    "an owner that is not a controller does not manage the pod",
+		pod:     []podOpt{nonControllerOwner()},
+		blocker: unmanaged,
+	}, {
+		name: "unmanaged pod with evictUnmanaged true",
+		pod:  []podOpt{unowned()},
+		opts: inventory.Options{EvictUnmanaged: true},
+	}, {
+		name:    "emptyDir with evictEmptyDir false",
+		pod:     []podOpt{withVolume("config", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}), withVolume("scratch", emptyDir())},
+		blocker: scratch,
+	}, {
+		name: "emptyDir with evictEmptyDir true",
+		pod:  []podOpt{withVolume("scratch", emptyDir())},
+		opts: inventory.Options{EvictEmptyDir: true},
+	}, {
+		name: "volumes other than emptyDir do not block",
+		pod: []podOpt{
+			withVolume("config", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}),
+			withVolume("data", corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}),
+		},
+	}, {
+		name:    "unmanaged is reported before emptyDir",
+		pod:     []podOpt{unowned(), withVolume("scratch", emptyDir())},
+		blocker: unmanaged,
+	}, {
+		name:     "PDB with disruptionsAllowed 0",
+		pod:      []podOpt{labelled("app", "web")},
+		pdbs:     []policyv1.PodDisruptionBudget{pdb("web", "web", 0)},
+		blocker:  "PodDisruptionBudget team/web allows no disruption now",
+		wantPDBs: []string{"team/web"},
+	}, {
+		name:     "PDB with a disruption to spare",
+		pod:      []podOpt{labelled("app", "web")},
+		pdbs:     []policyv1.PodDisruptionBudget{pdb("web", "web", 1)},
+		wantPDBs: []string{"team/web"},
+	}, {
+		// The disruption controller has not recomputed the budget since its spec changed; the
+		// Eviction API answers 429 until it has.
+		name:     "PDB whose status is older than its spec allows nothing",
+		pod:      []podOpt{labelled("app", "web")},
+		pdbs:     []policyv1.PodDisruptionBudget{pdb("web", "web", 2, staleStatus())},
+		blocker:  "PodDisruptionBudget team/web allows no disruption now",
+		wantPDBs: []string{"team/web"},
+	}, {
+		name: "PDB with a nil selector covers nothing",
+		pod:  []podOpt{labelled("app", "web")},
+		pdbs: []policyv1.PodDisruptionBudget{pdb("web", "web", 0, nilSelector())},
+	}, {
+		name: "PDB with an invalid selector covers nothing",
+		pod:  []podOpt{labelled("app", "web")},
+		pdbs: []policyv1.PodDisruptionBudget{pdb("web", "web", 0, invalidSelector())},
+	}, {
+		name: "PDB in another namespace covers nothing",
+		pod:  []podOpt{labelled("app", "web")},
+		pdbs: []policyv1.PodDisruptionBudget{pdb("other/web", "web", 0)},
+	}, {
+		name: "PDB selecting other labels covers nothing",
+		pod:  []podOpt{labelled("app", "web")},
+		pdbs: []policyv1.PodDisruptionBudget{pdb("api", "api", 0)},
+	}, {
+		name:     "a blocked pod still lists its PDBs",
+		pod:      []podOpt{labelled("app", "web"), ownedBy("apps/v1", "DaemonSet", "web")},
+		pdbs:     []policyv1.PodDisruptionBudget{pdb("web", "web", 1)},
+		blocker:  "a DaemonSet pod",
+		wantPDBs: []string{"team/web"},
+	}, {
+		// The Eviction API answers 500 "This pod has more than one PodDisruptionBudget, which the
+		// eviction subresource does not support." whatever either budget allows, so a pod two
+		// budgets cover can never be evicted.
+		name: "pod covered by two PDBs, listed sorted, cannot be evicted",
+		pod:  []podOpt{labelled("app", "web"), labelled("tier", "front")},
+		pdbs: []policyv1.PodDisruptionBudget{
+			pdb("zeta", "web", 1),
+			pdb("alpha", "web", 1, func(b *policyv1.PodDisruptionBudget) {
+				b.Spec.Selector.MatchLabels = map[string]string{"tier": "front"}
+			}),
+		},
+		blocker:  "covered by more than one PodDisruptionBudget (team/alpha, team/zeta), which the Eviction API refuses",
+		wantPDBs: []string{"team/alpha", "team/zeta"},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.Now = now
+			snap := inventory.Build([]corev1.Node{gpuHost(nodeA, nil)}, []v1alpha1.GPUNode{report(nodeA, nil)},
+				[]corev1.Pod{pod("web-0", tc.pod...)}, tc.pdbs, tc.opts)
+			p := podOf(t, snap.Nodes[0], "team/web-0")
+			if p.Blocker != tc.blocker {
+				t.Errorf("Blocker = %q\nwant      %q", p.Blocker, tc.blocker)
+			}
+			if p.Evictable != (tc.blocker == "") {
+				t.Errorf("Evictable = %v with Blocker %q", p.Evictable, p.Blocker)
+			}
+			if !slices.Equal(p.PDBs, tc.wantPDBs) {
+				t.Errorf("PDBs = %q, want %q", p.PDBs, tc.wantPDBs)
+			}
+		})
+	}
+}
+
+func TestDisruptionsAllowed(t *testing.T) {
+	tests := []struct {
+		name string
+		pdbs []policyv1.PodDisruptionBudget
+		want map[string]int32
+	}{{
+		name: "no budgets",
+		want: map[string]int32{},
+	}, {
+		name: "keyed namespace/name, with the computed status",
+		pdbs: []policyv1.PodDisruptionBudget{pdb("web", "web", 2), pdb("other/web", "web", 0), pdb("batch/train", "train", 5)},
+		want: map[string]int32{"team/web": 2, "other/web": 0, "batch/train": 5},
+	}, {
+		name: "a budget whose status is older than its spec allows nothing",
+		pdbs: []policyv1.PodDisruptionBudget{pdb("web", "web", 2, staleStatus())},
+		want: map[string]int32{"team/web": 0},
+	}, {
+		name: "budgets that select nothing are left out",
+		pdbs: []policyv1.PodDisruptionBudget{pdb("nil", "x", 1, nilSelector()), pdb("bad", "x", 1, invalidSelector()), pdb("ok", "x", 1)},
+		want: map[string]int32{"team/ok": 1},
+	}, {
+		name: "a budget that covers no pod is still listed",
+		pdbs: []policyv1.PodDisruptionBudget{pdb("nobody", "nobody", 3)},
+		want: map[string]int32{"team/nobody": 3},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := inventory.Build([]corev1.Node{gpuHost(nodeA, nil)}, []v1alpha1.GPUNode{report(nodeA, nil)},
+				[]corev1.Pod{pod("web-0", labelled("app", "web"))}, tc.pdbs, inventory.Options{Now: now})
+			if snap.DisruptionsAllowed == nil {
+				t.Fatal("DisruptionsAllowed is nil")
+			}
+			if !maps.Equal(snap.DisruptionsAllowed, tc.want) {
+				t.Errorf("DisruptionsAllowed = %v, want %v", snap.DisruptionsAllowed, tc.want)
+			}
+		})
+	}
+}
