@@ -117,7 +117,11 @@ func groupClasses(reqs []demand.Request, d *dims) []*class {
 		c.left++
 		c.multi = c.whole > 1 || slices.ContainsFunc(slices.Collect(maps.Values(c.mig)), func(n int64) bool { return n > 1 })
 	}
-	slices.SortStableFunc(classes, func(a, b *class) int { return cmp.Compare(b.priority, a.priority) })
+	// Within a priority, larger requests first: they are what fragmentation strands, and
+	// placing them first packs better (first fit decreasing); among equals, oldest first.
+	slices.SortStableFunc(classes, func(a, b *class) int {
+		return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(b.slices, a.slices))
+	})
 	for i, c := range classes {
 		c.id = i
 	}

@@ -161,7 +161,6 @@ func (ni *nodeInfo) take(p *planState, c *class, st *state, n int) {
 // fill serves the remaining demand in class order and returns the pods served per class and
 // the score; st is consumed.
 func (ni *nodeInfo) fill(p *planState, st *state, served []int) score {
-	sc := p.newScore()
 	for _, c := range p.classes {
 		served[c.id] = 0
 		if c.left == 0 || !p.eligible(ni, c) {
@@ -171,8 +170,7 @@ func (ni *nodeInfo) fill(p *planState, st *state, served []int) score {
 		if n > 0 {
 			ni.take(p, c, st, n)
 			served[c.id] = n
-			sc.add(p, c, n)
 		}
 	}
-	return sc
+	return p.scoreOf(served)
 }

@@ -10,7 +10,6 @@ import (
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
-	"github.com/gpupool/gpupool/internal/mig"
 )
 
 // planState is one planning pass's working memory.
@@ -72,18 +71,44 @@ func (p *planState) eligible(ni *nodeInfo, c *class) bool {
 	return ok
 }
 
-// score ranks what a change serves: pods per priority tier, highest tier first (a pod of higher
-// priority outweighs any number of lower ones, as with preemption), then GPU compute slices.
+// score ranks what a change serves: GPU compute slices per priority tier, highest tier first
+// (demand of higher priority outweighs any amount of lower, as with preemption). Slices rather
+// than pods, so that large requests, the ones fragmentation strands, are not starved by a
+// stream of small ones. Ties go to serving classes earlier in serving order (larger, then
+// older requests), then to more pods.
 type score struct {
-	tiers  []int
-	slices int
+	tiers []int
+	// byClass is the pods served per class; it shares the proposal's served slice.
+	byClass []int
+	pods    int
 }
 
-func (p *planState) newScore() score { return score{tiers: make([]int, len(p.tiers))} }
+func (p *planState) newScore() score {
+	return score{tiers: make([]int, len(p.tiers)), byClass: make([]int, len(p.classes))}
+}
 
-func (s *score) add(p *planState, c *class, n int) {
-	s.tiers[p.tierOf[c.id]] += n
-	s.slices += c.slices * n
+// scoreOf scores pods served per class, sharing the served slice.
+func (p *planState) scoreOf(served []int) score {
+	sc := score{tiers: make([]int, len(p.tiers)), byClass: served}
+	for _, c := range p.classes {
+		if n := served[c.id]; n > 0 {
+			sc.tiers[p.tierOf[c.id]] += c.slices * n
+			sc.pods += n
+		}
+	}
+	return sc
+}
+
+// plus is the score of serving both s and o.
+func (s score) plus(o score) score {
+	out := score{tiers: slices.Clone(s.tiers), byClass: slices.Clone(s.byClass), pods: s.pods + o.pods}
+	for i, v := range o.tiers {
+		out.tiers[i] += v
+	}
+	for i, v := range o.byClass {
+		out.byClass[i] += v
+	}
+	return out
 }
 
 func (s score) compare(o score) int {
@@ -92,11 +117,12 @@ func (s score) compare(o score) int {
 			return c
 		}
 	}
-	return cmp.Compare(s.slices, o.slices)
-}
-
-func (s score) zero() bool {
-	return s.slices == 0 && !slices.ContainsFunc(s.tiers, func(n int) bool { return n > 0 })
+	for i := range s.byClass {
+		if c := cmp.Compare(s.byClass[i], o.byClass[i]); c != 0 {
+			return c
+		}
+	}
+	return cmp.Compare(s.pods, o.pods)
 }
 
 // proposal is the best change found for one node against the current remaining demand.
@@ -136,7 +162,7 @@ func Plan(in Input) (*Result, error) {
 	}
 	approval := spec.Disruption.Approval
 	p.evictOK = approval != v1alpha1.ApprovalAutoIdle
-	cat := &catalog{entries: spec.Catalog, products: map[*mig.Product]*productInfo{}}
+	cat := &catalog{entries: spec.Catalog, products: map[catalogKey]*productInfo{}}
 	for _, n := range pool {
 		p.nodes = append(p.nodes, newNodeInfo(n, cat, d, &in, len(p.classes), p.evictOK))
 	}
@@ -322,17 +348,13 @@ func (p *planState) greedy(budget int, steps map[*nodeInfo]*proposal) {
 			}
 			continue
 		}
+		if p.thorough() {
+			top = p.bestImproved(h, top, version, budget-len(steps))
+		} else {
+			top = p.improve(top)
+		}
 		steps[top.node] = top
-		for _, c := range p.classes {
-			c.left -= top.served[c.id]
-		}
-		for _, gi := range changedGPUs(top) {
-			for _, pod := range gi.pods {
-				for _, key := range pod.PDBs {
-					p.pdbLeft[key]--
-				}
-			}
-		}
+		p.consume(top, -1)
 		version++
 	}
 }
@@ -383,7 +405,7 @@ func (p *planState) propose(ni *nodeInfo, version int) *proposal {
 			trial := slices.Clone(ch)
 			for k := pos; k < len(order); k++ {
 				g := order[k]
-				if trial[g] != keep {
+				if trial[g] != keep || ni.gpus[g].currentOpt == o {
 					continue
 				}
 				trial[g] = o
@@ -395,6 +417,7 @@ func (p *planState) propose(ni *nodeInfo, version int) *proposal {
 					winner = cand
 					winner.choice = slices.Clone(trial)
 					winner.served = slices.Clone(scratch)
+					winner.gain.byClass = winner.served
 				}
 				if !p.needsMore(ni, cand) {
 					break
@@ -417,6 +440,165 @@ func (p *planState) propose(ni *nodeInfo, version int) *proposal {
 	}
 	best.version = version
 	return best
+}
+
+// thoroughLimit is the pool size (in GPUs) up to which every acceptance compares the polished
+// proposals of all nodes instead of polishing only the greedy favourite. On small pools the
+// choice of node is most of the answer and the search is cheap; on large ones the greedy
+// order is good and the extra search would cost seconds.
+const thoroughLimit = 64
+
+func (p *planState) thorough() bool {
+	gpus := 0
+	for _, ni := range p.nodes {
+		gpus += len(ni.gpus)
+	}
+	return gpus <= thoroughLimit
+}
+
+// bestImproved polishes the top proposal and every other node's current proposal, each from
+// its greedy choice and from no change at all, and returns the one that serves the most
+// together with the best next step it leaves possible (a one-step look-ahead: the node whose
+// capacity only it can offer a pod is chosen for that pod). The others go back on the heap.
+func (p *planState) bestImproved(h *proposalHeap, top *proposal, version int, budgetLeft int) *proposal {
+	candidates := []*proposal{top}
+	for h.Len() > 0 {
+		pr := heap.Pop(h).(*proposal)
+		if pr.version != version {
+			pr = p.propose(pr.node, version)
+		}
+		if pr != nil {
+			candidates = append(candidates, pr)
+		}
+	}
+	var best *proposal
+	var bestTotal score
+	for _, pr := range candidates {
+		for _, polished := range p.alternatives(pr, version) {
+			total := polished.gain
+			if budgetLeft > 1 {
+				total = total.plus(p.nextBest(polished, candidates, version))
+			}
+			if best == nil || total.compare(bestTotal) > 0 ||
+				(total.compare(bestTotal) == 0 && proposalHeap([]*proposal{polished, best}).Less(0, 1)) {
+				best, bestTotal = polished, total
+			}
+		}
+	}
+	for _, pr := range candidates {
+		if pr.node != best.node {
+			heap.Push(h, pr)
+		}
+	}
+	return best
+}
+
+// alternatives are the polished proposals worth comparing for one node: from its greedy
+// choice, from no change, and, for each class the greedy choice serves, without that class,
+// so that a node can leave a pod to another node that has room for it.
+func (p *planState) alternatives(pr *proposal, version int) []*proposal {
+	var out []*proposal
+	keepIfChanged := func(cand *proposal) {
+		if cand != nil && cand.changed > 0 {
+			cand.version = version
+			out = append(out, cand)
+		}
+	}
+	keepIfChanged(p.improve(pr))
+	if base := p.evaluate(pr.node, keepAll(len(pr.node.gpus)), make([]int, len(p.classes))); base != nil {
+		keepIfChanged(p.improve(base))
+	}
+	for _, c := range p.classes {
+		if pr.served[c.id] == 0 {
+			continue
+		}
+		left := c.left
+		c.left = 0
+		var choice choice
+		if alt := p.propose(pr.node, version); alt != nil {
+			choice = p.improve(alt).choice
+		}
+		c.left = left
+		if choice != nil {
+			// Judge the layouts chosen without c against the whole demand again.
+			keepIfChanged(p.evaluate(pr.node, choice, make([]int, len(p.classes))))
+		}
+	}
+	return out
+}
+
+// nextBest is the gain of the best proposal on another node once pr is accepted.
+func (p *planState) nextBest(pr *proposal, candidates []*proposal, version int) score {
+	p.consume(pr, -1)
+	defer p.consume(pr, +1)
+	best := p.newScore()
+	for _, other := range candidates {
+		if other.node == pr.node {
+			continue
+		}
+		if next := p.propose(other.node, version); next != nil && next.gain.compare(best) > 0 {
+			best = next.gain
+		}
+	}
+	return best
+}
+
+// consume takes (sign -1) or gives back (+1) the demand and PDB budget a proposal uses.
+func (p *planState) consume(pr *proposal, sign int) {
+	for _, c := range p.classes {
+		c.left += sign * pr.served[c.id]
+	}
+	var evicted []types.NamespacedName
+	for _, gi := range changedGPUs(pr) {
+		for _, pod := range gi.pods {
+			if containsKey(evicted, pod.Key) {
+				continue
+			}
+			evicted = append(evicted, pod.Key)
+			for _, key := range pod.PDBs {
+				p.pdbLeft[key] += int32(sign)
+			}
+		}
+	}
+}
+
+// improve polishes an accepted proposal by local search: it moves to the best single-GPU
+// change (another layout, or back to the current one) while that serves more, or the same
+// with less disruption or stranding. The GPU-by-GPU greedy in propose commits to a layout for
+// one GPU before it sees the next; on the few nodes a plan changes, this repairs those early
+// choices (a 4g+3g that should have been 3g+3g, a GPU changed for nothing) at little cost.
+func (p *planState) improve(pr *proposal) *proposal {
+	ni := pr.node
+	order := p.changeOrder(ni)
+	scratch := make([]int, len(p.classes))
+	for range 2 * len(ni.gpus) {
+		var next *proposal
+		for _, gpu := range order {
+			gi := ni.gpus[gpu]
+			for o := keep; o < len(ni.prod.options); o++ {
+				if o == pr.choice[gpu] || (o != keep && o == gi.currentOpt) {
+					continue
+				}
+				trial := slices.Clone(pr.choice)
+				trial[gpu] = o
+				cand := p.evaluate(ni, trial, scratch)
+				if cand == nil || cand.changed == 0 || !better(cand, pr, p, ni) {
+					continue
+				}
+				if next == nil || better(cand, next, p, ni) {
+					cand.served = slices.Clone(scratch)
+					cand.gain.byClass = cand.served
+					next = cand
+				}
+			}
+		}
+		if next == nil {
+			break
+		}
+		next.version = pr.version
+		pr = next
+	}
+	return pr
 }
 
 // saturated is true when a proposal serves every remaining pod that may run on the node:
@@ -502,14 +684,20 @@ func (p *planState) leftover(ni *nodeInfo, pr *proposal) int {
 // PodDisruptionBudget.
 func (p *planState) evaluate(ni *nodeInfo, ch choice, served []int) *proposal {
 	var pdbUse map[string]int32
+	var evicted []types.NamespacedName
 	pr := &proposal{node: ni, choice: ch, leftover: -1}
 	for i, gi := range ni.gpus {
 		if ch[i] == keep {
 			continue
 		}
 		pr.changed++
-		pr.evictions += len(gi.pods)
 		for _, pod := range gi.pods {
+			// A pod holding instances on several changed GPUs is evicted once.
+			if containsKey(evicted, pod.Key) {
+				continue
+			}
+			evicted = append(evicted, pod.Key)
+			pr.evictions++
 			for _, key := range pod.PDBs {
 				if pdbUse == nil {
 					pdbUse = map[string]int32{}

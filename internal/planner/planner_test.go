@@ -1,10 +1,12 @@
 package planner_test
 
 import (
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
@@ -293,4 +295,34 @@ func TestRepartitionPlanObject(t *testing.T) {
 	g.Expect(planner.MIGConfigName([]planner.GPUTarget{{MIGEnabled: true}})).
 		NotTo(Equal(planner.MIGConfigName([]planner.GPUTarget{{MIGEnabled: false}})), "MIG on with no instance is not MIG off")
 	g.Expect((&planner.Result{}).RepartitionPlan(pol, now)).To(BeNil())
+}
+
+func TestRepartitionPlanNamesStayValidForLongPolicyNames(t *testing.T) {
+	g := NewWithT(t)
+	pol := policy()
+	pol.Name = strings.Repeat("p", 15) + "-" + strings.Repeat("q", 234)
+	plan := newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7").pending("t", mig1("7g.141gb")).
+		plan(pol).RepartitionPlan(pol, now)
+	g.Expect(plan).NotTo(BeNil())
+	g.Expect(validation.IsDNS1123Subdomain(plan.Name)).To(BeEmpty(), plan.Name)
+	g.Expect(plan.Labels).NotTo(HaveKey(planner.LabelPolicy), "a 250-character name is no label value")
+	g.Expect(plan.OwnerReferences[0].Name).To(Equal(pol.Name))
+}
+
+func TestNodeWithoutCatalogEntryDoesNotHideTheProductFromOthers(t *testing.T) {
+	g := NewWithT(t)
+	c := newCluster(t).
+		node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
+		node("gpu-2", "NVIDIA-H200", "1g.18gb:7").
+		pending("t", mig1("7g.141gb"))
+	// Both are H200s, but only gpu-2's board (SXM) has a catalog entry; gpu-1 (NVL) has none.
+	c.nodes[0].Labels[v1alpha1.LabelGPUProduct] = "NVIDIA-H200-NVL"
+	c.gpuNodes[0].Status.GPUs[0].Product = "NVIDIA H200 NVL"
+	c.nodes[1].Labels[v1alpha1.LabelGPUProduct] = "NVIDIA-H200-SXM"
+	c.gpuNodes[1].Status.GPUs[0].Product = "NVIDIA H200 SXM"
+	pol := policy(catalog("H200-SXM", false, "7g.141gb", "1g.18gb"))
+	res := c.plan(pol)
+	g.Expect(res.Served).To(ConsistOf(pod("t")))
+	g.Expect(res.Steps).To(HaveLen(1))
+	g.Expect(res.Steps[0].Node).To(Equal("gpu-2"))
 }

@@ -77,7 +77,15 @@ type nodeInfo struct {
 // catalog resolves the policy's catalog against GPU products.
 type catalog struct {
 	entries  []v1alpha1.CatalogEntry
-	products map[*mig.Product]*productInfo
+	products map[catalogKey]*productInfo
+}
+
+// catalogKey caches per product and entry: two entries may name one built-in product (SXM and
+// PCIe boards) with different profile lists, and a node matching no entry must not poison
+// the product's cache for the nodes that do.
+type catalogKey struct {
+	product *mig.Product
+	entry   *v1alpha1.CatalogEntry
 }
 
 // entryFor finds the catalog entry for a GPU: a case-insensitive substring match of the entry's
@@ -96,7 +104,8 @@ func (c *catalog) entryFor(names ...string) *v1alpha1.CatalogEntry {
 }
 
 func (c *catalog) info(p *mig.Product, entry *v1alpha1.CatalogEntry) *productInfo {
-	if pi, ok := c.products[p]; ok {
+	key := catalogKey{p, entry}
+	if pi, ok := c.products[key]; ok {
 		return pi
 	}
 	pi := &productInfo{product: p, index: map[string]int{}}
@@ -119,7 +128,7 @@ func (c *catalog) info(p *mig.Product, entry *v1alpha1.CatalogEntry) *productInf
 	if pi.wholeOK {
 		pi.options = append(pi.options, option{layout: mig.Layout{}, counts: make([]int, len(pi.names)), disabled: true})
 	}
-	c.products[p] = pi
+	c.products[key] = pi
 	return pi
 }
 
@@ -168,6 +177,9 @@ func poolNodes(snap *inventory.Snapshot, policy *v1alpha1.GPUPoolPolicy) ([]*inv
 	return out, nil
 }
 
+// noEntry stands for "the catalog has nothing for this product": nothing may be configured.
+var noEntry = v1alpha1.CatalogEntry{}
+
 // newNodeInfo decides what the planner may do on one pool node.
 func newNodeInfo(n *inventory.Node, cat *catalog, d *dims, in *Input, classes int, evictOK bool) *nodeInfo {
 	ni := &nodeInfo{node: n, free: d.free(n), eligible: make([]int8, classes)}
@@ -207,7 +219,7 @@ func newNodeInfo(n *inventory.Node, cat *catalog, d *dims, in *Input, classes in
 			ni.blocker = fmt.Sprintf("the policy's catalog has no entry for %s", product.Name)
 		}
 		// Pods may still land in its current free instances.
-		entry = &v1alpha1.CatalogEntry{}
+		entry = &noEntry
 	}
 	ni.prod = cat.info(product, entry)
 	ni.podNeeds = map[types.NamespacedName]podNeed{}

@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -58,15 +60,21 @@ func (r *Result) RepartitionPlan(policy *v1alpha1.GPUPoolPolicy, now time.Time) 
 	spec.Expected.StrandedAfter = counts(r.StrandedAfter)
 	spec.Hash = hashSteps(spec.Steps)
 
-	name := fmt.Sprintf("%s-%s-%s", policy.Name, now.UTC().Format("20060102"), spec.Hash[:8])
-	if len(name) > 253 {
-		name = name[len(name)-253:]
+	suffix := fmt.Sprintf("-%s-%s", now.UTC().Format("20060102"), spec.Hash[:8])
+	prefix := policy.Name
+	if len(prefix)+len(suffix) > validation.DNS1123SubdomainMaxLength {
+		prefix = strings.TrimRight(prefix[:validation.DNS1123SubdomainMaxLength-len(suffix)], "-.")
+	}
+	labels := map[string]string{}
+	if len(validation.IsValidLabelValue(policy.Name)) == 0 {
+		// Longer policy names cannot be label values; the owner reference still says it.
+		labels[LabelPolicy] = policy.Name
 	}
 	return &v1alpha1.RepartitionPlan{
 		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "RepartitionPlan"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:   name,
-			Labels: map[string]string{LabelPolicy: policy.Name},
+			Name:   prefix + suffix,
+			Labels: labels,
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: v1alpha1.GroupVersion.String(), Kind: "GPUPoolPolicy", Name: policy.Name, UID: policy.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),

@@ -1,0 +1,443 @@
+package planner_test
+
+// An independent model of what a node offers pending pods, written from design.md sections 5
+// and 6 and the inventory and demand packages rather than from the planner's code, so that
+// property and optimality tests check the planner against a second opinion.
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/planner"
+)
+
+// space fixes the order of the capacity vectors the model compares: one entry per MIG profile
+// of the product (canonical names, in the product's order), one for whole GPUs (MIG off, no pod), then
+// the non-GPU resources pending pods request.
+type space struct {
+	prod     *mig.Product
+	profiles map[string]int
+	res      []corev1.ResourceName
+}
+
+// newSpace lays out the vectors for one product and the resources the pending pods request.
+func newSpace(prod *mig.Product, pending []demand.Request) *space {
+	sp := &space{prod: prod, profiles: map[string]int{}}
+	for i, pr := range prod.Profiles {
+		sp.profiles[pr.Name] = i
+	}
+	for _, r := range pending {
+		for name := range r.Requests {
+			if _, _, gpu := demand.Classify(name); !gpu && !slices.Contains(sp.res, name) {
+				sp.res = append(sp.res, name)
+			}
+		}
+	}
+	slices.Sort(sp.res)
+	return sp
+}
+
+// wholeDim is the position of whole GPUs in a vector.
+func (sp *space) wholeDim() int { return len(sp.prod.Profiles) }
+
+// size is the length of a vector.
+func (sp *space) size() int { return len(sp.prod.Profiles) + 1 + len(sp.res) }
+
+// amount reads a quantity the way the scheduler compares it: CPU in millicores, the rest in units.
+func amount(list corev1.ResourceList, name corev1.ResourceName) int64 {
+	q, ok := list[name]
+	if !ok {
+		return 0
+	}
+	if name == corev1.ResourceCPU {
+		return q.MilliValue()
+	}
+	return q.Value()
+}
+
+// gpuVector is the GPU part of a resource list; ok is false when it asks for something no
+// layout of the product provides (shared replicas, a profile the product lacks).
+func (sp *space) gpuVector(list corev1.ResourceList) ([]int64, bool) {
+	v := make([]int64, sp.size())
+	for name, q := range list {
+		kind, profile, gpu := demand.Classify(name)
+		if !gpu {
+			continue
+		}
+		switch kind {
+		case demand.KindGPU:
+			v[sp.wholeDim()] += q.Value()
+		case demand.KindMIG:
+			pr, ok := sp.prod.Profile(profile)
+			if !ok {
+				return nil, false
+			}
+			v[sp.profiles[pr.Name]] += q.Value()
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// podVector is everything a pending pod takes from a node.
+func (sp *space) podVector(list corev1.ResourceList) ([]int64, bool) {
+	v, ok := sp.gpuVector(list)
+	if !ok {
+		return nil, false
+	}
+	for i, name := range sp.res {
+		v[sp.wholeDim()+1+i] = amount(list, name)
+	}
+	return v, true
+}
+
+// covers reports whether capacity holds need in every dimension.
+func covers(capacity, need []int64) bool {
+	for i := range need {
+		if need[i] > capacity[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// subtract takes need from capacity.
+func subtract(capacity, need []int64) {
+	for i := range need {
+		capacity[i] -= need[i]
+	}
+}
+
+// add adds v to sum.
+func add(sum, v []int64) {
+	for i := range v {
+		sum[i] += v[i]
+	}
+}
+
+// target is one GPU's layout after a change; off is MIG disabled.
+type target struct {
+	off    bool
+	layout mig.Layout
+}
+
+// nodeModel is one pool node with what the rules let the planner do to it.
+type nodeModel struct {
+	node *inventory.Node
+	// schedulable: pending pods may land on it (no blocker, not cordoned).
+	schedulable bool
+	// changeable: the planner may re-carve some of its GPUs.
+	changeable bool
+	// gpuChangeable says, per GPU position, whether that GPU may take a new layout.
+	gpuChangeable []bool
+}
+
+// world is a planning input seen through the model.
+type world struct {
+	in      planner.Input
+	sp      *space
+	nodes   []*nodeModel
+	options []target // targets the catalog allows, for every GPU of the product
+	allowed []string // canonical catalog profiles
+	wholeOK bool
+	budget  int // nodes the plan may change
+	evictOK bool
+}
+
+// newWorld models the pool of a single-product input.
+func newWorld(in planner.Input, prod *mig.Product) *world {
+	w := &world{in: in, sp: newSpace(prod, in.Pending)}
+	spec := &in.Policy.Spec
+	w.evictOK = spec.Disruption.Approval != v1alpha1.ApprovalAutoIdle
+	hasEntry := false
+	for _, e := range spec.Catalog {
+		if e.Product != prod.Name {
+			continue
+		}
+		hasEntry = true
+		w.wholeOK = e.AllowWholeGPU
+		for _, name := range e.MIGProfiles {
+			if pr, ok := prod.Profile(string(name)); ok && !slices.Contains(w.allowed, pr.Name) {
+				w.allowed = append(w.allowed, pr.Name)
+			}
+		}
+	}
+	if len(w.allowed) > 0 {
+		for _, l := range prod.MaximalLayoutsOf(w.allowed) {
+			w.options = append(w.options, target{layout: l})
+		}
+	}
+	if w.wholeOK {
+		w.options = append(w.options, target{off: true, layout: mig.Layout{}})
+	}
+	for _, n := range in.Snapshot.Nodes {
+		if n.Object.Labels["pool"] != "a" {
+			continue
+		}
+		nm := &nodeModel{node: n}
+		nm.schedulable = n.Blocker == "" && !n.Object.Spec.Unschedulable
+		nm.changeable = nm.schedulable && in.Frozen[n.Name] == "" && len(n.GPUs) > 0 && hasEntry && len(w.options) > 0
+		for _, g := range n.GPUs {
+			nm.gpuChangeable = append(nm.gpuChangeable, nm.changeable && w.gpuMayChange(n, g))
+		}
+		w.nodes = append(w.nodes, nm)
+	}
+	w.budget = max(0, maxDisruptedNodes(spec.Disruption.MaxDisruptedNodes, len(w.nodes))-in.InFlight)
+	return w
+}
+
+// maxDisruptedNodes resolves the policy's maxDisruptedNodes for a pool: a count, or a
+// percentage of the pool's nodes rounded up; 1 when unset.
+func maxDisruptedNodes(v *intstr.IntOrString, poolNodes int) int {
+	if v == nil {
+		return 1
+	}
+	if v.Type == intstr.Int {
+		return v.IntValue()
+	}
+	pct, err := strconv.Atoi(strings.TrimSuffix(v.StrVal, "%"))
+	if err != nil {
+		return 0
+	}
+	return (pct*poolNodes + 99) / 100
+}
+
+// gpuMayChange applies the safety rule: a GPU changes only when nothing outside Kubernetes
+// uses it and every pod on it may be evicted under the policy.
+func (w *world) gpuMayChange(n *inventory.Node, g *inventory.GPU) bool {
+	if g.Error != "" || g.Product == nil {
+		return false
+	}
+	for _, in := range g.Instances {
+		if in.Busy && in.Pod == nil {
+			return false
+		}
+	}
+	for _, key := range g.Pods {
+		p := n.Pod(key)
+		if p == nil || !p.Evictable {
+			return false
+		}
+	}
+	return len(g.Pods) == 0 || w.evictOK
+}
+
+// isCurrent reports whether a target is what the GPU has now, so choosing it changes nothing.
+func isCurrent(g *inventory.GPU, t target) bool {
+	if t.off {
+		return !g.MIGEnabled
+	}
+	return g.MIGEnabled && t.layout.Equal(g.Layout())
+}
+
+// capacity is what the node offers pending pods once the GPUs in change (by position) take
+// their targets and the pods those changes evict have taken their GPUs back: evicted pods
+// return as pending and must fit on their node again, and their CPU and memory stay counted
+// as requested. ok is false when they do not fit again.
+func (w *world) capacity(nm *nodeModel, change map[int]target) (capacity []int64, evicted []types.NamespacedName, ok bool) {
+	sp := w.sp
+	capacity = make([]int64, sp.size())
+	gone := map[types.NamespacedName]bool{}
+	for pos := range change {
+		for _, key := range nm.node.GPUs[pos].Pods {
+			if !gone[key] {
+				gone[key] = true
+				evicted = append(evicted, key)
+			}
+		}
+	}
+	slices.SortFunc(evicted, compareKeys)
+	for pos, g := range nm.node.GPUs {
+		if t, changed := change[pos]; changed {
+			if t.off {
+				capacity[sp.wholeDim()]++
+				continue
+			}
+			for name, n := range t.layout {
+				pr, found := sp.prod.Profile(name)
+				if !found {
+					return nil, nil, false
+				}
+				capacity[sp.profiles[pr.Name]] += int64(n)
+			}
+			continue
+		}
+		if !g.MIGEnabled {
+			free := true
+			for _, key := range g.Pods {
+				free = free && gone[key]
+			}
+			if free {
+				capacity[sp.wholeDim()]++
+			}
+			continue
+		}
+		for _, in := range g.Instances {
+			free := in.Pod == nil && !in.Busy
+			if in.Pod != nil && gone[*in.Pod] {
+				free = true
+			}
+			if !free {
+				continue
+			}
+			if pr, found := sp.prod.Profile(in.Profile); found {
+				capacity[sp.profiles[pr.Name]]++
+			}
+		}
+	}
+	for _, key := range evicted {
+		p := nm.node.Pod(key)
+		if p == nil {
+			return nil, nil, false
+		}
+		need, known := sp.gpuVector(p.Requests)
+		if !known || !covers(capacity, need) {
+			return nil, nil, false
+		}
+		subtract(capacity, need)
+	}
+	for i, name := range sp.res {
+		capacity[sp.wholeDim()+1+i] = nm.node.Free(name)
+	}
+	return capacity, evicted, true
+}
+
+// stepChange reads a step's GPU changes as targets by GPU position.
+func stepChange(nm *nodeModel, s *planner.Step) map[int]target {
+	change := map[int]target{}
+	for _, c := range s.GPUs {
+		pos := slices.IndexFunc(nm.node.GPUs, func(g *inventory.GPU) bool { return g.Index == c.Index })
+		t := target{layout: c.To}
+		for _, gt := range s.Target {
+			if gt.Index == c.Index {
+				t.off = !gt.MIGEnabled
+			}
+		}
+		change[pos] = t
+	}
+	return change
+}
+
+// compareKeys orders pods by namespace, then name.
+func compareKeys(a, b types.NamespacedName) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+}
+
+// pendingPod is a pending pod as the model places it.
+type pendingPod struct {
+	key  types.NamespacedName
+	need []int64
+	// slices is the GPU compute slices the pod asks for (a whole GPU counts 7): the measure
+	// of served demand the planner maximises, per priority tier.
+	slices int
+	// nodes lists the positions (in world.nodes) of the nodes it may run on.
+	nodes []int
+}
+
+// pendingPods models requests: a pod that no layout can hold gets no node.
+func (w *world) pendingPods(reqs []demand.Request) []pendingPod {
+	out := make([]pendingPod, 0, len(reqs))
+	for _, r := range reqs {
+		pp := pendingPod{key: r.Pod, slices: requestSlices(r)}
+		need, ok := w.sp.podVector(r.Requests)
+		if ok {
+			pp.need = need
+			for i, nm := range w.nodes {
+				if match, _ := r.Matches(nm.node.Object); match && nm.schedulable {
+					pp.nodes = append(pp.nodes, i)
+				}
+			}
+		}
+		out = append(out, pp)
+	}
+	return out
+}
+
+// requestSlices weighs a request in GPU compute slices: the number before "g" of each MIG
+// profile, and 7 for a whole GPU.
+func requestSlices(r demand.Request) int {
+	total := 0
+	for _, g := range r.GPUs {
+		switch g.Kind {
+		case demand.KindMIG:
+			n := 0
+			for _, ch := range g.Profile {
+				if ch < '0' || ch > '9' {
+					break
+				}
+				n = n*10 + int(ch-'0')
+			}
+			total += max(n, 1) * int(g.Count)
+		case demand.KindGPU:
+			total += 7 * int(g.Count)
+		}
+	}
+	return total
+}
+
+// placeAll reports whether every pod fits some node it may run on, all at once, given each
+// node's capacity (nil for a node that takes no pod). The search is exact but bounded by limit
+// steps; decided is false when it ran out first.
+func placeAll(pods []pendingPod, capacity [][]int64, limit int) (ok, decided bool) {
+	order := slices.Clone(pods)
+	// Larger profiles first (vectors start with the largest profile), identical pods next to
+	// each other for the symmetry cut below.
+	slices.SortStableFunc(order, func(a, b pendingPod) int {
+		return cmp.Or(slices.Compare(b.need, a.need), slices.Compare(a.nodes, b.nodes))
+	})
+	left := make([][]int64, len(capacity))
+	for i, c := range capacity {
+		left[i] = slices.Clone(c)
+	}
+	steps := 0
+	var dfs func(k, from int) bool
+	dfs = func(k, from int) bool {
+		if k == len(order) {
+			return true
+		}
+		steps++
+		if steps > limit {
+			return false
+		}
+		p := order[k]
+		for _, i := range p.nodes {
+			// Identical consecutive pods take nodes in non-decreasing order.
+			if i < from || left[i] == nil || !covers(left[i], p.need) {
+				continue
+			}
+			subtract(left[i], p.need)
+			next := 0
+			if k+1 < len(order) && identical(order[k+1], p) {
+				next = i
+			}
+			if dfs(k+1, next) {
+				return true
+			}
+			add(left[i], p.need)
+		}
+		return false
+	}
+	for _, p := range order {
+		if p.need == nil || len(p.nodes) == 0 {
+			return false, true
+		}
+	}
+	ok = dfs(0, 0)
+	return ok, ok || steps <= limit
+}
+
+// identical reports whether two pods are interchangeable for placement.
+func identical(a, b pendingPod) bool {
+	return slices.Equal(a.need, b.need) && slices.Equal(a.nodes, b.nodes)
+}
