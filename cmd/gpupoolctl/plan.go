@@ -1,0 +1,441 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/planner"
+	"github.com/gpupool/gpupool/internal/snapshot"
+)
+
+// planOutput is the -o json/yaml document: one object, whatever the number of policies, so
+// that scripts can pipe it to jq without caring how the pool is split.
+type planOutput struct {
+	Plans    []*v1alpha1.RepartitionPlan `json:"plans"`
+	Unserved []unservedOutput            `json:"unserved"`
+	Stranded strandedOutput              `json:"stranded"`
+}
+
+type unservedOutput struct {
+	Pod     string `json:"pod"`
+	Policy  string `json:"policy,omitempty"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+type strandedOutput struct {
+	Before map[string]int `json:"before"`
+	After  map[string]int `json:"after"`
+}
+
+const planHelp = `Plan offline: the RepartitionPlans gpupool would propose for a saved cluster snapshot.
+
+Usage:
+  %[1]s plan -f FILE [-o table|json|yaml] [--now RFC3339] [--policy NAME]
+
+Take the snapshot with:
+  kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml > snapshot.yaml
+
+FILE is that List (YAML or JSON), a stream of YAML documents or JSON objects, or a single
+object; "-" reads stdin. Nodes, Pods, PodDisruptionBudgets, GPUNodes and GPUPoolPolicies are
+read; other kinds are counted and ignored. Each policy is planned on the nodes its
+nodeSelector picks; a node two policies select is left alone by both.
+
+Output: a table by default; -o json (or yaml) prints one object
+  {"plans": [RepartitionPlan...], "unserved": [{"pod", "policy", "reason", "message"}...],
+   "stranded": {"before": {profile: count}, "after": {profile: count}}}
+
+Exit status: 0 on success, also when nothing needs to change; 2 when the input is unreadable
+or invalid, with one line naming the object ("item N" is .items[N]) and the field.
+
+Flags:
+`
+
+// runPlan is the plan subcommand.
+func runPlan(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name+" plan", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var file, output, nowText, policy string
+	fs.StringVar(&file, "f", "", "snapshot `FILE` to plan, or - for stdin (required)")
+	fs.StringVar(&file, "filename", "", "same as -f")
+	fs.StringVar(&output, "o", "table", "output `format`: table, json or yaml")
+	fs.StringVar(&output, "output", "table", "same as -o")
+	fs.StringVar(&nowText, "now", "", "planning `time` (RFC 3339); default: the newest timestamp in the input, else the current time")
+	fs.StringVar(&policy, "policy", "", "plan only the GPUPoolPolicy of this `NAME`; default: every policy in the input")
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "%s plan: %s\n", name, fmt.Sprintf(format, a...))
+		return exitInvalid
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, planHelp, name)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return exitOK
+		}
+		return fail("%v (see %s plan --help)", err, name)
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fail("unexpected argument %q: name the snapshot with -f (see %s plan --help)", fs.Arg(0), name)
+	case file == "":
+		return fail("-f FILE is required: the snapshot to plan, or - for stdin (see %s plan --help)", name)
+	case output != "table" && output != "json" && output != "yaml":
+		return fail("-o %q: want table, json or yaml", output)
+	}
+	var override time.Time
+	if nowText != "" {
+		t, err := time.Parse(time.RFC3339, nowText)
+		if err != nil {
+			return fail("--now %q: want an RFC 3339 time such as 2026-11-29T12:00:00Z", nowText)
+		}
+		override = t.UTC()
+	}
+
+	snap, err := readSnapshot(file, stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return exitInvalid
+	}
+	for _, w := range snap.Warnings {
+		fmt.Fprintf(stderr, "%s: warning: %s\n", name, w)
+	}
+	now := snap.PlanningTime(override, time.Now)
+	rep, err := snap.Plan(snapshot.Options{Now: now, Policy: policy})
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return exitInvalid
+	}
+
+	switch output {
+	case "json", "yaml":
+		err = writeDocument(stdout, rep, output)
+	default:
+		err = writeTable(stdout, rep, snap, override.IsZero())
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: writing the plan: %v\n", name, err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+func readSnapshot(file string, stdin io.Reader) (*snapshot.Snapshot, error) {
+	if file == "-" {
+		return snapshot.Read(stdin)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading the snapshot: %w", err)
+	}
+	defer f.Close()
+	snap, err := snapshot.Read(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return snap, nil
+}
+
+// document builds the -o json/yaml object.
+func document(rep *snapshot.Report) planOutput {
+	out := planOutput{
+		Plans:    []*v1alpha1.RepartitionPlan{},
+		Unserved: []unservedOutput{},
+		Stranded: strandedOutput{Before: nonZero(rep.StrandedBefore), After: nonZero(rep.StrandedAfter)},
+	}
+	for _, pr := range rep.Policies {
+		if pr.Plan != nil {
+			out.Plans = append(out.Plans, pr.Plan)
+		}
+	}
+	for _, u := range rep.Unserved {
+		out.Unserved = append(out.Unserved, unservedOutput{
+			Pod: u.Pod.String(), Policy: u.Policy, Reason: string(u.Reason), Message: u.Message})
+	}
+	return out
+}
+
+func nonZero(m map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range m {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func writeDocument(w io.Writer, rep *snapshot.Report, format string) error {
+	data, err := json.MarshalIndent(document(rep), "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding JSON: %w", err)
+	}
+	if format == "yaml" {
+		if data, err = yaml.JSONToYAML(data); err != nil {
+			return fmt.Errorf("encoding YAML: %w", err)
+		}
+	} else {
+		data = append(data, '\n')
+	}
+	_, err = w.Write(data)
+	return err
+}
+
+// tableWidth is where long messages wrap, so the table reads in a 100-column terminal.
+const tableWidth = 96
+
+// listLimit is how many pod names a line lists before summarising the rest.
+const listLimit = 8
+
+// writeTable renders the report for a person.
+func writeTable(w io.Writer, rep *snapshot.Report, snap *snapshot.Snapshot, defaultNow bool) error {
+	ew := &errWriter{w: w}
+	for i, pr := range rep.Policies {
+		if i > 0 {
+			ew.printf("\n")
+		}
+		writePolicy(ew, &pr, rep.Unserved)
+	}
+	ew.printf("\n")
+	when := rep.Now.UTC().Format(time.RFC3339)
+	switch {
+	case !defaultNow:
+		ew.printf("Planned at %s (--now).\n", when)
+	case snap.Newest.Equal(rep.Now):
+		ew.printf("Planned at %s, the newest timestamp in the input (set --now to change it).\n", when)
+	default:
+		ew.printf("Planned at %s, the current time: the input carries no timestamp.\n", when)
+	}
+	if n := snap.IgnoredCount(); n > 0 {
+		kinds := make([]string, 0, len(snap.Ignored))
+		for _, k := range sortedKeys(snap.Ignored) {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, snap.Ignored[k]))
+		}
+		ew.printf("Ignored %d objects of other kinds (%s).\n", n, strings.Join(kinds, ", "))
+	}
+	return ew.err
+}
+
+func writePolicy(ew *errWriter, pr *snapshot.PolicyReport, unserved []snapshot.UnservedPod) {
+	res := pr.Result
+	approval := pr.Policy.Spec.Disruption.Approval
+	if approval == "" {
+		approval = v1alpha1.ApprovalManual
+	}
+	ew.printf("Policy %s: %s, budget %s, %s pending, approval %s\n", pr.Policy.Name,
+		plural(res.PoolNodes, "node"), plural(res.Budget, "node"), plural(pr.Pending, "pod"), approval)
+	if pr.Policy.Spec.Planning.Paused {
+		ew.printf("  Planning is paused (spec.planning.paused): no plan is proposed.\n")
+	}
+	if pr.Plan == nil {
+		ew.printf("  No change: %s.\n", noChangeReason(pr))
+	} else {
+		writePlan(ew, pr, approval)
+	}
+	for _, node := range sortedKeys(pr.Frozen) {
+		ew.printf("  Left alone: node %s (%s).\n", node, pr.Frozen[node])
+	}
+	if len(res.Served) > 0 {
+		ew.wrap("  ", "    ", fmt.Sprintf("Served once the plan is done: %s: %s.", plural(len(res.Served), "pod"), podList(res.Served)))
+	}
+	if len(res.FitsNow) > 0 {
+		ew.wrap("  ", "    ", fmt.Sprintf("Fit the current layout, no change needed (the scheduler should place them): %s: %s.",
+			plural(len(res.FitsNow), "pod"), podList(res.FitsNow)))
+	}
+	var mine []snapshot.UnservedPod
+	for _, u := range unserved {
+		if u.Policy == pr.Policy.Name {
+			mine = append(mine, u)
+		}
+	}
+	if len(mine) == 0 {
+		ew.printf("  Unserved: none.\n")
+	} else {
+		ew.printf("  Unserved: %s.\n", plural(len(mine), "pod"))
+		for _, u := range mine {
+			ew.printf("    %s  %s\n", u.Pod, u.Reason)
+			ew.wrap("      ", "      ", u.Message)
+		}
+	}
+	if len(pr.Waiting) > 0 {
+		ew.printf("  Not demand yet: %s.\n", plural(len(pr.Waiting), "pod"))
+		for _, sk := range pr.Waiting {
+			ew.wrap("    ", "      ", fmt.Sprintf("%s: %s", sk.Pod, sk.Reason))
+		}
+	}
+	writeStranded(ew, res)
+}
+
+func noChangeReason(pr *snapshot.PolicyReport) string {
+	res := pr.Result
+	switch {
+	case pr.Policy.Spec.Planning.Paused:
+		return "planning is paused"
+	case pr.Pending == 0:
+		return "no pending GPU pod needs this pool"
+	case len(res.Unserved) == 0:
+		return "every pending pod fits the current layout"
+	case res.Budget == 0:
+		return "the disruption budget allows no node to change"
+	}
+	return "no change the policy allows serves a pending pod (see Unserved)"
+}
+
+func writePlan(ew *errWriter, pr *snapshot.PolicyReport, approval v1alpha1.ApprovalMode) {
+	plan := pr.Plan
+	gpus, evictions := 0, 0
+	for _, s := range plan.Spec.Steps {
+		gpus += len(s.GPUs)
+		evictions += len(s.Evictions)
+	}
+	evicts := "evicts no pod"
+	if evictions > 0 {
+		evicts = "evicts " + plural(evictions, "pod")
+	}
+	gate := "waits for approval"
+	switch {
+	case approval == v1alpha1.ApprovalAuto, approval == v1alpha1.ApprovalAutoIdle && !plan.Spec.Disruptive:
+		gate = "applies without approval"
+	}
+	ew.wrap("  ", "    ", fmt.Sprintf("Plan %s (hash %s): %s on %s, %s; %s.", plan.Name, plan.Spec.Hash,
+		plural(gpus, "GPU"), plural(len(plan.Spec.Steps), "node"), evicts, gate))
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "    NODE\tGPU\tFROM\tTO\n")
+	for _, s := range plan.Spec.Steps {
+		node := s.Node
+		for _, g := range s.GPUs {
+			fmt.Fprintf(tw, "    %s\t%d\t%s\t%s\n", node, g.Index, layoutText(g.From), layoutText(g.To))
+			node = ""
+		}
+	}
+	_ = tw.Flush()
+	if evictions == 0 {
+		return
+	}
+	ew.printf("    Evictions (each pod's controller recreates it; it must fit again):\n")
+	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "      POD\tNODE\tWHY\n")
+	for _, s := range plan.Spec.Steps {
+		for _, e := range s.Evictions {
+			fmt.Fprintf(tw, "      %s/%s\t%s\t%s\n", e.Namespace, e.Name, s.Node, e.Reason)
+		}
+	}
+	_ = tw.Flush()
+}
+
+// layoutText renders a GPU's multiset as mig-parted's config does, larger profiles first.
+func layoutText(c v1alpha1.ProfileCounts) string {
+	if len(c) == 0 {
+		return "(MIG off)"
+	}
+	l := mig.Layout{}
+	for k, v := range c {
+		l[k] = int(v)
+	}
+	return l.String()
+}
+
+func writeStranded(ew *errWriter, res *planner.Result) {
+	profiles := map[string]bool{}
+	for k, v := range res.StrandedBefore {
+		profiles[k] = profiles[k] || v > 0
+	}
+	for k, v := range res.StrandedAfter {
+		profiles[k] = profiles[k] || v > 0
+	}
+	names := make([]string, 0, len(profiles))
+	for k, used := range profiles {
+		if used {
+			names = append(names, k)
+		}
+	}
+	if len(names) == 0 {
+		ew.printf("  Stranded free instances: none before or after.\n")
+		return
+	}
+	slices.SortFunc(names, mig.CompareProfileNames)
+	ew.printf("  Stranded free instances (no pending pod or standby shape can use them):\n")
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "    PROFILE\tBEFORE\tAFTER\n")
+	for _, n := range names {
+		fmt.Fprintf(tw, "    %s\t%d\t%d\n", n, res.StrandedBefore[n], res.StrandedAfter[n])
+	}
+	_ = tw.Flush()
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+func podList(pods []types.NamespacedName) string {
+	names := make([]string, 0, min(len(pods), listLimit))
+	for i, p := range pods {
+		if i == listLimit {
+			names = append(names, fmt.Sprintf("and %d more", len(pods)-listLimit))
+			break
+		}
+		names = append(names, p.String())
+	}
+	return strings.Join(names, ", ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// errWriter remembers the first write error so the renderer can write freely and check once.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
+
+func (e *errWriter) printf(format string, a ...any) { fmt.Fprintf(e, format, a...) }
+
+// wrap writes text in words, first line after first, continuation lines after rest, so that
+// the planner's long explanations stay inside tableWidth.
+func (e *errWriter) wrap(first, rest, text string) {
+	line := first
+	empty := true
+	for _, word := range strings.Fields(text) {
+		if !empty && len(line)+1+len(word) > tableWidth {
+			e.printf("%s\n", line)
+			line, empty = rest, true
+		}
+		if !empty {
+			line += " "
+		}
+		line += word
+		empty = false
+	}
+	e.printf("%s\n", line)
+}

@@ -1,0 +1,232 @@
+package snapshot
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/planner"
+)
+
+// DefaultMinPendingAge is the CRD's default for spec.planning.minPendingAge; the offline reader
+// applies it because no API server defaulted the saved policy.
+const DefaultMinPendingAge = 30 * time.Second
+
+// Options choose what to plan.
+type Options struct {
+	// Now is the planning time; it must be set (see PlanningTime).
+	Now time.Time
+	// Policy plans only the policy of that name; empty plans every policy of the snapshot.
+	Policy string
+}
+
+// Report is the outcome of planning a snapshot.
+type Report struct {
+	// Now is the planning time used.
+	Now time.Time
+	// Policies are the planned policies, sorted by name.
+	Policies []PolicyReport
+	// Unserved are the pending pods no planned policy serves, each explained once.
+	Unserved []UnservedPod
+	// StrandedBefore and StrandedAfter sum, per MIG profile, the stranded free instances of
+	// every planned pool.
+	StrandedBefore, StrandedAfter map[string]int
+}
+
+// PolicyReport is one policy's planning pass.
+type PolicyReport struct {
+	// Policy is the policy as read.
+	Policy *v1alpha1.GPUPoolPolicy
+	// Result is the planner's answer.
+	Result *planner.Result
+	// Plan is the RepartitionPlan the controller would create; nil when nothing changes.
+	Plan *v1alpha1.RepartitionPlan
+	// Pending counts the pending pods this pool could be asked to host: all pending GPU pods
+	// except those whose placement rules exclude every node of the pool.
+	Pending int
+	// Waiting are unbound GPU pods that are not demand yet (too recent, gated...), with why.
+	Waiting []demand.Skipped
+	// Frozen are the pool's nodes the planner had to leave alone because another policy
+	// selects them too, with why.
+	Frozen map[string]string
+}
+
+// UnservedPod is a pending pod that stays pending after the plans, with the explanation of
+// the policy that came closest to serving it.
+type UnservedPod struct {
+	// Pod names the pod.
+	Pod types.NamespacedName
+	// Policy is the policy whose explanation is given.
+	Policy string
+	// Reason is the planner's reason code.
+	Reason planner.Reason
+	// Message explains the reason for a user.
+	Message string
+}
+
+// PlanningTime is the time to plan a snapshot at: the override when set, else the newest
+// timestamp of the snapshot, so a saved file replays to the same plan, else the clock.
+func (s *Snapshot) PlanningTime(override time.Time, clock func() time.Time) time.Time {
+	switch {
+	case !override.IsZero():
+		return override
+	case !s.Newest.IsZero():
+		return s.Newest
+	}
+	return clock()
+}
+
+// Plan runs the planner for each selected policy, on the nodes its nodeSelector picks. A node
+// that two policies select is frozen for both, as the controller reports Conflict and touches
+// it in neither.
+func (s *Snapshot) Plan(opts Options) (*Report, error) {
+	if opts.Now.IsZero() {
+		return nil, fmt.Errorf("planning needs a time")
+	}
+	policies := make([]*v1alpha1.GPUPoolPolicy, 0, len(s.Policies))
+	for i := range s.Policies {
+		policies = append(policies, &s.Policies[i])
+	}
+	slices.SortFunc(policies, func(a, b *v1alpha1.GPUPoolPolicy) int { return cmp.Compare(a.Name, b.Name) })
+	if opts.Policy != "" {
+		i := slices.IndexFunc(policies, func(p *v1alpha1.GPUPoolPolicy) bool { return p.Name == opts.Policy })
+		if i < 0 {
+			names := make([]string, len(policies))
+			for j, p := range policies {
+				names[j] = p.Name
+			}
+			return nil, &Error{Message: fmt.Sprintf("no GPUPoolPolicy named %q in the input (it has %s)", opts.Policy, strings.Join(names, ", "))}
+		}
+	}
+	selectedBy, err := s.selectedBy(policies)
+	if err != nil {
+		return nil, err
+	}
+
+	rep := &Report{Now: opts.Now, StrandedBefore: map[string]int{}, StrandedAfter: map[string]int{}}
+	for _, p := range policies {
+		if opts.Policy != "" && p.Name != opts.Policy {
+			continue
+		}
+		pr, err := s.planPolicy(p, selectedBy, opts.Now)
+		if err != nil {
+			return nil, err
+		}
+		rep.Policies = append(rep.Policies, *pr)
+		for k, v := range pr.Result.StrandedBefore {
+			rep.StrandedBefore[k] += v
+		}
+		for k, v := range pr.Result.StrandedAfter {
+			rep.StrandedAfter[k] += v
+		}
+	}
+	rep.Unserved = mergeUnserved(rep.Policies)
+	return rep, nil
+}
+
+// selectedBy lists, per node, the policies whose nodeSelector picks it.
+func (s *Snapshot) selectedBy(policies []*v1alpha1.GPUPoolPolicy) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, p := range policies {
+		sel, err := metav1.LabelSelectorAsSelector(&p.Spec.NodeSelector)
+		if err != nil {
+			return nil, &Error{Object: "GPUPoolPolicy " + p.Name, Field: "spec.nodeSelector", Message: err.Error()}
+		}
+		for i := range s.Nodes {
+			n := &s.Nodes[i]
+			if sel.Matches(labels.Set(n.Labels)) {
+				out[n.Name] = append(out[n.Name], p.Name)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (s *Snapshot) planPolicy(p *v1alpha1.GPUPoolPolicy, selectedBy map[string][]string, now time.Time) (*PolicyReport, error) {
+	frozen := map[string]string{}
+	for node, names := range selectedBy {
+		if len(names) < 2 || !slices.Contains(names, p.Name) {
+			continue
+		}
+		others := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == p.Name })
+		frozen[node] = "also selected by policy " + strings.Join(others, ", ")
+	}
+	snap := inventory.Build(s.Nodes, s.GPUNodes, s.Pods, s.PDBs, inventory.Options{
+		Now:            now,
+		EvictEmptyDir:  p.Spec.Disruption.EvictEmptyDir,
+		EvictUnmanaged: p.Spec.Disruption.EvictUnmanaged,
+	})
+	minAge := DefaultMinPendingAge
+	if d := p.Spec.Planning.MinPendingAge; d != nil {
+		minAge = d.Duration
+	}
+	reqs, skipped := demand.Pending(s.Pods, now, minAge)
+	res, err := planner.Plan(planner.Input{Snapshot: snap, Pending: reqs, Policy: p, Frozen: frozen, Now: now})
+	if err != nil {
+		return nil, &Error{Object: "GPUPoolPolicy " + p.Name, Message: err.Error()}
+	}
+	pr := &PolicyReport{Policy: p, Result: res, Plan: res.RepartitionPlan(p, now), Frozen: frozen}
+	notInPool := 0
+	for _, u := range res.Unserved {
+		if u.Reason == planner.ReasonNotInPool {
+			notInPool++
+		}
+	}
+	pr.Pending = len(reqs) - notInPool
+	bound := map[types.NamespacedName]bool{}
+	for i := range s.Pods {
+		if s.Pods[i].Spec.NodeName != "" {
+			bound[types.NamespacedName{Namespace: s.Pods[i].Namespace, Name: s.Pods[i].Name}] = true
+		}
+	}
+	for _, sk := range skipped {
+		if !bound[sk.Pod] {
+			pr.Waiting = append(pr.Waiting, sk)
+		}
+	}
+	return pr, nil
+}
+
+// mergeUnserved keeps the pods that no policy serves or already fits, each with one
+// explanation: the first policy, by name, that gives a reason other than NotInPool, since
+// "not in this pool" says nothing when another pool is the pod's home.
+func mergeUnserved(reports []PolicyReport) []UnservedPod {
+	handled := map[types.NamespacedName]bool{}
+	for _, pr := range reports {
+		for _, k := range pr.Result.Served {
+			handled[k] = true
+		}
+		for _, k := range pr.Result.FitsNow {
+			handled[k] = true
+		}
+	}
+	chosen := map[types.NamespacedName]UnservedPod{}
+	for _, pr := range reports {
+		for _, u := range pr.Result.Unserved {
+			if handled[u.Pod] {
+				continue
+			}
+			prev, seen := chosen[u.Pod]
+			if !seen || (prev.Reason == planner.ReasonNotInPool && u.Reason != planner.ReasonNotInPool) {
+				chosen[u.Pod] = UnservedPod{Pod: u.Pod, Policy: pr.Policy.Name, Reason: u.Reason, Message: u.Message}
+			}
+		}
+	}
+	out := make([]UnservedPod, 0, len(chosen))
+	for _, u := range chosen {
+		out = append(out, u)
+	}
+	slices.SortFunc(out, func(a, b UnservedPod) int {
+		return cmp.Or(cmp.Compare(a.Pod.Namespace, b.Pod.Namespace), cmp.Compare(a.Pod.Name, b.Pod.Name))
+	})
+	return out
+}

@@ -1,0 +1,535 @@
+// Package snapshot reads a saved cluster state, the objects that
+// `kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml` prints, and plans it
+// offline the way the controller would, for `gpupoolctl plan`.
+//
+// A saved snapshot may have been edited by hand and never met the API server, so the reader
+// checks what the API server would have: field types, unknown fields in gpupool's kinds, and
+// the policy fields the CRD validates. Every problem is reported as one line naming the object
+// and the field, because the user's next step is to open the file at that place.
+package snapshot
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// Snapshot is the cluster state a file describes, split by kind, in input order.
+type Snapshot struct {
+	// Nodes of the cluster.
+	Nodes []corev1.Node
+	// Pods, running and pending.
+	Pods []corev1.Pod
+	// PDBs are the PodDisruptionBudgets that guard the pods.
+	PDBs []policyv1.PodDisruptionBudget
+	// GPUNodes are the agent's reports of each node's GPUs.
+	GPUNodes []v1alpha1.GPUNode
+	// Policies are the GPUPoolPolicies to plan; Read fails when there is none.
+	Policies []v1alpha1.GPUPoolPolicy
+	// Ignored counts, per kind, the objects of kinds the planner does not read.
+	Ignored map[string]int
+	// Newest is the latest timestamp any object carries, zero when none does; planning at
+	// that time makes a saved snapshot give the same plan whenever it is replayed.
+	Newest time.Time
+	// Warnings are problems that do not stop planning, one line each.
+	Warnings []string
+}
+
+// IgnoredCount is how many objects of other kinds the input held.
+func (s *Snapshot) IgnoredCount() int {
+	n := 0
+	for _, c := range s.Ignored {
+		n += c
+	}
+	return n
+}
+
+// Error is a problem with the input, located as precisely as the input allows.
+type Error struct {
+	// Where is the object's position: "item 3" is .items[3] of a List, "document 2" the third
+	// document of a stream (both count from 0, as jq and kubectl do); empty for the whole input.
+	Where string
+	// Object is "Kind name" or "Kind namespace/name" when known.
+	Object string
+	// Field is the path of the offending field, e.g. spec.disruption.approval.
+	Field string
+	// Message says what is wrong.
+	Message string
+}
+
+// Error renders the problem as one line: position (object): field: message.
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.Where != "" {
+		b.WriteString(e.Where)
+		if e.Object != "" {
+			fmt.Fprintf(&b, " (%s)", e.Object)
+		}
+		b.WriteString(": ")
+	} else if e.Object != "" {
+		b.WriteString(e.Object + ": ")
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field + ": ")
+	}
+	b.WriteString(e.Message)
+	return oneLine(b.String())
+}
+
+// oneLine keeps a message on one line whatever the input held: names and values come from
+// the file, and a newline in them would break the one-line promise of the CLI.
+func oneLine(s string) string {
+	if !strings.ContainsAny(s, "\n\r") {
+		return s
+	}
+	s = strings.ReplaceAll(s, "\r\n", "\n")
+	s = strings.ReplaceAll(s, "\r", "\n")
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+}
+
+// Kinds the planner reads.
+var (
+	kindNode     = corev1.SchemeGroupVersion.WithKind("Node")
+	kindPod      = corev1.SchemeGroupVersion.WithKind("Pod")
+	kindPDB      = policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget")
+	kindGPUNode  = v1alpha1.GroupVersion.WithKind("GPUNode")
+	kindPolicy   = v1alpha1.GroupVersion.WithKind("GPUPoolPolicy")
+	plannedKinds = []schema.GroupVersionKind{kindNode, kindPod, kindPDB, kindGPUNode, kindPolicy}
+)
+
+// Read reads a snapshot from r: a List (kubectl get -o yaml or -o json), a stream of YAML
+// documents or JSON objects, or a single object.
+func Read(r io.Reader) (*Snapshot, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, &Error{Message: fmt.Sprintf("reading input: %v", err)}
+	}
+	return Parse(data)
+}
+
+// Parse is Read on bytes already in memory.
+func Parse(data []byte) (*Snapshot, error) {
+	docs, err := documents(data)
+	if err != nil {
+		return nil, err
+	}
+	rd := &reader{snap: &Snapshot{Ignored: map[string]int{}}, seen: map[string]string{}}
+	for _, d := range docs {
+		if err := rd.document(d, len(docs) > 1); err != nil {
+			return nil, err
+		}
+	}
+	if len(rd.snap.Policies) == 0 {
+		return nil, &Error{Message: "no GPUPoolPolicy in the input: include gpupoolpolicies, e.g. " +
+			"kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml"}
+	}
+	return rd.snap, nil
+}
+
+// doc is one document of the input, as JSON.
+type doc struct {
+	index int
+	line  int // first line in the input, for YAML; 0 for JSON
+	data  []byte
+}
+
+func (d doc) where() string {
+	if d.line > 0 {
+		return fmt.Sprintf("document %d (line %d)", d.index, d.line)
+	}
+	return fmt.Sprintf("document %d", d.index)
+}
+
+// documents splits the input into JSON documents. JSON input (what kubectl -o json prints)
+// is read as a stream of values; anything else as YAML documents separated by "---" lines.
+func documents(data []byte) ([]doc, error) {
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return nil, &Error{Message: "the input is empty: want a List of objects such as kubectl get -o yaml prints"}
+	}
+	if trimmed[0] == '{' {
+		return jsonDocuments(trimmed)
+	}
+	return yamlDocuments(data)
+}
+
+func jsonDocuments(data []byte) ([]doc, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var docs []doc
+	for {
+		var raw json.RawMessage
+		err := dec.Decode(&raw)
+		if err == io.EOF {
+			return docs, nil
+		}
+		if err != nil {
+			d := doc{index: len(docs)}
+			return nil, &Error{Where: d.where(), Message: fmt.Sprintf("invalid JSON at line %d: %s",
+				lineAt(data, dec.InputOffset()), cleanMessage(err.Error()))}
+		}
+		docs = append(docs, doc{index: len(docs), data: raw})
+	}
+}
+
+func lineAt(data []byte, offset int64) int {
+	offset = min(max(offset, 0), int64(len(data)))
+	return bytes.Count(data[:offset], []byte("\n")) + 1
+}
+
+// yamlLine finds the line numbers yaml error messages carry, relative to their document.
+var yamlLine = regexp.MustCompile(`line (\d+)`)
+
+func yamlDocuments(data []byte) ([]doc, error) {
+	var docs []doc
+	var cur bytes.Buffer
+	start, lineNo := 1, 0
+	flush := func() error {
+		body := cur.Bytes()
+		first := start
+		cur.Reset()
+		if blank(body) {
+			return nil
+		}
+		d := doc{index: len(docs), line: first}
+		js, err := yaml.YAMLToJSONStrict(body)
+		if err != nil {
+			msg := yamlLine.ReplaceAllStringFunc(cleanMessage(err.Error()), func(m string) string {
+				n, _ := strconv.Atoi(strings.TrimPrefix(m, "line "))
+				return fmt.Sprintf("line %d", n+first-1)
+			})
+			return &Error{Where: d.where(), Message: "invalid YAML: " + msg}
+		}
+		d.data = js
+		docs = append(docs, d)
+		return nil
+	}
+	for line := range bytes.Lines(data) {
+		lineNo++
+		if isSeparator(line) {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			start = lineNo + 1
+			continue
+		}
+		cur.Write(line)
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	if len(docs) == 0 {
+		return nil, &Error{Message: "the input holds no object, only comments and blank lines"}
+	}
+	return docs, nil
+}
+
+// isSeparator reports a YAML document separator: "---" alone or followed by a comment.
+func isSeparator(line []byte) bool {
+	rest, ok := bytes.CutPrefix(line, []byte("---"))
+	if !ok {
+		return false
+	}
+	rest = bytes.TrimSpace(rest)
+	return len(rest) == 0 || rest[0] == '#'
+}
+
+// blank reports a document of nothing but whitespace and comments.
+func blank(body []byte) bool {
+	for line := range bytes.Lines(body) {
+		line = bytes.TrimSpace(line)
+		if len(line) > 0 && line[0] != '#' {
+			return false
+		}
+	}
+	return true
+}
+
+// header is what every object and List carries.
+type header struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Items      json.RawMessage   `json:"items"`
+}
+
+// reader accumulates the snapshot.
+type reader struct {
+	snap *Snapshot
+	seen map[string]string // kind/namespace/name -> where it was first seen
+}
+
+// document reads one document: an object or a List of them.
+func (r *reader) document(d doc, stream bool) error {
+	where := d.where()
+	if !stream {
+		where = ""
+	}
+	trimmed := bytes.TrimSpace(d.data)
+	if bytes.Equal(trimmed, []byte("null")) {
+		return nil
+	}
+	h, err := readHeader(trimmed, where)
+	if err != nil {
+		return err
+	}
+	if isList(h) {
+		var items []json.RawMessage
+		if err := json.Unmarshal(h.Items, &items); err != nil {
+			return &Error{Where: where, Object: h.Kind, Field: "items", Message: "want a list of objects, got " + got(h.Items)}
+		}
+		for i, item := range items {
+			itemWhere := fmt.Sprintf("item %d", i)
+			if stream {
+				itemWhere = fmt.Sprintf("%s item %d", where, i)
+			}
+			ih, err := readHeader(item, itemWhere)
+			if err != nil {
+				return err
+			}
+			if isList(ih) {
+				return &Error{Where: itemWhere, Object: ih.Kind, Message: "a List inside a List is not supported: flatten the items"}
+			}
+			if err := r.object(item, ih, itemWhere); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return r.object(trimmed, h, where)
+}
+
+func isList(h *header) bool {
+	return h.Kind == "List" || (strings.HasSuffix(h.Kind, "List") && h.Items != nil)
+}
+
+// readHeader reads apiVersion, kind and metadata, so that every later error names the object.
+func readHeader(data []byte, where string) (*header, error) {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' {
+		return nil, &Error{Where: where, Message: "want an object with apiVersion and kind, got " + got(data)}
+	}
+	h := &header{}
+	// Unknown fields are the typed decoder's business; the header only needs to be readable.
+	if _, ferr := decodeStrict(data, h); ferr != nil {
+		return nil, &Error{Where: where, Field: ferr.field, Message: ferr.msg}
+	}
+	switch {
+	case h.Kind == "":
+		return nil, &Error{Where: where, Object: name(h), Field: "kind",
+			Message: "required: every object needs apiVersion and kind, as kubectl get -o yaml prints them"}
+	case h.APIVersion == "":
+		return nil, &Error{Where: where, Object: describe(h), Field: "apiVersion",
+			Message: "required: every object needs apiVersion and kind, as kubectl get -o yaml prints them"}
+	}
+	return h, nil
+}
+
+func name(h *header) string {
+	if h.Metadata.Namespace != "" {
+		return h.Metadata.Namespace + "/" + h.Metadata.Name
+	}
+	return h.Metadata.Name
+}
+
+func describe(h *header) string {
+	if n := name(h); n != "" {
+		return h.Kind + " " + n
+	}
+	return h.Kind
+}
+
+// object decodes one object of a kind the planner reads, or counts it as ignored.
+func (r *reader) object(data []byte, h *header, where string) error {
+	gv, err := schema.ParseGroupVersion(h.APIVersion)
+	if err != nil {
+		return &Error{Where: where, Object: describe(h), Field: "apiVersion", Message: err.Error()}
+	}
+	gvk := gv.WithKind(h.Kind)
+	known := false
+	for _, k := range plannedKinds {
+		if k == gvk {
+			known = true
+			break
+		}
+		if k.Group == gvk.Group && k.Kind == gvk.Kind {
+			return &Error{Where: where, Object: describe(h), Field: "apiVersion", Message: fmt.Sprintf(
+				"unsupported version %q of %s: want %s", h.APIVersion, h.Kind, k.GroupVersion().String())}
+		}
+	}
+	if !known {
+		r.snap.Ignored[h.Kind]++
+		return nil
+	}
+	fail := func(field, msg string) error {
+		return &Error{Where: where, Object: describe(h), Field: field, Message: msg}
+	}
+	switch gvk {
+	case kindNode:
+		var o corev1.Node
+		if err := r.decode(data, &o, where, h, false); err != nil {
+			return err
+		}
+		if ferr := validateName(o.Name); ferr != nil {
+			return fail(ferr.field, ferr.msg)
+		}
+		if err := r.claim(h, o.Namespace, o.Name, where); err != nil {
+			return err
+		}
+		r.snap.Nodes = append(r.snap.Nodes, o)
+		r.times(nodeTimes(&o)...)
+	case kindPod:
+		var o corev1.Pod
+		if err := r.decode(data, &o, where, h, false); err != nil {
+			return err
+		}
+		if ferr := validateNamespaced(&o.ObjectMeta); ferr != nil {
+			return fail(ferr.field, ferr.msg)
+		}
+		if err := r.claim(h, o.Namespace, o.Name, where); err != nil {
+			return err
+		}
+		r.snap.Pods = append(r.snap.Pods, o)
+		r.times(podTimes(&o)...)
+	case kindPDB:
+		var o policyv1.PodDisruptionBudget
+		if err := r.decode(data, &o, where, h, false); err != nil {
+			return err
+		}
+		if ferr := validateNamespaced(&o.ObjectMeta); ferr != nil {
+			return fail(ferr.field, ferr.msg)
+		}
+		if err := r.claim(h, o.Namespace, o.Name, where); err != nil {
+			return err
+		}
+		r.snap.PDBs = append(r.snap.PDBs, o)
+		r.times(pdbTimes(&o)...)
+	case kindGPUNode:
+		var o v1alpha1.GPUNode
+		if err := r.decode(data, &o, where, h, true); err != nil {
+			return err
+		}
+		if ferr := validateGPUNode(&o); ferr != nil {
+			return fail(ferr.field, ferr.msg)
+		}
+		r.snap.Warnings = append(r.snap.Warnings, placementWarnings(&o, where)...)
+		if err := r.claim(h, o.Namespace, o.Name, where); err != nil {
+			return err
+		}
+		r.snap.GPUNodes = append(r.snap.GPUNodes, o)
+		r.times(gpuNodeTimes(&o)...)
+	case kindPolicy:
+		var o v1alpha1.GPUPoolPolicy
+		if err := r.decode(data, &o, where, h, true); err != nil {
+			return err
+		}
+		if ferr := validatePolicy(&o); ferr != nil {
+			return fail(ferr.field, ferr.msg)
+		}
+		if err := r.claim(h, o.Namespace, o.Name, where); err != nil {
+			return err
+		}
+		r.snap.Policies = append(r.snap.Policies, o)
+		r.times(o.CreationTimestamp)
+	}
+	return nil
+}
+
+// claim records an object's identity and refuses a second object with the same one: the
+// planner keys pods, nodes and policies by name, and a file with two differing copies of one
+// object has no single meaning.
+func (r *reader) claim(h *header, namespace, name, where string) error {
+	key := h.Kind + "/" + namespace + "/" + name
+	if first, dup := r.seen[key]; dup {
+		return &Error{Where: where, Object: describe(h), Field: "metadata.name",
+			Message: fmt.Sprintf("the same %s is also %s: keep one", h.Kind, first)}
+	}
+	r.seen[key] = where
+	return nil
+}
+
+// decode reads an object strictly. Unknown fields are errors in gpupool's own kinds, whose
+// schema this build defines; in Kubernetes kinds they are warnings, because a snapshot of a
+// newer cluster legitimately carries fields these types do not know.
+func (r *reader) decode(data []byte, into any, where string, h *header, own bool) error {
+	unknown, ferr := decodeStrict(data, into)
+	if ferr != nil {
+		return &Error{Where: where, Object: describe(h), Field: ferr.field, Message: ferr.msg}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	msg := "unknown field"
+	if hint := suggest(reflect.TypeOf(into), unknown[0]); hint != "" {
+		msg += fmt.Sprintf(" (did you mean %s?)", hint)
+	}
+	if len(unknown) > 1 {
+		msg += "; also unknown: " + strings.Join(unknown[1:], ", ")
+	}
+	e := &Error{Where: where, Object: describe(h), Field: unknown[0], Message: msg}
+	if own {
+		return e
+	}
+	r.snap.Warnings = append(r.snap.Warnings, e.Error()+": ignored (is the snapshot from a newer Kubernetes?)")
+	return nil
+}
+
+// times records timestamps for the default planning time.
+func (r *reader) times(ts ...metav1.Time) {
+	for _, t := range ts {
+		if t.After(r.snap.Newest) {
+			r.snap.Newest = t.UTC()
+		}
+	}
+}
+
+func nodeTimes(n *corev1.Node) []metav1.Time {
+	out := []metav1.Time{n.CreationTimestamp}
+	for _, c := range n.Status.Conditions {
+		out = append(out, c.LastHeartbeatTime, c.LastTransitionTime)
+	}
+	return out
+}
+
+func podTimes(p *corev1.Pod) []metav1.Time {
+	out := []metav1.Time{p.CreationTimestamp}
+	if p.Status.StartTime != nil {
+		out = append(out, *p.Status.StartTime)
+	}
+	for _, c := range p.Status.Conditions {
+		out = append(out, c.LastProbeTime, c.LastTransitionTime)
+	}
+	return out
+}
+
+func pdbTimes(p *policyv1.PodDisruptionBudget) []metav1.Time {
+	out := []metav1.Time{p.CreationTimestamp}
+	for _, c := range p.Status.Conditions {
+		out = append(out, c.LastTransitionTime)
+	}
+	return out
+}
+
+func gpuNodeTimes(g *v1alpha1.GPUNode) []metav1.Time {
+	out := []metav1.Time{g.CreationTimestamp}
+	if g.Status.ObservedTime != nil {
+		out = append(out, *g.Status.ObservedTime)
+	}
+	for _, c := range g.Status.Conditions {
+		out = append(out, c.LastTransitionTime)
+	}
+	return out
+}
