@@ -28,7 +28,8 @@ help: ## List the targets.
 
 .PHONY: demo
 demo: build control-plane ## Run gpupool on a local control plane (DEMO_FLAGS=--keep leaves it up).
-	$(GO) run ./hack/demo --bin-dir=$(CONTROL_PLANE_DIR) --manager=$(TOOLS_BIN)/manager $(DEMO_FLAGS)
+	$(GO) run ./hack/demo --bin-dir=$(CONTROL_PLANE_DIR) --manager=$(TOOLS_BIN)/manager \
+		--gpupoolctl=$(TOOLS_BIN)/gpupoolctl $(DEMO_FLAGS)
 
 .PHONY: test
 test: generate manifests test-assets ## Run unit, envtest and local-cluster tests (builds the control plane once).

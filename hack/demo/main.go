@@ -40,8 +40,9 @@ spec:
 `
 
 type demo struct {
-	binDir  string
-	manager string
+	binDir     string
+	manager    string
+	gpupoolctl string
 	cluster *localcluster.Cluster
 	step    int
 }
@@ -51,10 +52,11 @@ func main() {
 	var keep bool
 	flag.StringVar(&d.binDir, "bin-dir", "", "folder with the control-plane binaries (hack/control-plane.sh --print-dir)")
 	flag.StringVar(&d.manager, "manager", "", "path of the built manager binary")
+	flag.StringVar(&d.gpupoolctl, "gpupoolctl", "", "path of the built gpupoolctl binary")
 	flag.BoolVar(&keep, "keep", false, "leave the cluster running until Ctrl-C")
 	flag.Parse()
-	if d.binDir == "" || d.manager == "" {
-		fmt.Fprintln(os.Stderr, "usage: demo --bin-dir DIR --manager PATH [--keep]  (run it with `make demo`)")
+	if d.binDir == "" || d.manager == "" || d.gpupoolctl == "" {
+		fmt.Fprintln(os.Stderr, "usage: demo --bin-dir DIR --manager PATH --gpupoolctl PATH [--keep]  (run it with `make demo`)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -155,12 +157,23 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 		return err
 	}
 
+	d.say("The planner, offline: what would gpupool do on a fragmented H200 pool?")
+	fmt.Println("   config/samples/snapshots/fragmented-h200.yaml is what `kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml`")
+	fmt.Println("   prints for three H200 nodes carved into 1g.18gb slices, with pods waiting for 3g and 2g slices:")
+	if err := d.exec("gpupoolctl", d.gpupoolctl, "plan", "-f", "config/samples/snapshots/fragmented-h200.yaml"); err != nil {
+		return err
+	}
+	fmt.Println("   and where only evicting running pods helps (a do-not-disrupt pod is never evicted):")
+	if err := d.exec("gpupoolctl", d.gpupoolctl, "plan", "-f", "config/samples/snapshots/busy-eviction.yaml"); err != nil {
+		return err
+	}
+
 	d.say("What is not there yet")
 	for _, line := range []string{
 		"simulated GPU nodes (kwok + the simulated GPU Operator) and a workload that cannot schedule",
-		"the planner proposing RepartitionPlans from pending demand (internal/mig geometry is in place)",
+		"the policy controller turning live pending demand into RepartitionPlans (the planner above is in place)",
 		"approval, cordon, drain, relabel, verify and uncordon by the plan controller",
-		"the node agent publishing GPUNode inventory from NVML",
+		"the node agent publishing GPUNode inventory (NVML reading is in place: cmd/agent --probe)",
 	} {
 		fmt.Println("   - " + line)
 	}
@@ -170,6 +183,19 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 		d.say("The cluster stays up until Ctrl-C")
 		fmt.Printf("   export KUBECONFIG=%s\n   export PATH=%s:$PATH\n", d.cluster.Kubeconfig, d.binDir)
 		<-ctx.Done()
+	}
+	return nil
+}
+
+// exec runs a program and prints its output indented, echoing the command as the user types it.
+func (d *demo) exec(name, path string, args ...string) error {
+	fmt.Printf("   $ %s %s\n", name, strings.Join(args, " "))
+	out, err := exec.Command(path, args...).CombinedOutput()
+	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+		fmt.Println("     " + line)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
 	}
 	return nil
 }
