@@ -22,9 +22,19 @@ type state struct {
 // stateFor computes the node's offer under a choice; ok is false when the pods the choice
 // evicts cannot all fit back on the node, which would be a net loss. It is the planner's
 // innermost loop, so it works from per-GPU figures computed once in newNodeInfo.
-func (ni *nodeInfo) stateFor(ch choice) (state, bool) {
+func (ni *nodeInfo) stateFor(ch choice) (state, bool) { return ni.stateInto(ch, nil) }
+
+// stateInto is stateFor writing into buf's slices when buf is not nil, so the search loops
+// reuse one state instead of allocating one per candidate.
+func (ni *nodeInfo) stateInto(ch choice, buf *state) (state, bool) {
 	pi := ni.prod
-	st := state{free: make([]int, len(pi.names)), vec: append([]int64(nil), ni.free...)}
+	var st state
+	if buf == nil {
+		st = state{free: make([]int, len(pi.names)), vec: append([]int64(nil), ni.free...)}
+	} else {
+		st = state{free: resize(buf.free, len(pi.names)), vec: append(buf.vec[:0], ni.free...), evicted: buf.evicted[:0]}
+		*buf = st
+	}
 	for i, gi := range ni.gpus {
 		if ch[i] == keep {
 			continue
@@ -91,6 +101,15 @@ func (ni *nodeInfo) stateFor(ch choice) (state, bool) {
 		}
 	}
 	return st, true
+}
+
+func resize(s []int, n int) []int {
+	if cap(s) < n {
+		return make([]int, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 func containsKey(keys []types.NamespacedName, k types.NamespacedName) bool {

@@ -23,6 +23,7 @@ type planState struct {
 	needCache map[needKey]*needs
 	pdbLeft   map[string]int32
 	evictOK   bool
+	scratch   state // reused by the search loops; see scratchStateOf
 }
 
 type needKey struct {
@@ -249,8 +250,15 @@ func keepAll(n int) choice {
 
 // stateOf is the node's offer under a choice once the pending pods that already fit it now are
 // placed; ok is false when the choice would destroy the instances those pods are about to use.
-func (p *planState) stateOf(ni *nodeInfo, ch choice) (state, bool) {
-	st, ok := ni.stateFor(ch)
+func (p *planState) stateOf(ni *nodeInfo, ch choice) (state, bool) { return p.stateIn(ni, ch, nil) }
+
+// scratchStateOf is stateOf in the planner's scratch buffers: valid until the next call.
+func (p *planState) scratchStateOf(ni *nodeInfo, ch choice) (state, bool) {
+	return p.stateIn(ni, ch, &p.scratch)
+}
+
+func (p *planState) stateIn(ni *nodeInfo, ch choice, buf *state) (state, bool) {
+	st, ok := ni.stateInto(ch, buf)
 	if !ok || ni.reserved == nil {
 		return st, ok
 	}
@@ -650,7 +658,7 @@ func (p *planState) leftoverOf(ni *nodeInfo, pr *proposal) int {
 // leftover counts the free compute slices a candidate leaves that no remaining demand on this
 // node asks for: the stranded capacity the choice would create.
 func (p *planState) leftover(ni *nodeInfo, pr *proposal) int {
-	st, ok := p.stateOf(ni, pr.choice)
+	st, ok := p.scratchStateOf(ni, pr.choice)
 	if !ok {
 		return 0
 	}
@@ -709,7 +717,7 @@ func (p *planState) evaluate(ni *nodeInfo, ch choice, served []int) *proposal {
 			}
 		}
 	}
-	st, ok := p.stateOf(ni, ch)
+	st, ok := p.scratchStateOf(ni, ch)
 	if !ok {
 		return nil
 	}
