@@ -1,13 +1,17 @@
-// Command agent is gpupool's node agent, its read-only eyes on a GPU node.
+// Command agent is gpupool's node agent, its read-only eyes on a GPU node. It
+// runs as a DaemonSet (config/agent) and publishes the node's GPUs, as NVML
+// and the kubelet report them, in the status of the cluster-scoped GPUNode
+// named after the node; internal/agent does the work and documents it.
 //
-// This build implements --probe only: read the node's GPUs through NVML, print
-// them as JSON with each GPU's profile table compared against gpupool's
-// built-in MIG tables (internal/mig), and exit. On a machine with a real GPU
-// that one command confirms or refutes the placements the planner assumes.
+// With --probe it instead reads the GPUs once, prints them as JSON with each
+// GPU's profile table compared against gpupool's built-in MIG tables
+// (internal/mig), and exits: on a machine with a real GPU that one command
+// confirms or refutes the placements the planner assumes.
 //
 // go-nvml loads libnvidia-ml.so.1 with dlopen when NVML is initialised, so the
 // binary builds and starts without a driver and reports the missing driver
-// clearly. go-nvml needs cgo: build with CGO_ENABLED=1.
+// clearly (NVMLReady=False, retried with backoff). go-nvml needs cgo: build
+// with CGO_ENABLED=1.
 package main
 
 import (
@@ -22,6 +26,10 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/agent"
@@ -29,26 +37,42 @@ import (
 
 // Exit codes.
 const (
-	exitOK    = 0
-	exitNVML  = 1 // NVML unusable: no driver, no GPU, ...
-	exitUsage = 2
+	exitOK     = 0
+	exitNVML   = 1 // --probe: NVML unusable (no driver, no GPU, ...)
+	exitFailed = 1 // the agent could not start or its manager failed
+	exitUsage  = 2
 )
 
-// podResourcesTimeout bounds the probe's one call to the kubelet.
+// podResourcesTimeout bounds each call to the kubelet.
 const podResourcesTimeout = 10 * time.Second
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, func() agent.NVML { return nvml.New() }))
+	os.Exit(run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stdout, os.Stderr, deps{
+		newNVML:    func() agent.NVML { return nvml.New() },
+		restConfig: ctrl.GetConfig,
+	}))
 }
 
-// run is main with its dependencies passed in, so tests can drive it with
-// go-nvml's mock servers.
-func run(args []string, stdout, stderr io.Writer, newNVML func() agent.NVML) int {
+// deps are what run takes from the outside world, so tests can drive it with
+// go-nvml's mock servers, an envtest API server and a fake clock.
+type deps struct {
+	newNVML    func() agent.NVML
+	restConfig func() (*rest.Config, error)
+	clock      clock.WithTicker // nil: the real clock
+}
+
+// run is main with its dependencies passed in; it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, d deps) int {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	probe := fs.Bool("probe", false, "read the GPUs through NVML, print them as JSON with a comparison against gpupool's built-in MIG tables, and exit")
-	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "name of this node (default $NODE_NAME)")
+	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "name of this node, and of the GPUNode the agent publishes (default $NODE_NAME)")
 	socket := fs.String("pod-resources-socket", agent.DefaultPodResourcesSocket, "kubelet PodResources API socket, a path or unix:// URL")
+	period := fs.Duration("refresh-period", agent.DefaultRefreshPeriod, "how often NVML is re-read; status is written when it changed and at least this often")
+	probeAddr := fs.String("health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to (0 disables them)")
+	metricsAddr := fs.String("metrics-bind-address", "0", "address plain-HTTP metrics bind to, e.g. :8080 (0 disables them)")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -56,12 +80,56 @@ func run(args []string, stdout, stderr io.Writer, newNVML func() agent.NVML) int
 		fmt.Fprintf(stderr, "agent: unexpected arguments %q\n", fs.Args())
 		return exitUsage
 	}
-	if !*probe {
-		fmt.Fprintln(stderr, "agent: only --probe is supported in this build (it does not publish GPUNode objects); run: agent --probe")
+	if *probe {
+		return runProbe(d.newNVML(), *nodeName, *socket, stdout, stderr)
+	}
+	if *nodeName == "" {
+		fmt.Fprintln(stderr, "agent: --node-name (or $NODE_NAME) is required: the agent publishes GPUNode/<node-name>")
+		return exitUsage
+	}
+	if *period <= 0 {
+		fmt.Fprintf(stderr, "agent: --refresh-period must be positive, got %s\n", *period)
 		return exitUsage
 	}
 
-	gpus, err := agent.Read(newNVML())
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(stderr)))
+	log := ctrl.Log.WithName("agent")
+	cfg, err := d.restConfig()
+	if err != nil {
+		log.Error(err, "loading kubeconfig: set KUBECONFIG or run in a pod")
+		return exitFailed
+	}
+	pods, err := agent.NewPodResourcesClient(*socket)
+	if err != nil {
+		log.Error(err, "preparing the kubelet PodResources client")
+		return exitFailed
+	}
+	defer func() { _ = pods.Close() }() // the process is ending; nothing to report to
+	mgr, err := agent.NewManager(cfg, agent.ManagerOptions{
+		NodeName:               *nodeName,
+		Read:                   agent.NVMLReader(d.newNVML()),
+		Owners:                 agent.PodResourcesOwners(pods, podResourcesTimeout),
+		RefreshPeriod:          *period,
+		Clock:                  d.clock,
+		HealthProbeBindAddress: *probeAddr,
+		MetricsBindAddress:     *metricsAddr,
+	})
+	if err != nil {
+		log.Error(err, "setting up the agent")
+		return exitFailed
+	}
+	log.Info("starting agent", "node", *nodeName, "refreshPeriod", *period, "podResources", *socket,
+		"probes", *probeAddr, "metrics", *metricsAddr)
+	if err := mgr.Start(ctx); err != nil {
+		log.Error(err, "agent stopped")
+		return exitFailed
+	}
+	return exitOK
+}
+
+// runProbe reads the GPUs once and prints the probe report.
+func runProbe(lib agent.NVML, nodeName, socket string, stdout, stderr io.Writer) int {
+	gpus, err := agent.Read(lib)
 	if err != nil {
 		fmt.Fprintf(stderr, "agent --probe: %v\n", err)
 		var e *agent.Error
@@ -70,8 +138,8 @@ func run(args []string, stdout, stderr io.Writer, newNVML func() agent.NVML) int
 		}
 		return exitNVML
 	}
-	note, unmatched := attributePods(gpus, *socket)
-	report := agent.NewProbeReport(*nodeName, gpus)
+	note, unmatched := attributePods(gpus, socket)
+	report := agent.NewProbeReport(nodeName, gpus)
 	report.PodResources, report.UnmatchedDevices = note, unmatched
 
 	enc := json.NewEncoder(stdout)
@@ -94,7 +162,7 @@ func attributePods(gpus []v1alpha1.GPUStatus, socket string) (note string, unmat
 	if err != nil {
 		return "failed: " + err.Error(), nil
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), podResourcesTimeout)
 	defer cancel()
 	owners, err := agent.DeviceOwners(ctx, c)

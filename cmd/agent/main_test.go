@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"k8s.io/client-go/rest"
 
 	"github.com/gpupool/gpupool/internal/agent"
 	"github.com/gpupool/gpupool/internal/agent/nvmlmock"
@@ -19,21 +22,35 @@ import (
 func runAgent(t *testing.T, lib agent.NVML, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = run(args, &out, &errb, func() agent.NVML { return lib })
+	code = run(context.Background(), args, &out, &errb, deps{
+		newNVML: func() agent.NVML { return lib },
+		restConfig: func() (*rest.Config, error) {
+			t.Error("the API server was contacted")
+			return nil, errors.New("no API server in this test")
+		},
+	})
 	return code, out.String(), errb.String()
 }
 
-func TestRunWithoutProbeIsUsageError(t *testing.T) {
+func TestRunUsageErrors(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
 	lib := &mock.Interface{InitFunc: func() nvml.Return {
-		t.Error("NVML initialised without --probe")
+		t.Error("NVML initialised on a usage error")
 		return nvml.SUCCESS
 	}}
-	code, _, stderr := runAgent(t, lib, "--node-name", "gpu-1")
-	if code != exitUsage || !strings.Contains(stderr, "only --probe is supported in this build") {
-		t.Errorf("exit %d, stderr %q", code, stderr)
-	}
-	if code, _, _ := runAgent(t, lib, "--probe", "extra"); code != exitUsage {
-		t.Errorf("stray argument: exit %d, want %d", code, exitUsage)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--node-name (or $NODE_NAME) is required"},
+		{[]string{"--node-name", "gpu-1", "--refresh-period", "0s"}, "--refresh-period must be positive"},
+		{[]string{"--probe", "extra"}, "unexpected arguments"},
+		{[]string{"--no-such-flag"}, "flag provided but not defined"},
+	} {
+		code, _, stderr := runAgent(t, lib, tc.args...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr, exitUsage, tc.want)
+		}
 	}
 }
 

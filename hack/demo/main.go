@@ -43,8 +43,8 @@ type demo struct {
 	binDir     string
 	manager    string
 	gpupoolctl string
-	cluster *localcluster.Cluster
-	step    int
+	cluster    *localcluster.Cluster
+	step       int
 }
 
 func main() {
@@ -173,7 +173,7 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 		"simulated GPU nodes (kwok + the simulated GPU Operator) and a workload that cannot schedule",
 		"the policy controller turning live pending demand into RepartitionPlans (the planner above is in place)",
 		"approval, cordon, drain, relabel, verify and uncordon by the plan controller",
-		"the node agent publishing GPUNode inventory (NVML reading is in place: cmd/agent --probe)",
+		"the node agent on the simulated nodes (it publishes GPUNode from NVML today: kubectl apply -k config/agent on real GPU nodes)",
 	} {
 		fmt.Println("   - " + line)
 	}

@@ -1,7 +1,9 @@
-// Package agent is the read-only half of gpupool's node agent: it reads a
-// node's GPUs through NVML (go-nvml), learns from the kubelet's PodResources
-// API which pod holds which GPU or MIG device, and turns both into the
-// GPUNode status the controller plans and verifies against.
+// Package agent is gpupool's node agent: it reads a node's GPUs through NVML
+// (go-nvml), learns from the kubelet's PodResources API which pod holds which
+// GPU or MIG device, and publishes both as the status of the GPUNode named
+// after the node, the inventory the controller plans and verifies against
+// (Publisher, NewManager; VerifyLayout checks the layout against
+// spec.expectedLayout).
 //
 // The agent never changes a GPU setting. mig-manager owns the layout; an agent
 // that could write would be a second, uncoordinated writer. The NVML

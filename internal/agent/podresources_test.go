@@ -38,7 +38,7 @@ func startKubelet(t *testing.T, pods ...*podresourcesv1.PodResources) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	socket := filepath.Join(dir, "kubelet.sock")
 	lis, err := net.Listen("unix", socket)
 	if err != nil {
@@ -79,7 +79,7 @@ func owners(t *testing.T, socket string) map[string][]v1alpha1.PodReference {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	got, err := agent.DeviceOwners(ctx, c)
@@ -118,7 +118,7 @@ func TestDeviceOwnersKubeletMissing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := agent.DeviceOwners(ctx, c); err == nil || !strings.Contains(err.Error(), socket) {

@@ -42,7 +42,7 @@ func read[D Device[D, G], G GPUInstance](lib Library[D, G]) ([]v1alpha1.GPUStatu
 	}
 	// Shutdown's result is not actionable: the reading is done and NVML is
 	// reference counted, so a failure here cannot corrupt the next Init.
-	defer lib.Shutdown()
+	defer func() { _ = lib.Shutdown() }()
 
 	n, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {

@@ -1,0 +1,187 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/agent"
+	"github.com/gpupool/gpupool/internal/testenv"
+)
+
+// nodeNameKey is the user extra in which pod-bound service-account tokens
+// carry the pod's node (k8s.io/apiserver/pkg/authentication/serviceaccount.NodeNameKey).
+const nodeNameKey = "authentication.kubernetes.io/node-name"
+
+// readObjects decodes every document of a multi-document YAML file.
+func readObjects(t *testing.T, file string) []*unstructured.Unstructured {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	decoder := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := decoder.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs
+			}
+			t.Fatalf("decoding %s: %v", file, err)
+		}
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
+		}
+	}
+}
+
+// installAgentConfig creates everything config/agent's kustomization lists,
+// from the shipped files, and returns the objects by kind.
+func installAgentConfig(t *testing.T, env *testenv.Env) map[string]*unstructured.Unstructured {
+	t.Helper()
+	dir := filepath.Join(env.RepoRoot, "config", "agent")
+	kustomization := readObjects(t, filepath.Join(dir, "kustomization.yaml"))
+	if len(kustomization) != 1 {
+		t.Fatalf("kustomization.yaml holds %d documents", len(kustomization))
+	}
+	files, _, err := unstructured.NestedStringSlice(kustomization[0].Object, "resources")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("kustomization.yaml resources: %v %v", files, err)
+	}
+	byKind := map[string]*unstructured.Unstructured{}
+	var created []*unstructured.Unstructured
+	for _, f := range files {
+		for _, obj := range readObjects(t, filepath.Join(dir, f)) {
+			byKind[obj.GetKind()] = obj
+			err := env.Client.Create(context.Background(), obj)
+			// envtest runs no namespace controller, so a namespace is never
+			// deleted; it is kept for the next test in this process.
+			if obj.GetKind() == "Namespace" && apierrors.IsAlreadyExists(err) {
+				continue
+			}
+			if err != nil {
+				t.Fatalf("creating %s %s from %s: %v", obj.GetKind(), obj.GetName(), f, err)
+			}
+			if obj.GetKind() != "Namespace" {
+				created = append(created, obj)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, obj := range slices.Backward(created) {
+			if err := env.Client.Delete(context.Background(), obj); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("deleting %s %s: %v", obj.GetKind(), obj.GetName(), err)
+			}
+		}
+	})
+	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet"} {
+		if byKind[kind] == nil {
+			t.Fatalf("config/agent ships no %s", kind)
+		}
+	}
+	return byKind
+}
+
+// impersonate returns a client acting as user, with the node-name claim when node is not empty.
+func impersonate(t *testing.T, env *testenv.Env, user, node string) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	if node != "" {
+		cfg.Impersonate.Extra = map[string][]string{nodeNameKey: {node}}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// The shipped admission policy lets each node's agent write only the GPUNode
+// named after the node in its token, and RBAC gives it nothing more than
+// publishing needs. The agent itself (a Publisher) is the writer.
+func TestAdmissionPolicyConfinesAgentToItsNode(t *testing.T) {
+	g := NewWithT(t)
+	env := startEnv(t)
+	ctx := context.Background()
+	cfg := installAgentConfig(t, env)
+
+	// The DaemonSet runs as the ServiceAccount that the policy and the binding name.
+	sa := cfg["ServiceAccount"]
+	dsAccount, _, _ := unstructured.NestedString(cfg["DaemonSet"].Object, "spec", "template", "spec", "serviceAccountName")
+	g.Expect(dsAccount).To(Equal(sa.GetName()))
+	g.Expect(cfg["DaemonSet"].GetNamespace()).To(Equal(sa.GetNamespace()))
+	user := "system:serviceaccount:" + sa.GetNamespace() + ":" + sa.GetName()
+
+	s, _ := h200Node(t)
+	agentA := impersonate(t, env, user, "node-a")
+	publish := func(c client.Client, node string) error {
+		p := &agent.Publisher{Client: c, NodeName: node, Read: agent.NVMLReader(s), Clock: env.Clock, Period: period}
+		_, err := p.Reconcile(ctx, p.Request())
+		return err
+	}
+	for _, name := range []string{"node-a", "node-c"} {
+		deleteNodeAtCleanup(t, env.Client, name)
+	}
+
+	// Policies and RBAC take effect shortly after creation; probe with a dry run.
+	wrongNode := "the gpupool agent on node node-a may only write GPUNode node-a, not node-b"
+	g.Eventually(func() error {
+		return agentA.Create(ctx, &v1alpha1.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}}, client.DryRunAll)
+	}).WithTimeout(30 * time.Second).Should(MatchError(ContainSubstring(wrongNode)))
+
+	// Its own node: created and published.
+	g.Expect(publish(agentA, "node-a")).To(Succeed())
+	g.Expect(condition(getNode(t, env.Client, "node-a"), v1alpha1.ConditionNVMLReady).Status).To(Equal(metav1.ConditionTrue))
+
+	// Another node's GPUNode: neither created...
+	intruder := &agent.Publisher{Client: agentA, NodeName: "node-b", Read: agent.NVMLReader(s), Clock: env.Clock, Period: period}
+	_, err := intruder.Reconcile(ctx, intruder.Request())
+	g.Expect(err).To(MatchError(ContainSubstring(wrongNode)))
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+	g.Expect(intruder.ReadyCheck(nil)).To(MatchError("GPUNode node-b status not published yet"), "a refused agent is not ready")
+	g.Expect(apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Name: "node-b"}, &v1alpha1.GPUNode{}))).To(BeTrue())
+
+	// ...nor its status written when it exists.
+	g.Expect(env.Client.Create(ctx, &v1alpha1.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: "node-c"}})).To(Succeed())
+	g.Expect(publish(agentA, "node-c")).To(MatchError(ContainSubstring("the gpupool agent on node node-a may only write GPUNode node-a, not node-c")))
+	g.Expect(getNode(t, env.Client, "node-c").Status).To(Equal(v1alpha1.GPUNodeStatus{}))
+
+	// A token without the node-name claim writes nothing.
+	g.Expect(publish(impersonate(t, env, user, ""), "node-e")).To(MatchError(ContainSubstring("the gpupool agent's credentials carry no node-name claim")))
+
+	// The agent may create its GPUNode only with an empty spec.
+	err = impersonate(t, env, user, "node-d").Create(ctx, &v1alpha1.GPUNode{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-d"},
+		Spec:       v1alpha1.GPUNodeSpec{ExpectedLayout: []v1alpha1.GPULayout{{Index: 0}}},
+	})
+	g.Expect(err).To(MatchError(ContainSubstring("the gpupool agent may create its GPUNode only with an empty spec")))
+
+	// RBAC: no spec writes and no deletes, even on its own node.
+	own := getNode(t, env.Client, "node-a")
+	own.Spec.ExpectedLayout = []v1alpha1.GPULayout{{Index: 0}}
+	g.Expect(apierrors.IsForbidden(agentA.Update(ctx, own))).To(BeTrue(), "spec update")
+	g.Expect(apierrors.IsForbidden(agentA.Delete(ctx, own))).To(BeTrue(), "delete")
+
+	// Anyone else, the controller included, is not subject to the policy.
+	node := getNode(t, env.Client, "node-c")
+	node.Spec.ExpectedLayout = []v1alpha1.GPULayout{{Index: 0}}
+	g.Expect(env.Client.Update(ctx, node)).To(Succeed())
+}
