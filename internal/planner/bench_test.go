@@ -17,7 +17,7 @@ import (
 // benchCluster is a fragmented H200 pool: 8 GPUs per node carved in a mix of layouts, some
 // instances busy, and 10 pending pods per node from 24 workloads (classes), so that the
 // planner faces real choices at every size.
-func benchCluster(b *testing.B, nodes int) *cluster {
+func benchCluster(b testing.TB, nodes int) *cluster {
 	rng := rand.New(rand.NewPCG(42, uint64(nodes)))
 	c := newCluster(b)
 	layouts := []string{"1g.18gb:7", "1g.18gb:7", "3g.71gb:2", "2g.35gb:3,1g.18gb:1", "7g.141gb:1"}

@@ -33,7 +33,8 @@ func (ni *nodeInfo) stateInto(ch choice, buf *state) (state, bool) {
 		st = state{free: make([]int, len(pi.names)), vec: append([]int64(nil), ni.free...)}
 	} else {
 		st = state{free: resize(buf.free, len(pi.names)), vec: append(buf.vec[:0], ni.free...), evicted: buf.evicted[:0]}
-		*buf = st
+		// Keep whatever the slices grew to for the next call.
+		defer func() { *buf = st }()
 	}
 	for i, gi := range ni.gpus {
 		if ch[i] == keep {
@@ -180,6 +181,13 @@ func (ni *nodeInfo) take(p *planState, c *class, st *state, n int) {
 // fill serves the remaining demand in class order and returns the pods served per class and
 // the score; st is consumed.
 func (ni *nodeInfo) fill(p *planState, st *state, served []int) score {
+	var sc score
+	ni.fillInto(p, st, served, &sc)
+	return sc
+}
+
+// fillInto is fill writing the score into sc, reusing its buffer.
+func (ni *nodeInfo) fillInto(p *planState, st *state, served []int, sc *score) {
 	for _, c := range p.classes {
 		served[c.id] = 0
 		if c.left == 0 || !p.eligible(ni, c) {
@@ -191,5 +199,5 @@ func (ni *nodeInfo) fill(p *planState, st *state, served []int) score {
 			served[c.id] = n
 		}
 	}
-	return p.scoreOf(served)
+	p.scoreInto(served, sc)
 }

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"container/heap"
 	"fmt"
+	"runtime"
 	"slices"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -20,15 +22,14 @@ type planState struct {
 	tiers     []int32 // distinct priorities, highest first
 	tierOf    []int   // per class
 	nodes     []*nodeInfo
-	needCache map[needKey]*needs
+	needCache [][]cachedNeeds // per class, per product id
 	pdbLeft   map[string]int32
 	evictOK   bool
 	scratch   state // reused by the search loops; see scratchStateOf
-}
-
-type needKey struct {
-	class int
-	prod  *productInfo
+	// evictedBuf is evaluateInto's reused list of the pods a choice evicts.
+	evictedBuf []types.NamespacedName
+	// wantedBuf is leftover's reused per-profile demand.
+	wantedBuf []int
 }
 
 // needs is what one pod of a class takes from a node of one product.
@@ -40,22 +41,32 @@ func (p *planState) needs(c *class, pi *productInfo) *needs {
 	if pi == nil {
 		return nil
 	}
-	key := needKey{c.id, pi}
-	if n, ok := p.needCache[key]; ok {
-		return n
+	// The innermost loops ask this for every fit, so it is a slice lookup, not a map one.
+	row := p.needCache[c.id]
+	if pi.id < len(row) && row[pi.id].known {
+		return row[pi.id].needs
 	}
 	var n *needs
-	per, ok := c.needs(pi.product, pi.index)
-	if ok {
+	if per, ok := c.needs(pi.product, pi.index); ok {
 		n = &needs{perProfile: per}
 		if per == nil {
 			n.perProfile = make([]int, len(pi.names))
 		}
 	}
-	p.needCache[key] = n
+	for len(row) <= pi.id {
+		row = append(row, cachedNeeds{})
+	}
+	row[pi.id] = cachedNeeds{needs: n, known: true}
+	p.needCache[c.id] = row
 	return n
 }
 
+// cachedNeeds is one entry of planState.needCache; known tells "no such profile" (nil needs)
+// from "not computed yet".
+type cachedNeeds struct {
+	needs *needs
+	known bool
+}
 func (p *planState) eligible(ni *nodeInfo, c *class) bool {
 	switch ni.eligible[c.id] {
 	case 1:
@@ -88,16 +99,16 @@ func (p *planState) newScore() score {
 	return score{tiers: make([]int, len(p.tiers)), byClass: make([]int, len(p.classes))}
 }
 
-// scoreOf scores pods served per class, sharing the served slice.
-func (p *planState) scoreOf(served []int) score {
-	sc := score{tiers: make([]int, len(p.tiers)), byClass: served}
+// scoreInto scores pods served per class into sc, reusing its tiers buffer and sharing the
+// served slice.
+func (p *planState) scoreInto(served []int, sc *score) {
+	*sc = score{tiers: resize(sc.tiers, len(p.tiers)), byClass: served}
 	for _, c := range p.classes {
 		if n := served[c.id]; n > 0 {
 			sc.tiers[p.tierOf[c.id]] += c.slices * n
 			sc.pods += n
 		}
 	}
-	return sc
 }
 
 // plus is the score of serving both s and o.
@@ -150,8 +161,9 @@ func Plan(in Input) (*Result, error) {
 		return nil, err
 	}
 	d := newDims(in.Pending)
-	p := &planState{in: &in, dims: d, needCache: map[needKey]*needs{}, pdbLeft: map[string]int32{}}
+	p := &planState{in: &in, dims: d, pdbLeft: map[string]int32{}}
 	p.classes = groupClasses(in.Pending, d)
+	p.needCache = make([][]cachedNeeds, len(p.classes))
 	for _, c := range p.classes {
 		if len(p.tiers) == 0 || p.tiers[len(p.tiers)-1] != c.priority {
 			p.tiers = append(p.tiers, c.priority)
@@ -342,8 +354,8 @@ func (p *planState) greedy(budget int, steps map[*nodeInfo]*proposal) {
 	}
 	version := 0
 	h := &proposalHeap{}
-	for _, ni := range p.nodes {
-		if pr := p.propose(ni, version); pr != nil {
+	for _, pr := range p.proposeAll(version) {
+		if pr != nil {
 			*h = append(*h, pr)
 		}
 	}
@@ -365,6 +377,33 @@ func (p *planState) greedy(budget int, steps map[*nodeInfo]*proposal) {
 		p.consume(top, -1)
 		version++
 	}
+}
+
+// proposeAll computes every node's first proposal, spread over the available CPUs: this first
+// pass is most of a large plan's cost, and nodes do not depend on each other in it. Each
+// worker has its own scratch buffers; the shared tables are filled before the workers start,
+// and each node's eligibility cache is written by the one worker that owns the node, so the
+// result is the same as a sequential pass.
+func (p *planState) proposeAll(version int) []*proposal {
+	for _, c := range p.classes {
+		for _, ni := range p.nodes {
+			p.needs(c, ni.prod)
+		}
+	}
+	out := make([]*proposal, len(p.nodes))
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(p.nodes)/64))
+	var wg sync.WaitGroup
+	for w := range workers {
+		worker := *p
+		worker.scratch, worker.evictedBuf, worker.wantedBuf = state{}, nil, nil
+		wg.Go(func() {
+			for i := w; i < len(p.nodes); i += workers {
+				out[i] = worker.propose(p.nodes[i], version)
+			}
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 func changedGPUs(pr *proposal) []*gpuInfo {
@@ -396,6 +435,8 @@ func (p *planState) propose(ni *nodeInfo, version int) *proposal {
 	}
 	base := best.gain
 	scratch := make([]int, len(p.classes))
+	trial := make(choice, len(ni.gpus))
+	var cand proposal
 	// GPUs that look alike (same layout, same pods' needs) give the same marginal gain until
 	// something is committed, so one that brought nothing rules out its twins.
 	fruitless := map[string]bool{}
@@ -410,24 +451,20 @@ func (p *planState) propose(ni *nodeInfo, version int) *proposal {
 				continue
 			}
 			// Apply option o to this GPU and, while it helps, to the next cheapest ones.
-			trial := slices.Clone(ch)
+			copy(trial, ch)
 			for k := pos; k < len(order); k++ {
 				g := order[k]
 				if trial[g] != keep || ni.gpus[g].currentOpt == o {
 					continue
 				}
 				trial[g] = o
-				cand := p.evaluate(ni, trial, scratch)
-				if cand == nil {
+				if !p.evaluateInto(ni, trial, scratch, &cand) {
 					break
 				}
-				if winner == nil || better(cand, winner, p, ni) {
-					winner = cand
-					winner.choice = slices.Clone(trial)
-					winner.served = slices.Clone(scratch)
-					winner.gain.byClass = winner.served
+				if winner == nil || better(&cand, winner, p, ni) {
+					winner = keepCopy(&cand)
 				}
-				if !p.needsMore(ni, cand) {
+				if !p.needsMore(ni, &cand) {
 					break
 				}
 			}
@@ -579,6 +616,8 @@ func (p *planState) improve(pr *proposal) *proposal {
 	ni := pr.node
 	order := p.changeOrder(ni)
 	scratch := make([]int, len(p.classes))
+	trial := make(choice, len(ni.gpus))
+	var cand proposal
 	for range 2 * len(ni.gpus) {
 		var next *proposal
 		for _, gpu := range order {
@@ -587,16 +626,13 @@ func (p *planState) improve(pr *proposal) *proposal {
 				if o == pr.choice[gpu] || (o != keep && o == gi.currentOpt) {
 					continue
 				}
-				trial := slices.Clone(pr.choice)
+				copy(trial, pr.choice)
 				trial[gpu] = o
-				cand := p.evaluate(ni, trial, scratch)
-				if cand == nil || cand.changed == 0 || !better(cand, pr, p, ni) {
+				if !p.evaluateInto(ni, trial, scratch, &cand) || cand.changed == 0 || !better(&cand, pr, p, ni) {
 					continue
 				}
-				if next == nil || better(cand, next, p, ni) {
-					cand.served = slices.Clone(scratch)
-					cand.gain.byClass = cand.served
-					next = cand
+				if next == nil || better(&cand, next, p, ni) {
+					next = keepCopy(&cand)
 				}
 			}
 		}
@@ -667,7 +703,8 @@ func (p *planState) leftover(ni *nodeInfo, pr *proposal) int {
 			ni.take(p, c, &st, n)
 		}
 	}
-	wanted := make([]int, len(st.free))
+	p.wantedBuf = resize(p.wantedBuf, len(st.free))
+	wanted := p.wantedBuf
 	for _, c := range p.classes {
 		rest := c.left - pr.served[c.id]
 		if rest <= 0 || !p.eligible(ni, c) {
@@ -691,9 +728,20 @@ func (p *planState) leftover(ni *nodeInfo, pr *proposal) int {
 // evaluate scores a choice on a node; nil when it would lose an evicted pod or overspend a
 // PodDisruptionBudget.
 func (p *planState) evaluate(ni *nodeInfo, ch choice, served []int) *proposal {
+	pr := &proposal{}
+	if !p.evaluateInto(ni, ch, served, pr) {
+		return nil
+	}
+	return pr
+}
+
+// evaluateInto is evaluate writing into pr, reusing its score buffer: the search loops score
+// thousands of candidates per node and keep only a few. pr shares ch and served.
+func (p *planState) evaluateInto(ni *nodeInfo, ch choice, served []int, pr *proposal) bool {
+	*pr = proposal{node: ni, choice: ch, leftover: -1, gain: score{tiers: pr.gain.tiers}}
+	evicted := p.evictedBuf[:0]
+	defer func() { p.evictedBuf = evicted[:0] }()
 	var pdbUse map[string]int32
-	var evicted []types.NamespacedName
-	pr := &proposal{node: ni, choice: ch, leftover: -1}
 	for i, gi := range ni.gpus {
 		if ch[i] == keep {
 			continue
@@ -712,18 +760,27 @@ func (p *planState) evaluate(ni *nodeInfo, ch choice, served []int) *proposal {
 				}
 				pdbUse[key]++
 				if pdbUse[key] > p.pdbLeft[key] {
-					return nil
+					return false
 				}
 			}
 		}
 	}
 	st, ok := p.scratchStateOf(ni, ch)
 	if !ok {
-		return nil
+		return false
 	}
-	pr.gain = ni.fill(p, &st, served)
+	ni.fillInto(p, &st, served, &pr.gain)
 	pr.served = served
-	return pr
+	return true
+}
+
+// keepCopy turns a candidate that lives in reused buffers into a proposal of its own.
+func keepCopy(cand *proposal) *proposal {
+	out := *cand
+	out.choice = slices.Clone(cand.choice)
+	out.served = slices.Clone(cand.served)
+	out.gain = score{tiers: slices.Clone(cand.gain.tiers), byClass: out.served, pods: cand.gain.pods}
+	return &out
 }
 
 // changeOrder lists the node's changeable GPUs, cheapest to change first.

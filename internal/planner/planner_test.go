@@ -326,3 +326,15 @@ func TestNodeWithoutCatalogEntryDoesNotHideTheProductFromOthers(t *testing.T) {
 	g.Expect(res.Steps).To(HaveLen(1))
 	g.Expect(res.Steps[0].Node).To(Equal("gpu-2"))
 }
+
+// TestLargePoolPlansAreDeterministic covers the parallel first pass (pools of 128 nodes and
+// more spread it over the CPUs): two passes over the same input must agree exactly.
+func TestLargePoolPlansAreDeterministic(t *testing.T) {
+	g := NewWithT(t)
+	c := benchCluster(t, 200)
+	pol := policy(budget(20))
+	first := c.plan(pol)
+	second := c.plan(pol)
+	g.Expect(second).To(Equal(first))
+	g.Expect(first.Steps).NotTo(BeEmpty())
+}

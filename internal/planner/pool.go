@@ -20,6 +20,7 @@ import (
 
 // productInfo is one GPU product with the policy's catalog applied.
 type productInfo struct {
+	id      int // position in the catalog's cache, for slice-indexed lookups
 	product *mig.Product
 	index   map[string]int // canonical profile name -> position in names
 	names   []string
@@ -108,7 +109,7 @@ func (c *catalog) info(p *mig.Product, entry *v1alpha1.CatalogEntry) *productInf
 	if pi, ok := c.products[key]; ok {
 		return pi
 	}
-	pi := &productInfo{product: p, index: map[string]int{}}
+	pi := &productInfo{id: len(c.products), product: p, index: map[string]int{}}
 	for _, pr := range p.Profiles {
 		pi.index[pr.Name] = len(pi.names)
 		pi.names = append(pi.names, pr.Name)
@@ -224,7 +225,8 @@ func newNodeInfo(n *inventory.Node, cat *catalog, d *dims, in *Input, classes in
 	ni.prod = cat.info(product, entry)
 	ni.podNeeds = map[types.NamespacedName]podNeed{}
 	for _, g := range n.GPUs {
-		gi := &gpuInfo{gpu: g, current: ni.prod.counts(g.Layout()), idle: !g.Busy(), currentOpt: -1,
+		layout := g.Layout()
+		gi := &gpuInfo{gpu: g, current: ni.prod.counts(layout), idle: !g.Busy(), currentOpt: -1,
 			freeNow: make([]int, len(ni.prod.names))}
 		if !g.MIGEnabled && len(g.Pods) == 0 {
 			gi.wholeNow = 1
@@ -235,12 +237,12 @@ func newNodeInfo(n *inventory.Node, cat *catalog, d *dims, in *Input, classes in
 			}
 		}
 		for i, o := range ni.prod.options {
-			if o.disabled == !g.MIGEnabled && o.layout.Equal(g.Layout()) {
+			if o.disabled == !g.MIGEnabled && o.layout.Equal(layout) {
 				gi.currentOpt = i
 			}
 		}
 		gi.changeable, gi.blocker = changeable(gi, n, evictOK)
-		sig := fmt.Sprintf("%t|%d|%s|%v", g.MIGEnabled, gi.currentOpt, g.Layout(), gi.changeable)
+		sig := fmt.Sprintf("%t|%d|%s|%v", g.MIGEnabled, gi.currentOpt, layout, gi.changeable)
 		for _, p := range gi.pods {
 			per, whole, ok := gpuNeeds(p, ni.prod)
 			if ok {
