@@ -67,6 +67,7 @@ type cachedNeeds struct {
 	needs *needs
 	known bool
 }
+
 func (p *planState) eligible(ni *nodeInfo, c *class) bool {
 	switch ni.eligible[c.id] {
 	case 1:
