@@ -1,7 +1,6 @@
 package planner_test
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -248,10 +247,6 @@ func policy(opts ...policyOpt) *v1alpha1.GPUPoolPolicy {
 
 func mig1(profile string) map[string]int64 { return map[string]int64{mig.ResourceName(profile): 1} }
 
-func names(keys []string) string { return strings.Join(keys, ",") }
-
 func itoa(i int) string { return strconv.Itoa(i) }
-
-var _ = fmt.Sprint
 
 func ptrIntOrString(s string) *intstr.IntOrString { v := intstr.Parse(s); return &v }

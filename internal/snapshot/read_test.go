@@ -199,7 +199,7 @@ func TestReadInvalid(t *testing.T) {
 		want:  `item 1 (GPUNode node-1): status.gpus[0].index: number 99999999999 does not fit in int32`,
 	}, {
 		name:  "unknown field in a GPUPoolPolicy",
-		input: list(policyWith("approval: Manual", "aproval: Manual")),
+		input: list(policyWith("approval: Manual", "aproval: Manual")), //nolint:misspell // the typo is the input under test
 		want:  `item 0 (GPUPoolPolicy pool-a): spec.disruption.aproval: unknown field (did you mean approval?)`,
 	}, {
 		name:  "unknown fields in a GPUNode, all named",
