@@ -144,3 +144,16 @@ func addSaturating(a, b int64) int64 {
 	}
 	return a + b
 }
+
+// Quantity is the integer the scheduler compares for one resource of a list: millicores for
+// CPU, whole units for everything else; 0 when the list lacks it.
+func Quantity(list corev1.ResourceList, name corev1.ResourceName) int64 {
+	q, ok := list[name]
+	if !ok {
+		return 0
+	}
+	if name == corev1.ResourceCPU {
+		return q.MilliValue()
+	}
+	return q.Value()
+}

@@ -154,7 +154,7 @@ func (n *Node) Pod(key types.NamespacedName) *Pod {
 
 // Free is allocatable minus requested for one resource, never negative.
 func (n *Node) Free(name corev1.ResourceName) int64 {
-	return max(0, units(n.Allocatable, name)-units(n.Requested, name))
+	return max(0, demand.Quantity(n.Allocatable, name)-demand.Quantity(n.Requested, name))
 }
 
 // Build assembles a snapshot. Nodes without the agent's report, with a stale report, or with
@@ -457,17 +457,6 @@ func memSlicesOf(p mig.Profile) int {
 		return 0
 	}
 	return p.Placements[0].Size
-}
-
-func units(list corev1.ResourceList, name corev1.ResourceName) int64 {
-	q, ok := list[name]
-	if !ok {
-		return 0
-	}
-	if name == corev1.ResourceCPU {
-		return q.MilliValue()
-	}
-	return q.Value()
 }
 
 func addTo(sum, add corev1.ResourceList) {

@@ -58,22 +58,11 @@ func newDims(reqs []demand.Request) *dims {
 	return d
 }
 
-func quantity(list corev1.ResourceList, name corev1.ResourceName) int64 {
-	q, ok := list[name]
-	if !ok {
-		return 0
-	}
-	if name == corev1.ResourceCPU {
-		return q.MilliValue()
-	}
-	return q.Value()
-}
-
 // vector reads a resource list in dims order.
 func (d *dims) vector(list corev1.ResourceList) []int64 {
 	v := make([]int64, len(d.names))
 	for i, name := range d.names {
-		v[i] = quantity(list, name)
+		v[i] = demand.Quantity(list, name)
 	}
 	return v
 }
