@@ -374,77 +374,51 @@ func (r *reader) object(data []byte, h *header, where string) error {
 		r.snap.Ignored[h.Kind]++
 		return nil
 	}
-	fail := func(field, msg string) error {
-		return &Error{Where: where, Object: describe(h), Field: field, Message: msg}
-	}
 	switch gvk {
 	case kindNode:
-		var o corev1.Node
-		if err := r.decode(data, &o, where, h, false); err != nil {
-			return err
-		}
-		if ferr := validateName(o.Name); ferr != nil {
-			return fail(ferr.field, ferr.msg)
-		}
-		if err := r.claim(h, o.Namespace, o.Name, where); err != nil {
-			return err
-		}
-		r.snap.Nodes = append(r.snap.Nodes, o)
-		r.times(nodeTimes(&o)...)
+		return add(r, data, h, where, false, &r.snap.Nodes,
+			func(o *corev1.Node) *fieldError { return validateName(o.Name) }, nodeTimes)
 	case kindPod:
-		var o corev1.Pod
-		if err := r.decode(data, &o, where, h, false); err != nil {
-			return err
-		}
-		if ferr := validateNamespaced(&o.ObjectMeta); ferr != nil {
-			return fail(ferr.field, ferr.msg)
-		}
-		if err := r.claim(h, o.Namespace, o.Name, where); err != nil {
-			return err
-		}
-		r.snap.Pods = append(r.snap.Pods, o)
-		r.times(podTimes(&o)...)
+		return add(r, data, h, where, false, &r.snap.Pods,
+			func(o *corev1.Pod) *fieldError { return validateNamespaced(&o.ObjectMeta) }, podTimes)
 	case kindPDB:
-		var o policyv1.PodDisruptionBudget
-		if err := r.decode(data, &o, where, h, false); err != nil {
-			return err
-		}
-		if ferr := validateNamespaced(&o.ObjectMeta); ferr != nil {
-			return fail(ferr.field, ferr.msg)
-		}
-		if err := r.claim(h, o.Namespace, o.Name, where); err != nil {
-			return err
-		}
-		r.snap.PDBs = append(r.snap.PDBs, o)
-		r.times(pdbTimes(&o)...)
+		return add(r, data, h, where, false, &r.snap.PDBs,
+			func(o *policyv1.PodDisruptionBudget) *fieldError { return validateNamespaced(&o.ObjectMeta) }, pdbTimes)
 	case kindGPUNode:
-		var o v1alpha1.GPUNode
-		if err := r.decode(data, &o, where, h, true); err != nil {
-			return err
-		}
-		if ferr := validateGPUNode(&o); ferr != nil {
-			return fail(ferr.field, ferr.msg)
-		}
-		r.snap.Warnings = append(r.snap.Warnings, placementWarnings(&o, where)...)
-		if err := r.claim(h, o.Namespace, o.Name, where); err != nil {
-			return err
-		}
-		r.snap.GPUNodes = append(r.snap.GPUNodes, o)
-		r.times(gpuNodeTimes(&o)...)
+		return add(r, data, h, where, true, &r.snap.GPUNodes, func(o *v1alpha1.GPUNode) *fieldError {
+			if ferr := validateGPUNode(o); ferr != nil {
+				return ferr
+			}
+			r.snap.Warnings = append(r.snap.Warnings, placementWarnings(o, where)...)
+			return nil
+		}, gpuNodeTimes)
 	case kindPolicy:
-		var o v1alpha1.GPUPoolPolicy
-		if err := r.decode(data, &o, where, h, true); err != nil {
-			return err
-		}
-		if ferr := validatePolicy(&o); ferr != nil {
-			return fail(ferr.field, ferr.msg)
-		}
-		if err := r.claim(h, o.Namespace, o.Name, where); err != nil {
-			return err
-		}
-		r.snap.Policies = append(r.snap.Policies, o)
-		r.times(o.CreationTimestamp)
+		return add(r, data, h, where, true, &r.snap.Policies, validatePolicy,
+			func(o *v1alpha1.GPUPoolPolicy) []metav1.Time { return []metav1.Time{o.CreationTimestamp} })
 	}
+	return nil
+}
+
+// add decodes one object of a planned kind (strictly for gpupool's own kinds), validates it as
+// the API server would, refuses a second copy of it, and records it with its timestamps.
+func add[T any, P interface {
+	*T
+	metav1.Object
+}](r *reader, data []byte, h *header, where string, own bool, to *[]T,
+	validate func(P) *fieldError, times func(P) []metav1.Time) error {
+	var o T
+	obj := P(&o)
+	if err := r.decode(data, obj, where, h, own); err != nil {
+		return err
+	}
+	if ferr := validate(obj); ferr != nil {
+		return &Error{Where: where, Object: describe(h), Field: ferr.field, Message: ferr.msg}
+	}
+	if err := r.claim(h, obj.GetNamespace(), obj.GetName(), where); err != nil {
+		return err
+	}
+	*to = append(*to, o)
+	r.times(times(obj)...)
 	return nil
 }
 
