@@ -310,31 +310,11 @@ func (p *planState) explain(c *class, budget int, steps map[*nodeInfo]*proposal,
 		return ReasonNotInPool, fmt.Sprintf("%s: none of the pool's %d nodes matches the pod's node selector, affinity or tolerations (%s)",
 			what, len(p.nodes), firstMismatch)
 	}
-	var shaped []*nodeInfo
-	shapeWhy := ""
-	for _, ni := range eligible {
-		if why := p.shapeObstacle(c, ni); why != "" {
-			if shapeWhy == "" {
-				shapeWhy = why
-			}
-			continue
-		}
-		shaped = append(shaped, ni)
-	}
+	shaped, shapeWhy := passing(eligible, func(ni *nodeInfo) string { return p.shapeObstacle(c, ni) })
 	if len(shaped) == 0 {
 		return ReasonPartitionShape, fmt.Sprintf("%s: %s", what, shapeWhy)
 	}
-	var placed []*nodeInfo
-	placeWhy := ""
-	for _, ni := range shaped {
-		if why := p.resourceObstacle(c, ni); why != "" {
-			if placeWhy == "" {
-				placeWhy = why
-			}
-			continue
-		}
-		placed = append(placed, ni)
-	}
+	placed, placeWhy := passing(shaped, func(ni *nodeInfo) string { return p.resourceObstacle(c, ni) })
 	if len(placed) == 0 {
 		return ReasonNodePlacement, fmt.Sprintf("%s: the %d node(s) whose GPUs could host it lack resources (%s)", what, len(shaped), placeWhy)
 	}
@@ -372,6 +352,23 @@ func (p *planState) explain(c *class, budget int, steps map[*nodeInfo]*proposal,
 	}
 	return ReasonCapacity, fmt.Sprintf("%s: the GPUs of all %d suitable node(s) are taken by running pods or by demand served first",
 		what, len(placed))
+}
+
+// passing keeps the nodes without an obstacle and returns the first obstacle met, which the
+// message shows as the example.
+func passing(nodes []*nodeInfo, obstacle func(*nodeInfo) string) ([]*nodeInfo, string) {
+	var out []*nodeInfo
+	first := ""
+	for _, ni := range nodes {
+		if why := obstacle(ni); why != "" {
+			if first == "" {
+				first = why
+			}
+			continue
+		}
+		out = append(out, ni)
+	}
+	return out, first
 }
 
 // shapeObstacle says why no layout of this node's GPUs the catalog allows could hold one pod
