@@ -2,9 +2,7 @@ package v1alpha1_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
-	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -12,12 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testenv"
 )
 
 // validPolicy is a policy the API server accepts; each invalid case breaks one thing in it.
@@ -266,19 +264,7 @@ var _ = Describe("the samples in config/samples", func() {
 
 // readObjects decodes every document of a multi-document YAML file.
 func readObjects(file string) []*unstructured.Unstructured {
-	data, err := os.ReadFile(file)
+	objs, err := testenv.ReadObjects(file)
 	Expect(err).NotTo(HaveOccurred())
-	decoder := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(data)), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := decoder.Decode(&obj.Object); err != nil {
-			Expect(err.Error()).To(Equal("EOF"))
-			break
-		}
-		if len(obj.Object) > 0 {
-			objs = append(objs, obj)
-		}
-	}
 	return objs
 }

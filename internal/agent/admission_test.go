@@ -2,9 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -14,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,25 +26,11 @@ const nodeNameKey = "authentication.kubernetes.io/node-name"
 // readObjects decodes every document of a multi-document YAML file.
 func readObjects(t *testing.T, file string) []*unstructured.Unstructured {
 	t.Helper()
-	f, err := os.Open(file)
+	objs, err := testenv.ReadObjects(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	decoder := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := decoder.Decode(&obj.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs
-			}
-			t.Fatalf("decoding %s: %v", file, err)
-		}
-		if len(obj.Object) > 0 {
-			objs = append(objs, obj)
-		}
-	}
+	return objs
 }
 
 // installAgentConfig creates everything config/agent's kustomization lists,
