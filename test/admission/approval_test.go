@@ -81,7 +81,7 @@ func TestOnlyApproversMayApproveOrRejectPlans(t *testing.T) {
 	// The API server starts enforcing a new policy within a second or so: wait until it refuses.
 	g.Eventually(func() error { return annotate(as("editor"), v1.AnnotationApprove, "1f3e9a7c") }).
 		WithTimeout(30 * time.Second).Should(MatchError(ContainSubstring(
-			`editor may not approve or reject RepartitionPlan pool-a-20261129-1f3e9a7c`)))
+		`editor may not approve or reject RepartitionPlan pool-a-20261129-1f3e9a7c`)))
 	err = annotate(as("editor"), v1.AnnotationReject, "not now")
 	g.Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "want a refusal, got %v", err)
 	g.Expect(err.Error()).To(ContainSubstring(`needs the "approve" verb`))
