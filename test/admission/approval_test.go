@@ -4,6 +4,7 @@ package admission_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -78,9 +79,14 @@ func TestOnlyApproversMayApproveOrRejectPlans(t *testing.T) {
 		return c.Patch(ctx, latest, patch)
 	}
 
-	// The API server starts enforcing a new policy within a second or so: wait until it refuses.
-	g.Eventually(func() error { return annotate(as("editor"), v1.AnnotationApprove, "1f3e9a7c") }).
-		WithTimeout(30 * time.Second).Should(MatchError(ContainSubstring(
+	// The API server starts enforcing a new policy within a second or so: wait until it
+	// refuses. Each try sets a new value, so a try that slipped through before the policy was
+	// active cannot make the next one a no-op change.
+	attempt := 0
+	g.Eventually(func() error {
+		attempt++
+		return annotate(as("editor"), v1.AnnotationApprove, fmt.Sprintf("try-%d", attempt))
+	}).WithTimeout(30 * time.Second).Should(MatchError(ContainSubstring(
 		`editor may not approve or reject RepartitionPlan pool-a-20261129-1f3e9a7c`)))
 	err = annotate(as("editor"), v1.AnnotationReject, "not now")
 	g.Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "want a refusal, got %v", err)
