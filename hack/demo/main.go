@@ -121,7 +121,23 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 	if err := d.kubectl("get", "gpupoolpolicy", "training-pool", "-o", "jsonpath={.spec.disruption}{\"\\n\"}{.spec.planning}{\"\\n\"}"); err != nil {
 		return err
 	}
-	fmt.Println("\n   approving a plan is bound to its hash, so an approval never carries over to another plan:")
+	fmt.Println("\n   approving is an authorised decision: only subjects allowed the verb 'approve' may do it")
+	if err := d.kubectl("apply", "-k", "config/approval"); err != nil {
+		return err
+	}
+	if err := d.kubectl("create", "clusterrole", "plan-editor", "--verb=get,list,patch,update",
+		"--resource=repartitionplans.gpupool.io"); err != nil {
+		return err
+	}
+	if err := d.kubectl("create", "clusterrolebinding", "alice-edits-plans", "--clusterrole=plan-editor", "--user=alice"); err != nil {
+		return err
+	}
+	if err := d.waitRefused(ctx, "--as=alice", "annotate", "--overwrite", "repartitionplan",
+		"training-pool-20261129-1f3e9a7c", "gpupool.io/approve=1f3e9a7c"); err != nil {
+		return err
+	}
+	fmt.Println("   an approver (here the cluster admin) approves it, bound to the plan's hash so that an")
+	fmt.Println("   approval never carries over to another plan:")
 	if err := d.kubectl("annotate", "repartitionplan", "training-pool-20261129-1f3e9a7c", "gpupool.io/approve=1f3e9a7c"); err != nil {
 		return err
 	}
@@ -220,6 +236,31 @@ func (d *demo) kubectlStdin(stdin string, args ...string) error {
 		return fmt.Errorf("kubectl %s: %w", strings.Join(args, " "), err)
 	}
 	return nil
+}
+
+// waitRefused runs a kubectl command that an admission policy must refuse, retrying while the
+// API server has not started enforcing a policy created a moment ago, and prints the refusal.
+func (d *demo) waitRefused(ctx context.Context, args ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		cmd := exec.Command(filepath.Join(d.binDir, "kubectl"), append([]string{"--kubeconfig=" + d.cluster.Kubeconfig}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil && strings.Contains(string(out), "may not approve") {
+			fmt.Printf("   $ kubectl %s\n     %s\n", strings.Join(args, " "), strings.TrimSpace(string(out)))
+			return nil
+		}
+		if err == nil {
+			// Accepted before the policy was active: take the annotation back and try again.
+			_ = exec.Command(filepath.Join(d.binDir, "kubectl"), "--kubeconfig="+d.cluster.Kubeconfig,
+				"annotate", "repartitionplan", args[len(args)-2], "gpupool.io/approve-").Run()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the approval policy never refused kubectl %s: %s", strings.Join(args, " "), out)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 func (d *demo) waitLease(ctx context.Context) error {
