@@ -1,0 +1,114 @@
+// Package rollout holds the pure decisions of executing a RepartitionPlan: whether a plan may
+// start (approval, rejection, expiry) and, later, each node step's next state. It reads
+// objects and a time and returns decisions; the plan controller performs them and persists
+// the result in the plan's status, so that any replica can resume after a crash.
+package rollout
+
+import (
+	"fmt"
+	"time"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// DefaultPlanTTL is how long an unapproved plan waits when its policy does not say.
+const DefaultPlanTTL = time.Hour
+
+// Gate reasons, used as condition reasons and Event reasons.
+const (
+	ReasonAwaitingApproval = "AwaitingApproval"
+	ReasonApprovedByUser   = "ApprovedByAnnotation"
+	ReasonApprovedByPolicy = "ApprovedByPolicy"
+	ReasonRejected         = "Rejected"
+	ReasonExpired          = "Expired"
+	ReasonPolicyGone       = "PolicyGone"
+	ReasonHashMismatch     = "ApprovalHashMismatch"
+)
+
+// Decision is what the gate decides for a plan that has not started.
+type Decision struct {
+	// Phase is the plan's phase after the decision.
+	Phase v1alpha1.PlanPhase
+	// Reason and Message explain it, for the plan's condition and Event.
+	Reason, Message string
+	// IgnoredApproval is set when an approval names another hash: the controller reports it
+	// with a Warning Event instead of acting on it.
+	IgnoredApproval string
+}
+
+// Changed reports whether the decision moves the plan out of its current phase.
+func (d Decision) Changed(plan *v1alpha1.RepartitionPlan) bool { return d.Phase != phaseOf(plan) }
+
+func phaseOf(plan *v1alpha1.RepartitionPlan) v1alpha1.PlanPhase {
+	if plan.Status.Phase == "" {
+		return v1alpha1.PlanAwaitingApproval
+	}
+	return plan.Status.Phase
+}
+
+// Gate decides whether a plan may start. A plan past the gate (approved, executing or
+// finished) keeps its phase. Before it, in order: a rejection wins over everything; an
+// approval must carry the plan's own hash, so that it can never carry over to another plan;
+// the policy approves plans its mode allows unless planning is paused; an unapproved plan
+// expires after the policy's planTTL; a plan whose policy is gone expires at once.
+func Gate(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy, now time.Time) Decision {
+	if phase := phaseOf(plan); phase != v1alpha1.PlanAwaitingApproval {
+		return Decision{Phase: phase}
+	}
+	annotations := plan.GetAnnotations()
+	if reason, ok := annotations[v1alpha1.AnnotationReject]; ok {
+		msg := "rejected"
+		if reason != "" {
+			msg = "rejected: " + reason
+		}
+		return Decision{Phase: v1alpha1.PlanRejected, Reason: ReasonRejected, Message: msg}
+	}
+	if policy == nil {
+		return Decision{Phase: v1alpha1.PlanExpired, Reason: ReasonPolicyGone,
+			Message: fmt.Sprintf("policy %s no longer exists", plan.Spec.Policy)}
+	}
+	var ignored string
+	if approval, ok := annotations[v1alpha1.AnnotationApprove]; ok {
+		if approval == plan.Spec.Hash {
+			return Decision{Phase: v1alpha1.PlanApproved, Reason: ReasonApprovedByUser,
+				Message: "approved by annotation " + v1alpha1.AnnotationApprove}
+		}
+		ignored = approval
+	}
+	if mode, ok := autoApproves(plan, policy); ok {
+		return Decision{Phase: v1alpha1.PlanApproved, Reason: ReasonApprovedByPolicy,
+			Message: fmt.Sprintf("approval %s allows this plan", mode), IgnoredApproval: ignored}
+	}
+	ttl := DefaultPlanTTL
+	if d := policy.Spec.Disruption.PlanTTL; d != nil && d.Duration > 0 {
+		ttl = d.Duration
+	}
+	if age := now.Sub(plan.CreationTimestamp.Time); age >= ttl {
+		return Decision{Phase: v1alpha1.PlanExpired, Reason: ReasonExpired,
+			Message: fmt.Sprintf("not approved within planTTL %s", ttl), IgnoredApproval: ignored}
+	}
+	msg := fmt.Sprintf("waiting for approval: kubectl annotate repartitionplan %s %s=%s",
+		plan.Name, v1alpha1.AnnotationApprove, plan.Spec.Hash)
+	if ignored != "" {
+		msg = fmt.Sprintf("%s=%q names another plan's hash; this plan's is %s. %s",
+			v1alpha1.AnnotationApprove, ignored, plan.Spec.Hash, msg)
+	}
+	return Decision{Phase: v1alpha1.PlanAwaitingApproval, Reason: ReasonAwaitingApproval, Message: msg,
+		IgnoredApproval: ignored}
+}
+
+// autoApproves reports whether the policy's approval mode approves the plan by itself: Auto
+// approves every plan within the budget (the planner never exceeds it), AutoIdle only plans
+// that evict no running pod. A paused policy approves nothing by itself.
+func autoApproves(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy) (v1alpha1.ApprovalMode, bool) {
+	if policy.Spec.Planning.Paused {
+		return "", false
+	}
+	switch mode := policy.Spec.Disruption.Approval; mode {
+	case v1alpha1.ApprovalAuto:
+		return mode, true
+	case v1alpha1.ApprovalAutoIdle:
+		return mode, !plan.Spec.Disruptive
+	}
+	return "", false
+}
