@@ -1,0 +1,241 @@
+package rollout
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// Action is one thing the plan controller does for a node step; a decision lists them in the
+// order they must happen.
+type Action string
+
+// Actions on a node.
+const (
+	// ActionCordon sets spec.unschedulable and gpupool.io/cordoned-by=<plan>.
+	ActionCordon Action = "Cordon"
+	// ActionEvict runs one non-blocking eviction pass over the step's evictions.
+	ActionEvict Action = "Evict"
+	// ActionWriteConfig puts the step's immutable mig-parted entry into gpupool's ConfigMap.
+	ActionWriteConfig Action = "WriteConfig"
+	// ActionExpectLayout sets GPUNode.spec.expectedLayout to the step's target.
+	ActionExpectLayout Action = "ExpectLayout"
+	// ActionRelabel sets nvidia.com/mig.config to the step's config name.
+	ActionRelabel Action = "Relabel"
+	// ActionUncordon clears spec.unschedulable and gpupool's annotation.
+	ActionUncordon Action = "Uncordon"
+	// ActionReleaseCordon drops gpupool's annotation but leaves the node cordoned, because
+	// someone else had cordoned it before the plan.
+	ActionReleaseCordon Action = "ReleaseCordon"
+)
+
+// Observation is what the controller saw of one node's world in this reconcile.
+type Observation struct {
+	// NodeExists is false once the Node object is gone.
+	NodeExists bool
+	// Unschedulable is the node's spec.unschedulable.
+	Unschedulable bool
+	// CordonedBy is the node's gpupool.io/cordoned-by annotation.
+	CordonedBy string
+	// PodsLeft counts the step's evictions still on the node.
+	PodsLeft int
+	// DrainMessage names the pods a PodDisruptionBudget still protects, from the last pass.
+	DrainMessage string
+	// ConfigWritten is true when gpupool's ConfigMap holds the step's config entry.
+	ConfigWritten bool
+	// LayoutExpected is true when GPUNode.spec.expectedLayout equals the step's target.
+	LayoutExpected bool
+	// MIGConfig and MIGState are the node's nvidia.com/mig.config and .state labels.
+	MIGConfig, MIGState string
+	// Verified is the GPUNode's LayoutVerified status for the current spec generation.
+	Verified metav1.ConditionStatus
+	// VerifyMessage is that condition's message (it lists the differences).
+	VerifyMessage string
+}
+
+// Timeouts bound each wait of a step.
+type Timeouts struct {
+	// Drain is the policy's drainTimeout.
+	Drain time.Duration
+	// Configure is the policy's configureTimeout: how long mig-manager, then the agent's
+	// verification, may take.
+	Configure time.Duration
+	// Propagation is how long to wait after writing the ConfigMap before flipping the label,
+	// so that mig-manager's mounted copy has the new entry (the kubelet syncs it lazily).
+	Propagation time.Duration
+}
+
+// StepResult is the decision for one node step.
+type StepResult struct {
+	// Status is the step's status after the decision.
+	Status v1alpha1.NodeStepStatus
+	// Actions to perform, in order.
+	Actions []Action
+	// RequeueAfter is when to look again; zero when the step is finished.
+	RequeueAfter time.Duration
+	// Transition is true when the state changed: the controller records an Event with
+	// Status.Message on the plan and on the node.
+	Transition bool
+}
+
+// Requeue intervals of a step that waits on the cluster.
+const (
+	quickLook = time.Second
+	drainLook = 5 * time.Second
+	slowLook  = 10 * time.Second
+)
+
+// Step decides the next state of one node's step. Failures before the GPUs are touched reopen
+// the node; failures after leave it cordoned with a message saying why, because a GPU may be
+// half-configured and must not take new work. A node cordoned by someone else before the plan
+// is never uncordoned.
+func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs Observation, t Timeouts, now time.Time) StepResult {
+	cur.Node = step.Node
+	if cur.State == "" {
+		cur.State = v1alpha1.NodePending
+	}
+	if cur.State == v1alpha1.NodeDone || cur.State == v1alpha1.NodeFailed {
+		return StepResult{Status: cur}
+	}
+	since := now
+	if cur.LastTransitionTime != nil {
+		since = cur.LastTransitionTime.Time
+	}
+	if !obs.NodeExists {
+		return fail(cur, now, "node "+step.Node+" no longer exists", nil)
+	}
+	switch cur.State {
+	case v1alpha1.NodePending:
+		cur.WasUnschedulable = obs.Unschedulable && obs.CordonedBy != plan
+		cur.StartedTime = &metav1.Time{Time: now}
+		return move(cur, v1alpha1.NodeCordoned, now, "cordoning "+step.Node, quickLook, ActionCordon)
+
+	case v1alpha1.NodeCordoned:
+		if !obs.Unschedulable || obs.CordonedBy != plan {
+			return stay(cur, "cordon not observed yet", quickLook, ActionCordon)
+		}
+		return move(cur, v1alpha1.NodeDraining, now, fmt.Sprintf("draining %d pod(s)", len(step.Evictions)), drainLook, ActionEvict)
+
+	case v1alpha1.NodeDraining:
+		if obs.PodsLeft == 0 {
+			return move(cur, v1alpha1.NodeConfiguring, now, "configuring "+step.MIGConfigName, quickLook,
+				ActionWriteConfig, ActionExpectLayout)
+		}
+		if now.Sub(since) >= t.Drain {
+			// Nothing on the GPUs changed yet: reopen the node.
+			return fail(cur, now, fmt.Sprintf("drain timed out after %s with %d pod(s) left: %s",
+				t.Drain, obs.PodsLeft, obs.DrainMessage), reopen(cur))
+		}
+		msg := fmt.Sprintf("%d pod(s) left", obs.PodsLeft)
+		if obs.DrainMessage != "" {
+			msg += ": " + obs.DrainMessage
+		}
+		return stay(cur, msg, drainLook, ActionEvict)
+
+	case v1alpha1.NodeConfiguring:
+		if !obs.ConfigWritten || !obs.LayoutExpected {
+			return stay(cur, "writing config "+step.MIGConfigName, quickLook, ActionWriteConfig, ActionExpectLayout)
+		}
+		if obs.MIGConfig != step.MIGConfigName {
+			if wait := since.Add(t.Propagation).Sub(now); wait > 0 {
+				return stay(cur, "waiting for the config to reach mig-manager", wait)
+			}
+			return stay(cur, "relabelled "+v1alpha1.LabelMIGConfig+"="+step.MIGConfigName, slowLook, ActionRelabel)
+		}
+		switch obs.MIGState {
+		case "success":
+			return move(cur, v1alpha1.NodeVerifying, now, "mig-manager applied "+step.MIGConfigName+"; verifying", quickLook)
+		case "failed":
+			return fail(cur, now, "mig-manager reported failed for "+step.MIGConfigName+
+				"; the node stays cordoned: check the nvidia-mig-manager pod's log on "+step.Node, nil)
+		}
+		if now.Sub(since) >= t.Propagation+t.Configure {
+			state := obs.MIGState
+			if state == "" {
+				state = "no state"
+			}
+			return fail(cur, now, fmt.Sprintf("mig-manager stayed at %q past configureTimeout %s; the node stays cordoned",
+				state, t.Configure), nil)
+		}
+		return stay(cur, "mig-manager is applying "+step.MIGConfigName, slowLook)
+
+	case v1alpha1.NodeVerifying:
+		if obs.Verified == metav1.ConditionTrue {
+			return move(cur, v1alpha1.NodeDone, now, "layout verified", 0, reopen(cur)...)
+		}
+		if now.Sub(since) >= t.Configure {
+			return fail(cur, now, "the agent did not verify the layout within configureTimeout "+t.Configure.String()+
+				": "+obs.VerifyMessage+"; the node stays cordoned", nil)
+		}
+		return stay(cur, "waiting for the agent to verify the layout", quickLook)
+	}
+	return fail(cur, now, fmt.Sprintf("unknown step state %q", cur.State), nil)
+}
+
+// reopen gives the node back: uncordon it, unless someone else had cordoned it first.
+func reopen(cur v1alpha1.NodeStepStatus) []Action {
+	if cur.WasUnschedulable {
+		return []Action{ActionReleaseCordon}
+	}
+	return []Action{ActionUncordon}
+}
+
+func move(cur v1alpha1.NodeStepStatus, to v1alpha1.NodeStepState, now time.Time, msg string,
+	requeue time.Duration, actions ...Action) StepResult {
+	cur.State, cur.Message = to, msg
+	cur.LastTransitionTime = &metav1.Time{Time: now}
+	return StepResult{Status: cur, Actions: actions, RequeueAfter: requeue, Transition: true}
+}
+
+func stay(cur v1alpha1.NodeStepStatus, msg string, requeue time.Duration, actions ...Action) StepResult {
+	cur.Message = msg
+	return StepResult{Status: cur, Actions: actions, RequeueAfter: requeue}
+}
+
+func fail(cur v1alpha1.NodeStepStatus, now time.Time, msg string, actions []Action) StepResult {
+	return move(cur, v1alpha1.NodeFailed, now, msg, 0, actions...)
+}
+
+// Progress decides which pending steps may start now and the plan's phase. At most budget
+// nodes are between cordon and done at once; after any failure no new node starts, so a
+// fault does not spread across the pool.
+func Progress(steps []v1alpha1.NodeStep, status []v1alpha1.NodeStepStatus, budget int) (start []string, phase v1alpha1.PlanPhase, progress string) {
+	byNode := map[string]v1alpha1.NodeStepState{}
+	for _, s := range status {
+		byNode[s.Node] = s.State
+	}
+	active, done, failed := 0, 0, 0
+	var pending []string
+	for _, s := range steps {
+		switch byNode[s.Node] {
+		case v1alpha1.NodeDone:
+			done++
+		case v1alpha1.NodeFailed:
+			failed++
+		case "", v1alpha1.NodePending:
+			pending = append(pending, s.Node)
+		default:
+			active++
+		}
+	}
+	progress = fmt.Sprintf("%d/%d", done, len(steps))
+	switch {
+	case done == len(steps):
+		return nil, v1alpha1.PlanSucceeded, progress
+	case failed > 0 && active == 0:
+		return nil, v1alpha1.PlanFailed, progress
+	case failed > 0:
+		return nil, v1alpha1.PlanExecuting, progress
+	}
+	for _, node := range pending {
+		if active >= budget {
+			break
+		}
+		start = append(start, node)
+		active++
+	}
+	return start, v1alpha1.PlanExecuting, progress
+}

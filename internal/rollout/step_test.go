@@ -1,0 +1,202 @@
+package rollout_test
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/rollout"
+)
+
+const planName = "pool-a-20261129-1f3e9a7c"
+
+var (
+	t0       = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	timeouts = rollout.Timeouts{Drain: 15 * time.Minute, Configure: 10 * time.Minute, Propagation: time.Minute}
+	nodeStep = v1alpha1.NodeStep{Node: "gpu-1", MIGConfigName: "gpupool-6b2d41a0aa",
+		Evictions: []v1alpha1.Eviction{{PodReference: v1alpha1.PodReference{Namespace: "team", Name: "infer"}}}}
+)
+
+// at is a step status in a state entered at t0.
+func at(state v1alpha1.NodeStepState, wasUnschedulable bool) v1alpha1.NodeStepStatus {
+	return v1alpha1.NodeStepStatus{Node: "gpu-1", State: state, WasUnschedulable: wasUnschedulable,
+		LastTransitionTime: &metav1.Time{Time: t0}}
+}
+
+// cordoned is what the node looks like once gpupool's cordon took.
+func cordoned() rollout.Observation {
+	return rollout.Observation{NodeExists: true, Unschedulable: true, CordonedBy: planName}
+}
+
+func TestStepHappyPathWalksEveryStateInOrder(t *testing.T) {
+	g := NewWithT(t)
+	cur := v1alpha1.NodeStepStatus{}
+	now := t0
+	walk := []struct {
+		obs     rollout.Observation
+		after   time.Duration
+		state   v1alpha1.NodeStepState
+		actions []rollout.Action
+	}{
+		{obs: rollout.Observation{NodeExists: true}, state: v1alpha1.NodeCordoned, actions: []rollout.Action{rollout.ActionCordon}},
+		{obs: cordoned(), state: v1alpha1.NodeDraining, actions: []rollout.Action{rollout.ActionEvict}},
+		{obs: withPods(cordoned(), 1, "team/infer: pdb web"), state: v1alpha1.NodeDraining, actions: []rollout.Action{rollout.ActionEvict}},
+		{obs: cordoned(), state: v1alpha1.NodeConfiguring, actions: []rollout.Action{rollout.ActionWriteConfig, rollout.ActionExpectLayout}},
+		{obs: configured(cordoned(), "", ""), state: v1alpha1.NodeConfiguring},
+		{obs: configured(cordoned(), "", ""), after: time.Minute, state: v1alpha1.NodeConfiguring, actions: []rollout.Action{rollout.ActionRelabel}},
+		{obs: configured(cordoned(), nodeStep.MIGConfigName, "pending"), state: v1alpha1.NodeConfiguring},
+		{obs: configured(cordoned(), nodeStep.MIGConfigName, "success"), state: v1alpha1.NodeVerifying},
+		{obs: verified(configured(cordoned(), nodeStep.MIGConfigName, "success"), metav1.ConditionFalse), state: v1alpha1.NodeVerifying},
+		{obs: verified(configured(cordoned(), nodeStep.MIGConfigName, "success"), metav1.ConditionTrue), state: v1alpha1.NodeDone,
+			actions: []rollout.Action{rollout.ActionUncordon}},
+	}
+	for i, w := range walk {
+		now = now.Add(w.after)
+		res := rollout.Step(planName, nodeStep, cur, w.obs, timeouts, now)
+		g.Expect(res.Status.State).To(Equal(w.state), "step %d", i)
+		g.Expect(res.Actions).To(Equal(w.actions), "step %d", i)
+		prev := cur.State
+		if prev == "" {
+			prev = v1alpha1.NodePending
+		}
+		g.Expect(res.Transition).To(Equal(res.Status.State != prev), "step %d", i)
+		cur = res.Status
+	}
+	g.Expect(cur.StartedTime.Time).To(Equal(t0))
+	again := rollout.Step(planName, nodeStep, cur, cordoned(), timeouts, now.Add(time.Hour))
+	g.Expect(again.Actions).To(BeEmpty(), "a finished step does nothing more")
+}
+
+func withPods(o rollout.Observation, n int, msg string) rollout.Observation {
+	o.PodsLeft, o.DrainMessage = n, msg
+	return o
+}
+
+func configured(o rollout.Observation, label, state string) rollout.Observation {
+	o.ConfigWritten, o.LayoutExpected, o.MIGConfig, o.MIGState = true, true, label, state
+	return o
+}
+
+func verified(o rollout.Observation, s metav1.ConditionStatus) rollout.Observation {
+	o.Verified, o.VerifyMessage = s, "GPU 0: want 3g.71gb:2, have 1g.18gb:7"
+	return o
+}
+
+func TestStepFailures(t *testing.T) {
+	relabelled := configured(cordoned(), nodeStep.MIGConfigName, "pending")
+	cases := []struct {
+		name      string
+		cur       v1alpha1.NodeStepStatus
+		obs       rollout.Observation
+		after     time.Duration
+		state     v1alpha1.NodeStepState
+		actions   []rollout.Action
+		message   string
+		invariant string
+	}{
+		{name: "drain timeout reopens the node", cur: at(v1alpha1.NodeDraining, false),
+			obs: withPods(cordoned(), 2, "team/a blocked by pdb web"), after: 15 * time.Minute,
+			state: v1alpha1.NodeFailed, actions: []rollout.Action{rollout.ActionUncordon},
+			message:   "drain timed out after 15m0s with 2 pod(s) left: team/a blocked by pdb web",
+			invariant: "no node is left cordoned when its GPUs were never touched"},
+		{name: "drain timeout on a node cordoned by someone else keeps their cordon",
+			cur: at(v1alpha1.NodeDraining, true), obs: withPods(cordoned(), 1, ""), after: 15 * time.Minute,
+			state: v1alpha1.NodeFailed, actions: []rollout.Action{rollout.ActionReleaseCordon},
+			invariant: "gpupool never uncordons a node it did not cordon"},
+		{name: "draining keeps evicting and says who blocks", cur: at(v1alpha1.NodeDraining, false),
+			obs: withPods(cordoned(), 1, "team/a blocked by pdb web"), after: time.Minute,
+			state: v1alpha1.NodeDraining, actions: []rollout.Action{rollout.ActionEvict},
+			message: "1 pod(s) left: team/a blocked by pdb web", invariant: "one non-blocking pass per reconcile"},
+		{name: "mig-manager failed keeps the node cordoned", cur: at(v1alpha1.NodeConfiguring, false),
+			obs: configured(cordoned(), nodeStep.MIGConfigName, "failed"), after: 2 * time.Minute,
+			state: v1alpha1.NodeFailed, message: "mig-manager reported failed",
+			invariant: "a possibly half-configured GPU takes no new work"},
+		{name: "mig-manager wedged in pending past configureTimeout", cur: at(v1alpha1.NodeConfiguring, false),
+			obs: relabelled, after: 11 * time.Minute, state: v1alpha1.NodeFailed,
+			message:   `mig-manager stayed at "pending" past configureTimeout 10m0s; the node stays cordoned`,
+			invariant: "the known pending wedge becomes a visible failure, never a silent cordon"},
+		{name: "pending within configureTimeout waits", cur: at(v1alpha1.NodeConfiguring, false),
+			obs: relabelled, after: 9 * time.Minute, state: v1alpha1.NodeConfiguring,
+			invariant: "mig-manager gets its time"},
+		{name: "verification never arriving fails the step", cur: at(v1alpha1.NodeVerifying, false),
+			obs: verified(configured(cordoned(), nodeStep.MIGConfigName, "success"), metav1.ConditionFalse),
+			after: 10 * time.Minute, state: v1alpha1.NodeFailed,
+			message:   "did not verify the layout within configureTimeout 10m0s: GPU 0: want 3g.71gb:2, have 1g.18gb:7",
+			invariant: "a success label is never trusted alone"},
+		{name: "node deleted mid-step", cur: at(v1alpha1.NodeDraining, false), obs: rollout.Observation{},
+			state: v1alpha1.NodeFailed, message: "node gpu-1 no longer exists", invariant: "no step waits on a node that is gone"},
+		{name: "cordon undone by someone is re-asserted", cur: at(v1alpha1.NodeCordoned, false),
+			obs: rollout.Observation{NodeExists: true}, state: v1alpha1.NodeCordoned,
+			actions: []rollout.Action{rollout.ActionCordon}, invariant: "nothing is drained off an open node"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			res := rollout.Step(planName, nodeStep, tc.cur, tc.obs, timeouts, t0.Add(tc.after))
+			g.Expect(res.Status.State).To(Equal(tc.state), tc.invariant)
+			g.Expect(res.Actions).To(Equal(tc.actions), tc.invariant)
+			g.Expect(res.Status.Message).To(ContainSubstring(tc.message))
+			if tc.state == v1alpha1.NodeFailed {
+				g.Expect(res.RequeueAfter).To(BeZero())
+				g.Expect(res.Transition).To(BeTrue())
+			}
+		})
+	}
+}
+
+func TestStartRecordsAForeignCordon(t *testing.T) {
+	g := NewWithT(t)
+	res := rollout.Step(planName, nodeStep, v1alpha1.NodeStepStatus{},
+		rollout.Observation{NodeExists: true, Unschedulable: true}, timeouts, t0)
+	g.Expect(res.Status.WasUnschedulable).To(BeTrue(), "someone else's cordon is remembered")
+	res = rollout.Step(planName, nodeStep, v1alpha1.NodeStepStatus{},
+		rollout.Observation{NodeExists: true, Unschedulable: true, CordonedBy: planName}, timeouts, t0)
+	g.Expect(res.Status.WasUnschedulable).To(BeFalse(), "our own cordon from a crashed attempt is not foreign")
+}
+
+func TestProgress(t *testing.T) {
+	steps := []v1alpha1.NodeStep{{Node: "a"}, {Node: "b"}, {Node: "c"}}
+	st := func(states ...v1alpha1.NodeStepState) []v1alpha1.NodeStepStatus {
+		var out []v1alpha1.NodeStepStatus
+		for i, s := range states {
+			out = append(out, v1alpha1.NodeStepStatus{Node: steps[i].Node, State: s})
+		}
+		return out
+	}
+	cases := []struct {
+		name      string
+		status    []v1alpha1.NodeStepStatus
+		budget    int
+		start     []string
+		phase     v1alpha1.PlanPhase
+		progress  string
+		invariant string
+	}{
+		{name: "budget 1 with 3 nodes starts one", status: nil, budget: 1, start: []string{"a"},
+			phase: v1alpha1.PlanExecuting, progress: "0/3", invariant: "at most maxDisruptedNodes nodes at once"},
+		{name: "the next starts when one is done", status: st(v1alpha1.NodeDone, v1alpha1.NodePending, v1alpha1.NodePending),
+			budget: 1, start: []string{"b"}, phase: v1alpha1.PlanExecuting, progress: "1/3"},
+		{name: "an active node holds the budget", status: st(v1alpha1.NodeDraining), budget: 1,
+			phase: v1alpha1.PlanExecuting, progress: "0/3", invariant: "draining counts against the budget"},
+		{name: "budget 2", status: st(v1alpha1.NodeVerifying), budget: 2, start: []string{"b"},
+			phase: v1alpha1.PlanExecuting, progress: "0/3"},
+		{name: "a failure stops new starts", status: st(v1alpha1.NodeFailed, v1alpha1.NodeConfiguring), budget: 3,
+			phase: v1alpha1.PlanExecuting, progress: "0/3", invariant: "a fault does not spread across the pool"},
+		{name: "failed once nothing is active", status: st(v1alpha1.NodeFailed, v1alpha1.NodeDone), budget: 3,
+			phase: v1alpha1.PlanFailed, progress: "1/3"},
+		{name: "all done", status: st(v1alpha1.NodeDone, v1alpha1.NodeDone, v1alpha1.NodeDone), budget: 1,
+			phase: v1alpha1.PlanSucceeded, progress: "3/3"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			start, phase, progress := rollout.Progress(steps, tc.status, tc.budget)
+			g.Expect(start).To(Equal(tc.start), tc.invariant)
+			g.Expect(phase).To(Equal(tc.phase), tc.invariant)
+			g.Expect(progress).To(Equal(tc.progress))
+		})
+	}
+}
