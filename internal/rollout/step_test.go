@@ -122,7 +122,7 @@ func TestStepFailures(t *testing.T) {
 			obs: relabelled, after: 9 * time.Minute, state: v1alpha1.NodeConfiguring,
 			invariant: "mig-manager gets its time"},
 		{name: "verification never arriving fails the step", cur: at(v1alpha1.NodeVerifying, false),
-			obs: verified(configured(cordoned(), nodeStep.MIGConfigName, "success"), metav1.ConditionFalse),
+			obs:   verified(configured(cordoned(), nodeStep.MIGConfigName, "success"), metav1.ConditionFalse),
 			after: 10 * time.Minute, state: v1alpha1.NodeFailed,
 			message:   "did not verify the layout within configureTimeout 10m0s: GPU 0: want 3g.71gb:2, have 1g.18gb:7",
 			invariant: "a success label is never trusted alone"},
