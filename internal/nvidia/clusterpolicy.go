@@ -1,0 +1,106 @@
+package nvidia
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// ClusterPolicyGVK is the GPU Operator's ClusterPolicy kind, read as unstructured so gpupool
+// does not depend on the operator's Go module.
+var ClusterPolicyGVK = schema.GroupVersionKind{Group: "nvidia.com", Version: "v1", Kind: "ClusterPolicy"}
+
+// DefaultClusterPolicyName is the name the GPU Operator's Helm chart gives its ClusterPolicy.
+const DefaultClusterPolicyName = "cluster-policy"
+
+// Problem is one ClusterPolicy setting that keeps gpupool from working, with the fix.
+type Problem struct {
+	// Field is the JSON path of the setting, e.g. spec.mig.strategy.
+	Field string
+	// Want is the value gpupool needs.
+	Want string
+	// Got is the value found, "" when unset.
+	Got string
+	// Fix says what to change and gives the kubectl command that does it.
+	Fix string
+}
+
+// String returns the fix, which names the field and both values.
+func (p Problem) String() string { return p.Fix }
+
+// ProblemsMessage joins the fixes into one message for the GPUOperatorConfigured condition.
+func ProblemsMessage(problems []Problem) string {
+	fixes := make([]string, len(problems))
+	for i, p := range problems {
+		fixes[i] = p.Fix
+	}
+	return strings.Join(fixes, "; ")
+}
+
+// CheckClusterPolicy lists the settings of the GPU Operator's ClusterPolicy that gpupool needs
+// and finds missing: the mixed MIG strategy (one resource per profile, which demand is counted
+// in), mig-manager enabled and reading migConfigMap (where gpupool writes its entries), and the
+// device plugin reading devicePluginConfigMap (where it writes sharing settings; not checked
+// when that name is empty). A nil policy is one problem: the GPU Operator is not installed.
+func CheckClusterPolicy(obj *unstructured.Unstructured, migConfigMap, devicePluginConfigMap string) []Problem {
+	if obj == nil {
+		return []Problem{{
+			Want: "a ClusterPolicy",
+			Fix:  "no ClusterPolicy (nvidia.com/v1) found: install the NVIDIA GPU Operator, whose Helm chart creates " + DefaultClusterPolicyName,
+		}}
+	}
+	name := obj.GetName()
+	if name == "" {
+		name = DefaultClusterPolicyName
+	}
+	var problems []Problem
+	check := func(want string, path ...string) {
+		got, found, err := unstructured.NestedFieldNoCopy(obj.Object, path...)
+		gotText, isString := got.(string)
+		if found && err == nil && isString && gotText == want {
+			return
+		}
+		now := "unset"
+		switch {
+		case err != nil || (found && !isString):
+			gotText = fmt.Sprintf("%v", got)
+			now = "not a string: " + gotText
+		case found:
+			now = gotText
+		}
+		field := strings.Join(path, ".")
+		problems = append(problems, Problem{
+			Field: field, Want: want, Got: gotText,
+			Fix: fmt.Sprintf("set %s to %s (now %s): %s", field, want, now, patchCommand(name, want, path)),
+		})
+	}
+	check("mixed", "spec", "mig", "strategy")
+	if enabled, found, err := unstructured.NestedFieldNoCopy(obj.Object, "spec", "migManager", "enabled"); found && err == nil && enabled != true {
+		problems = append(problems, Problem{
+			Field: "spec.migManager.enabled", Want: "true", Got: fmt.Sprintf("%v", enabled),
+			Fix: fmt.Sprintf("set spec.migManager.enabled to true (now %v): %s", enabled, patchCommand(name, true, []string{"spec", "migManager", "enabled"})),
+		})
+	}
+	check(migConfigMap, "spec", "migManager", "config", "name")
+	if devicePluginConfigMap != "" {
+		check(devicePluginConfigMap, "spec", "devicePlugin", "config", "name")
+	}
+	return problems
+}
+
+// patchCommand is the kubectl merge patch that sets the field at path to value.
+func patchCommand(policy string, value any, path []string) string {
+	patch := value
+	for i := len(path) - 1; i >= 0; i-- {
+		patch = map[string]any{path[i]: patch}
+	}
+	body, err := json.Marshal(patch)
+	if err != nil {
+		// Nested maps of strings and booleans always encode.
+		panic(fmt.Sprintf("encoding ClusterPolicy patch: %v", err))
+	}
+	return fmt.Sprintf("kubectl patch clusterpolicies.nvidia.com %s --type merge -p '%s'", policy, body)
+}

@@ -1,0 +1,123 @@
+package nvidia
+
+import (
+	"reflect"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+func clusterPolicy(name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetGroupVersionKind(ClusterPolicyGVK)
+	u.SetName(name)
+	return u
+}
+
+func goodSpec() map[string]any {
+	return map[string]any{
+		"mig":          map[string]any{"strategy": "mixed"},
+		"migManager":   map[string]any{"enabled": true, "config": map[string]any{"name": "gpupool-mig-parted", "default": "all-disabled"}},
+		"devicePlugin": map[string]any{"config": map[string]any{"name": "gpupool-device-plugin"}},
+	}
+}
+
+func TestCheckClusterPolicy(t *testing.T) {
+	const (
+		migCM = "gpupool-mig-parted"
+		dpCM  = "gpupool-device-plugin"
+	)
+	cases := []struct {
+		name   string
+		policy *unstructured.Unstructured
+		dpCM   string
+		want   []string
+	}{
+		{name: "all set", policy: clusterPolicy("cluster-policy", goodSpec()), dpCM: dpCM},
+		{
+			name: "single strategy",
+			policy: func() *unstructured.Unstructured {
+				s := goodSpec()
+				s["mig"] = map[string]any{"strategy": "single"}
+				return clusterPolicy("cluster-policy", s)
+			}(),
+			dpCM: dpCM,
+			want: []string{`set spec.mig.strategy to mixed (now single): kubectl patch clusterpolicies.nvidia.com cluster-policy --type merge -p '{"spec":{"mig":{"strategy":"mixed"}}}'`},
+		},
+		{
+			name:   "fresh install: nothing configured",
+			policy: clusterPolicy("gpu-cluster-policy", map[string]any{}),
+			dpCM:   dpCM,
+			want: []string{
+				`set spec.mig.strategy to mixed (now unset): kubectl patch clusterpolicies.nvidia.com gpu-cluster-policy --type merge -p '{"spec":{"mig":{"strategy":"mixed"}}}'`,
+				`set spec.migManager.config.name to gpupool-mig-parted (now unset): kubectl patch clusterpolicies.nvidia.com gpu-cluster-policy --type merge -p '{"spec":{"migManager":{"config":{"name":"gpupool-mig-parted"}}}}'`,
+				`set spec.devicePlugin.config.name to gpupool-device-plugin (now unset): kubectl patch clusterpolicies.nvidia.com gpu-cluster-policy --type merge -p '{"spec":{"devicePlugin":{"config":{"name":"gpupool-device-plugin"}}}}'`,
+			},
+		},
+		{
+			name: "another ConfigMap and mig-manager off",
+			policy: func() *unstructured.Unstructured {
+				s := goodSpec()
+				s["migManager"] = map[string]any{"enabled": false, "config": map[string]any{"name": "default-mig-parted-config"}}
+				return clusterPolicy("cluster-policy", s)
+			}(),
+			dpCM: dpCM,
+			want: []string{
+				`set spec.migManager.enabled to true (now false): kubectl patch clusterpolicies.nvidia.com cluster-policy --type merge -p '{"spec":{"migManager":{"enabled":true}}}'`,
+				`set spec.migManager.config.name to gpupool-mig-parted (now default-mig-parted-config): kubectl patch clusterpolicies.nvidia.com cluster-policy --type merge -p '{"spec":{"migManager":{"config":{"name":"gpupool-mig-parted"}}}}'`,
+			},
+		},
+		{
+			name: "device plugin not checked without a sharing ConfigMap",
+			policy: func() *unstructured.Unstructured {
+				s := goodSpec()
+				delete(s, "devicePlugin")
+				return clusterPolicy("cluster-policy", s)
+			}(),
+		},
+		{
+			name: "wrong type",
+			policy: func() *unstructured.Unstructured {
+				s := goodSpec()
+				s["mig"] = map[string]any{"strategy": int64(3)}
+				return clusterPolicy("", s)
+			}(),
+			dpCM: dpCM,
+			want: []string{`set spec.mig.strategy to mixed (now not a string: 3): kubectl patch clusterpolicies.nvidia.com cluster-policy --type merge -p '{"spec":{"mig":{"strategy":"mixed"}}}'`},
+		},
+		{
+			name: "no ClusterPolicy",
+			dpCM: dpCM,
+			want: []string{"no ClusterPolicy (nvidia.com/v1) found: install the NVIDIA GPU Operator, whose Helm chart creates cluster-policy"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			problems := CheckClusterPolicy(tc.policy, migCM, tc.dpCM)
+			var got []string
+			for _, p := range problems {
+				got = append(got, p.String())
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("problems:\n%q\nwant:\n%q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestProblemFields(t *testing.T) {
+	s := goodSpec()
+	s["mig"] = map[string]any{"strategy": "single"}
+	problems := CheckClusterPolicy(clusterPolicy("cluster-policy", s), "gpupool-mig-parted", "")
+	if len(problems) != 1 {
+		t.Fatalf("problems %v", problems)
+	}
+	p := problems[0]
+	if p.Field != "spec.mig.strategy" || p.Want != "mixed" || p.Got != "single" {
+		t.Errorf("problem %+v", p)
+	}
+	two := []Problem{{Fix: "a"}, {Fix: "b"}}
+	if got := ProblemsMessage(two); got != "a; b" {
+		t.Errorf("ProblemsMessage = %q", got)
+	}
+}
