@@ -220,7 +220,7 @@ type GPUPoolPolicyStatus struct {
 
 	// PendingPods counts the pods waiting for GPU resources of this pool.
 	// +optional
-	PendingPods int32 `json:"pendingPods,omitempty"`
+	PendingPods int32 `json:"pendingPods"`
 
 	// Demand is the pending demand per request shape.
 	// +listType=map
@@ -249,7 +249,7 @@ type PoolStatus struct {
 	Slices []ProfileSlices `json:"slices,omitempty"`
 	// StrandedSlices counts free compute slices that no pending shape or catalog profile can use.
 	// +optional
-	StrandedSlices int32 `json:"strandedSlices,omitempty"`
+	StrandedSlices int32 `json:"strandedSlices"`
 }
 
 // ProfileSlices counts the instances of one MIG profile in a pool.

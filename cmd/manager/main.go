@@ -12,13 +12,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	gpupoolv1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/controllers"
 )
 
 // options are the manager's command-line settings.
@@ -87,7 +90,9 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 	}
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
+		Scheme: scheme,
+		// managedFields are a large share of every cached object and nothing here reads them.
+		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        opts.probeAddr,
 		LeaderElection:                opts.leaderElect,
@@ -105,9 +110,14 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 		return fmt.Errorf("adding ready check: %w", err)
 	}
 
-	// No reconcilers yet: the policy and plan controllers arrive with the planner and the node
-	// agent. The manager already elects a leader and serves probes and metrics.
-	log.Info("starting manager", "controllers", 0, "leaderElection", opts.leaderElect,
+	policies := &controllers.PolicyReconciler{Client: mgr.GetClient(), Clock: clock.RealClock{},
+		Recorder: mgr.GetEventRecorder("gpupool-policy-controller")}
+	if err := policies.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the policy controller: %w", err)
+	}
+	// The plan controller (approve, cordon, drain, relabel, verify) is not registered yet: plans
+	// are proposed and can be approved, but nothing executes them.
+	log.Info("starting manager", "controllers", []string{"gpupoolpolicy"}, "leaderElection", opts.leaderElect,
 		"metrics", opts.metricsAddr, "probes", opts.probeAddr)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)

@@ -173,6 +173,19 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 		return err
 	}
 
+	d.say("The policy controller observes the pool and reports it in the policy's status")
+	if err := d.kubectl("wait", "--for=condition=Ready", "--timeout=60s", "gpupoolpolicy/training-pool"); err != nil {
+		return err
+	}
+	if err := d.kubectl("get", "gpupoolpolicies"); err != nil {
+		return err
+	}
+	fmt.Println("   its conditions (no GPU node carries the pool's label in this demo cluster yet):")
+	if err := d.kubectl("get", "gpupoolpolicy", "training-pool", "-o",
+		`jsonpath={range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}`); err != nil {
+		return err
+	}
+
 	d.say("The planner, offline: what would gpupool do on a fragmented H200 pool?")
 	fmt.Println("   config/samples/snapshots/fragmented-h200.yaml is what `kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml`")
 	fmt.Println("   prints for three H200 nodes carved into 1g.18gb slices, with pods waiting for 3g and 2g slices:")
@@ -187,7 +200,7 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 	d.say("What is not there yet")
 	for _, line := range []string{
 		"simulated GPU nodes (kwok + the simulated GPU Operator) and a workload that cannot schedule",
-		"the policy controller turning live pending demand into RepartitionPlans (the planner above is in place)",
+		"simulated GPU nodes for the policy controller to plan on live (it does so in the envtest suite)",
 		"approval, cordon, drain, relabel, verify and uncordon by the plan controller",
 		"the node agent on the simulated nodes (it publishes GPUNode from NVML today: kubectl apply -k config/agent on real GPU nodes)",
 	} {

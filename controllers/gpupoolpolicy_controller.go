@@ -1,0 +1,477 @@
+package controllers
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nvidia"
+	"github.com/gpupool/gpupool/internal/planner"
+	"github.com/gpupool/gpupool/internal/rollout"
+)
+
+// +kubebuilder:rbac:groups=gpupool.io,resources=repartitionplans,verbs=create;delete
+// +kubebuilder:rbac:groups="",resources=nodes;pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=nvidia.com,resources=clusterpolicies,verbs=get;list;watch
+
+// Names of gpupool's ConfigMaps that the GPU Operator's ClusterPolicy must point at.
+const (
+	MIGPartedConfigMap     = "gpupool-mig-parted-config"
+	DevicePluginConfigMap  = "gpupool-device-plugin-config"
+	defaultMinPendingAge   = 30 * time.Second
+	defaultStabilization   = 2 * time.Minute
+	defaultMaxReportAge    = 2 * time.Minute
+	policyRecheckInterval  = time.Minute
+	reasonObserving        = "Observing"
+	reasonPlanProposed     = "PlanProposed"
+	reasonPlanSuperseded   = "PlanSuperseded"
+	reasonConflictDetected = "NodesSelectedTwice"
+)
+
+// PolicyReconciler observes a pool, runs the planner and proposes RepartitionPlans. It never
+// changes a node: executing approved plans is the plan controller's job.
+type PolicyReconciler struct {
+	Client   client.Client
+	Clock    clock.Clock
+	Recorder events.EventRecorder
+	// MaxReportAge is how old a GPUNode report may be before its node is not planned.
+	MaxReportAge time.Duration
+}
+
+// SetupWithManager watches policies, their plans and everything a plan is computed from.
+func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.MaxReportAge == 0 {
+		r.MaxReportAge = defaultMaxReportAge
+	}
+	all := handler.EnqueueRequestsFromMapFunc(r.allPolicies)
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.GPUPoolPolicy{}).
+		Owns(&v1alpha1.RepartitionPlan{}).
+		// A policy's selector decides its neighbours' conflicts too.
+		Watches(&v1alpha1.GPUPoolPolicy{}, all).
+		Watches(&corev1.Node{}, all).
+		Watches(&corev1.Pod{}, all).
+		Watches(&v1alpha1.GPUNode{}, all).
+		Watches(&policyv1.PodDisruptionBudget{}, all).
+		Named("gpupoolpolicy").
+		Complete(r)
+}
+
+// allPolicies maps any change in the cluster to every policy: pools are few, and a pod or a
+// node may move demand or capacity into any of them.
+func (r *PolicyReconciler) allPolicies(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list v1alpha1.GPUPoolPolicyList
+	if err := r.Client.List(ctx, &list); err != nil {
+		logf.FromContext(ctx).Error(err, "listing policies to requeue")
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, p := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+	}
+	return out
+}
+
+// world is everything one pass reads.
+type world struct {
+	policies []v1alpha1.GPUPoolPolicy
+	nodes    []corev1.Node
+	gpuNodes []v1alpha1.GPUNode
+	pods     []corev1.Pod
+	pdbs     []policyv1.PodDisruptionBudget
+	plans    []v1alpha1.RepartitionPlan
+}
+
+func (r *PolicyReconciler) read(ctx context.Context) (*world, error) {
+	var (
+		policies v1alpha1.GPUPoolPolicyList
+		nodes    corev1.NodeList
+		gpuNodes v1alpha1.GPUNodeList
+		pods     corev1.PodList
+		pdbs     policyv1.PodDisruptionBudgetList
+		plans    v1alpha1.RepartitionPlanList
+	)
+	for _, l := range []client.ObjectList{&policies, &nodes, &gpuNodes, &pods, &pdbs, &plans} {
+		if err := r.Client.List(ctx, l); err != nil {
+			return nil, fmt.Errorf("listing %T: %w", l, err)
+		}
+	}
+	return &world{policies: policies.Items, nodes: nodes.Items, gpuNodes: gpuNodes.Items,
+		pods: pods.Items, pdbs: pdbs.Items, plans: plans.Items}, nil
+}
+
+// Reconcile observes the policy's pool, proposes a plan when pending demand needs one, and
+// writes the policy's status.
+func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := logf.FromContext(ctx)
+	policy := &v1alpha1.GPUPoolPolicy{}
+	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !policy.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	now := r.Clock.Now()
+	w, err := r.read(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	selector, err := metav1.LabelSelectorAsSelector(&policy.Spec.NodeSelector)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("policy %s: spec.nodeSelector: %w", policy.Name, err)
+	}
+	conflicts := conflictingNodes(policy, selector, w)
+	frozen, inFlight := frozenNodes(policy, w, conflicts, now)
+	minAge := durationOr(policy.Spec.Planning.MinPendingAge, defaultMinPendingAge)
+	snap := inventory.Build(w.nodes, w.gpuNodes, w.pods, w.pdbs, inventory.Options{
+		Now: now, MaxReportAge: r.MaxReportAge,
+		EvictEmptyDir: policy.Spec.Disruption.EvictEmptyDir, EvictUnmanaged: policy.Spec.Disruption.EvictUnmanaged,
+	})
+	pending, _ := demand.Pending(w.pods, now, minAge)
+	pending = inPool(pending, selector, w.nodes)
+
+	res, err := planner.Plan(planner.Input{Snapshot: snap, Pending: pending, Policy: policy,
+		Frozen: frozen, InFlight: inFlight, Now: now})
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("planning policy %s: %w", policy.Name, err)
+	}
+	current, err := r.propose(ctx, policy, ownPlans(policy, w.plans), res, now)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+
+	status := poolStatus(selector, snap, pending, res)
+	status.CurrentPlan = ""
+	if current != nil {
+		status.CurrentPlan = current.Name
+	}
+	// A copy: SetStatusCondition edits in place, and the old status is compared below.
+	status.Conditions = slices.Clone(policy.Status.Conditions)
+	r.setConditions(ctx, policy, &status, w, conflicts, current, res, len(pending))
+	if err := r.writeStatus(ctx, policy, status); err != nil {
+		return reconcile.Result{}, err
+	}
+	log.V(1).Info("observed pool", "nodes", status.Pool.Nodes, "pending", status.PendingPods,
+		"plan", status.CurrentPlan)
+	// Time alone moves pods past minPendingAge and plans past their TTL.
+	return reconcile.Result{RequeueAfter: min(minAge, policyRecheckInterval)}, nil
+}
+
+// propose keeps, replaces or retires the policy's unapproved plan so that at most one plan of
+// a policy is live, and returns that plan. A plan younger than the stabilisation window is
+// kept while it still helps, so that every pod event does not churn a new plan under the
+// eyes of the person asked to approve it. A plan past the gate (approved or executing) is
+// never touched: the planner waits for it.
+func (r *PolicyReconciler) propose(ctx context.Context, policy *v1alpha1.GPUPoolPolicy,
+	plans []v1alpha1.RepartitionPlan, res *planner.Result, now time.Time) (*v1alpha1.RepartitionPlan, error) {
+	var awaiting *v1alpha1.RepartitionPlan
+	for i := range plans {
+		// The gate's verdict, not only the recorded phase: an approval annotation the plan
+		// controller has not acted on yet still protects the plan from being superseded.
+		switch rollout.Gate(&plans[i], policy, now).Phase {
+		case v1alpha1.PlanApproved, v1alpha1.PlanExecuting:
+			return &plans[i], nil
+		case v1alpha1.PlanAwaitingApproval:
+			if awaiting == nil {
+				awaiting = &plans[i]
+			}
+		}
+	}
+	want := res.RepartitionPlan(policy, now)
+	window := durationOr(policy.Spec.Planning.StabilizationWindow, defaultStabilization)
+	switch {
+	case want == nil && awaiting == nil:
+		return nil, nil
+	case want == nil:
+		return nil, r.supersede(ctx, awaiting, "pending demand no longer needs it")
+	case awaiting != nil && awaiting.Spec.Hash == want.Spec.Hash:
+		return awaiting, nil
+	case awaiting != nil && now.Sub(awaiting.CreationTimestamp.Time) < window:
+		return awaiting, nil
+	case awaiting != nil:
+		if err := r.supersede(ctx, awaiting, "superseded by "+want.Name); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.Client.Create(ctx, want); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// Today's plan with this very hash exists and ended (rejected, expired): a
+			// human's no is not overridden by proposing the same change again.
+			return nil, nil
+		}
+		return nil, fmt.Errorf("creating plan %s: %w", want.Name, err)
+	}
+	r.Recorder.Eventf(want, policy, corev1.EventTypeNormal, reasonPlanProposed, "Propose",
+		"plan %s changes %d node(s), evicts %d pod(s), serves %d pending pod(s); approve with: kubectl annotate repartitionplan %s %s=%s",
+		want.Name, len(want.Spec.Steps), evictions(want), len(want.Spec.Expected.Pods), want.Name, v1alpha1.AnnotationApprove, want.Spec.Hash)
+	return want, nil
+}
+
+func (r *PolicyReconciler) supersede(ctx context.Context, plan *v1alpha1.RepartitionPlan, why string) error {
+	patch := client.MergeFrom(plan.DeepCopy())
+	plan.Status.Phase = v1alpha1.PlanSuperseded
+	meta.SetStatusCondition(&plan.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse,
+		Reason: reasonPlanSuperseded, Message: why, ObservedGeneration: plan.Generation})
+	if err := r.Client.Status().Patch(ctx, plan, patch); err != nil {
+		return fmt.Errorf("superseding plan %s: %w", plan.Name, err)
+	}
+	r.Recorder.Eventf(plan, nil, corev1.EventTypeNormal, reasonPlanSuperseded, "Supersede", "%s", why)
+	return nil
+}
+
+func (r *PolicyReconciler) writeStatus(ctx context.Context, policy *v1alpha1.GPUPoolPolicy, status v1alpha1.GPUPoolPolicyStatus) error {
+	status.ObservedGeneration = policy.Generation
+	if equality.Semantic.DeepEqual(policy.Status, status) {
+		return nil
+	}
+	// An update, not a merge patch: a merge patch computed from the cached copy omits fields
+	// whose value is zero on both sides, so a count of 0 would never reach the server.
+	policy.Status = status
+	if err := r.Client.Status().Update(ctx, policy); err != nil {
+		return fmt.Errorf("writing status of policy %s: %w", policy.Name, err)
+	}
+	return nil
+}
+
+// setConditions computes every condition of the policy from what this pass saw.
+func (r *PolicyReconciler) setConditions(ctx context.Context, policy *v1alpha1.GPUPoolPolicy, status *v1alpha1.GPUPoolPolicyStatus,
+	w *world, conflicts map[string]string, current *v1alpha1.RepartitionPlan, res *planner.Result, pending int) {
+	set := func(t string, ok bool, reason, msg string) {
+		s := metav1.ConditionFalse
+		if ok {
+			s = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason,
+			Message: msg, ObservedGeneration: policy.Generation})
+	}
+	set(v1alpha1.ConditionReady, true, reasonObserving, fmt.Sprintf("observing %d node(s)", status.Pool.Nodes))
+	if len(conflicts) > 0 {
+		set(v1alpha1.ConditionConflict, true, reasonConflictDetected, conflictMessage(conflicts))
+	} else {
+		set(v1alpha1.ConditionConflict, false, "NoConflict", "no other policy selects these nodes")
+	}
+	switch {
+	case pending == 0:
+		set(v1alpha1.ConditionDemandSatisfied, true, "NoPendingPods", "no GPU pod is pending")
+	case len(res.Unserved) == 0:
+		set(v1alpha1.ConditionDemandSatisfied, false, "PlanServesPending",
+			fmt.Sprintf("%d pod(s) pending; the current layouts or the plan serve them all", pending))
+	default:
+		u := res.Unserved[0]
+		set(v1alpha1.ConditionDemandSatisfied, false, string(u.Reason),
+			fmt.Sprintf("%d pod(s) pending, %d not served; e.g. %s %s", pending, len(res.Unserved), u.Pod, u.Message))
+	}
+	awaiting := current != nil && rollout.Gate(current, policy, r.Clock.Now()).Phase == v1alpha1.PlanAwaitingApproval
+	if awaiting {
+		set(v1alpha1.ConditionAwaitingApproval, true, reasonPlanProposed, fmt.Sprintf(
+			"approve with: kubectl annotate repartitionplan %s %s=%s", current.Name, v1alpha1.AnnotationApprove, current.Spec.Hash))
+	} else {
+		set(v1alpha1.ConditionAwaitingApproval, false, "NoPlanWaiting", "no plan waits for approval")
+	}
+	executing := current != nil && !awaiting
+	if executing {
+		phase := rollout.Gate(current, policy, r.Clock.Now()).Phase
+		set(v1alpha1.ConditionReconfiguring, true, string(phase), "plan "+current.Name+" is "+strings.ToLower(string(phase)))
+	} else {
+		set(v1alpha1.ConditionReconfiguring, false, "Idle", "no plan is executing")
+	}
+	blocked := blockedNodes(w, policy)
+	if blocked != "" {
+		set(v1alpha1.ConditionDegraded, true, "NodesNotPlannable", blocked)
+	} else {
+		set(v1alpha1.ConditionDegraded, false, "AllNodesReporting", "every pool node's agent reports its GPUs")
+	}
+	r.setOperatorCondition(ctx, policy, status, set)
+}
+
+// setOperatorCondition checks that NVIDIA's ClusterPolicy points mig-manager and the device
+// plugin at gpupool's ConfigMaps, and says exactly what to set when it does not.
+func (r *PolicyReconciler) setOperatorCondition(ctx context.Context, policy *v1alpha1.GPUPoolPolicy,
+	status *v1alpha1.GPUPoolPolicyStatus, set func(string, bool, string, string)) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(nvidia.ClusterPolicyGVK.GroupVersion().WithKind(nvidia.ClusterPolicyGVK.Kind + "List"))
+	err := r.Client.List(ctx, list)
+	switch {
+	case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
+		set(v1alpha1.ConditionGPUOperatorConfigured, false, "GPUOperatorNotFound",
+			"the ClusterPolicy CRD of NVIDIA's GPU Operator is not installed; plans are proposed but mig-manager will not apply them")
+		return
+	case err != nil:
+		set(v1alpha1.ConditionGPUOperatorConfigured, false, "ClusterPolicyUnreadable", err.Error())
+		return
+	case len(list.Items) == 0:
+		set(v1alpha1.ConditionGPUOperatorConfigured, false, "NoClusterPolicy", "no ClusterPolicy object exists")
+		return
+	}
+	problems := nvidia.CheckClusterPolicy(&list.Items[0], MIGPartedConfigMap, DevicePluginConfigMap)
+	if len(problems) > 0 {
+		set(v1alpha1.ConditionGPUOperatorConfigured, false, "ClusterPolicyMisconfigured", nvidia.ProblemsMessage(problems))
+		return
+	}
+	set(v1alpha1.ConditionGPUOperatorConfigured, true, "Configured", "ClusterPolicy "+list.Items[0].GetName()+" uses gpupool's config maps")
+}
+
+func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
+	if d == nil || d.Duration <= 0 {
+		return def
+	}
+	return d.Duration
+}
+
+func evictions(p *v1alpha1.RepartitionPlan) int {
+	n := 0
+	for _, s := range p.Spec.Steps {
+		n += len(s.Evictions)
+	}
+	return n
+}
+
+// ownPlans are the plans the policy owns, newest first.
+func ownPlans(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan) []v1alpha1.RepartitionPlan {
+	var out []v1alpha1.RepartitionPlan
+	for _, p := range plans {
+		if p.Spec.Policy == policy.Name {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b v1alpha1.RepartitionPlan) int {
+		return cmp.Or(b.CreationTimestamp.Compare(a.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// conflictingNodes are the pool's nodes another policy selects too, with that policy's name.
+func conflictingNodes(policy *v1alpha1.GPUPoolPolicy, selector labels.Selector, w *world) map[string]string {
+	out := map[string]string{}
+	for _, other := range w.policies {
+		if other.Name == policy.Name {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&other.Spec.NodeSelector)
+		if err != nil || sel.Empty() {
+			continue
+		}
+		for _, n := range w.nodes {
+			set := labels.Set(n.Labels)
+			if selector.Matches(set) && sel.Matches(set) {
+				out[n.Name] = other.Name
+			}
+		}
+	}
+	return out
+}
+
+func conflictMessage(conflicts map[string]string) string {
+	names := make([]string, 0, len(conflicts))
+	for n, p := range conflicts {
+		names = append(names, n+" (also policy "+p+")")
+	}
+	slices.Sort(names)
+	if len(names) > 5 {
+		names = append(names[:5], fmt.Sprintf("and %d more", len(names)-5))
+	}
+	return "nodes selected by two policies are left alone by both: " + strings.Join(names, ", ")
+}
+
+// frozenNodes are the nodes the planner must not change now, and how many of the pool's
+// nodes executing plans are changing.
+func frozenNodes(policy *v1alpha1.GPUPoolPolicy, w *world, conflicts map[string]string, now time.Time) (map[string]string, int) {
+	frozen := map[string]string{}
+	for n, other := range conflicts {
+		frozen[n] = "also selected by policy " + other
+	}
+	window := durationOr(policy.Spec.Planning.StabilizationWindow, defaultStabilization)
+	inFlight := 0
+	for _, p := range w.plans {
+		running := p.Status.Phase == v1alpha1.PlanApproved || p.Status.Phase == v1alpha1.PlanExecuting
+		for _, step := range p.Spec.Steps {
+			var st *v1alpha1.NodeStepStatus
+			for i := range p.Status.Nodes {
+				if p.Status.Nodes[i].Node == step.Node {
+					st = &p.Status.Nodes[i]
+				}
+			}
+			switch {
+			case running && (st == nil || (st.State != v1alpha1.NodeDone && st.State != v1alpha1.NodeFailed)):
+				frozen[step.Node] = "plan " + p.Name + " is changing it"
+				if p.Spec.Policy == policy.Name {
+					inFlight++
+				}
+			case st != nil && st.State == v1alpha1.NodeDone && st.LastTransitionTime != nil &&
+				now.Sub(st.LastTransitionTime.Time) < window:
+				frozen[step.Node] = fmt.Sprintf("changed by plan %s %s ago, within the stabilization window %s",
+					p.Name, now.Sub(st.LastTransitionTime.Time).Round(time.Second), window)
+			}
+		}
+	}
+	return frozen, inFlight
+}
+
+// inPool keeps the pending pods that could run on some node of the pool: demand elsewhere
+// is another policy's (or nobody's) business.
+func inPool(reqs []demand.Request, selector labels.Selector, nodes []corev1.Node) []demand.Request {
+	var out []demand.Request
+	for _, r := range reqs {
+		for i := range nodes {
+			if !selector.Matches(labels.Set(nodes[i].Labels)) {
+				continue
+			}
+			if ok, _ := r.Matches(&nodes[i]); ok {
+				out = append(out, r)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// blockedNodes names pool nodes the planner cannot reason about because their agent does not
+// report, so that a silent agent never looks like a healthy, idle pool.
+func blockedNodes(w *world, policy *v1alpha1.GPUPoolPolicy) string {
+	selector, err := metav1.LabelSelectorAsSelector(&policy.Spec.NodeSelector)
+	if err != nil {
+		return ""
+	}
+	reports := map[string]bool{}
+	for _, g := range w.gpuNodes {
+		reports[g.Name] = meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionNVMLReady)
+	}
+	var missing []string
+	for _, n := range w.nodes {
+		if selector.Matches(labels.Set(n.Labels)) && !reports[n.Name] {
+			missing = append(missing, n.Name)
+		}
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	slices.Sort(missing)
+	if len(missing) > 5 {
+		missing = append(missing[:5], fmt.Sprintf("and %d more", len(missing)-5))
+	}
+	return "no GPU report (agent missing or NVML not ready) from " + strings.Join(missing, ", ")
+}

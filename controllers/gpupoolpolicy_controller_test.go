@@ -1,0 +1,214 @@
+package controllers_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/testenv"
+)
+
+// gpuNode creates an H200 node and the agent's report of it with every GPU carved 1g.18gb:7.
+func gpuNode(t *testing.T, env *testenv.Env, name string, gpus int, labels map[string]string) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Status: corev1.NodeStatus{Capacity: alloc, Allocatable: alloc}}
+	g.Expect(env.Client.Create(ctx, node)).To(Succeed())
+	// The API server taints new nodes not-ready (TaintNodesByCondition); with no kubelet and no
+	// node-lifecycle controller in envtest, the fixture plays them and clears it.
+	node.Spec.Taints = nil
+	g.Expect(env.Client.Update(ctx, node)).To(Succeed())
+
+	product, _ := mig.LookupProduct("H200")
+	placed, err := product.Place(mig.Layout{"1g.18gb": 7}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	report := &v1.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	g.Expect(env.Client.Create(ctx, report)).To(Succeed())
+	for i := range gpus {
+		gs := v1.GPUStatus{Index: int32(i), Product: "NVIDIA H200", MIGMode: &v1.MIGModeStatus{Current: "Enabled"}}
+		for _, in := range placed {
+			gs.Instances = append(gs.Instances, v1.MIGInstance{Profile: in.Profile,
+				Placement: v1.SlicePlacement{Start: int32(in.Placement.Start), Size: int32(in.Placement.Size)}})
+		}
+		report.Status.GPUs = append(report.Status.GPUs, gs)
+	}
+	report.Status.ObservedTime = ptr.To(metav1.Now())
+	report.Status.Conditions = []metav1.Condition{{Type: v1.ConditionNVMLReady, Status: metav1.ConditionTrue,
+		Reason: "Read", LastTransitionTime: metav1.Now()}}
+	g.Expect(env.Client.Status().Update(ctx, report)).To(Succeed())
+}
+
+// pendingPod creates a pod asking for one instance of a MIG profile that the scheduler has
+// marked unschedulable ten minutes ago.
+func pendingPod(t *testing.T, env *testenv.Env, name, profile string) *corev1.Pod {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	res := corev1.ResourceList{corev1.ResourceName(mig.ResourceName(profile)): resource.MustParse("1")}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10",
+			Resources: corev1.ResourceRequirements{Limits: res, Requests: res}}}},
+	}
+	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
+	pod.Status.Phase = corev1.PodPending
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: corev1.PodReasonUnschedulable, LastTransitionTime: metav1.NewTime(time.Now().Add(-10 * time.Minute))}}
+	g.Expect(env.Client.Status().Update(ctx, pod)).To(Succeed())
+	return pod
+}
+
+func poolPolicy(name string, selector map[string]string) *v1.GPUPoolPolicy {
+	return &v1.GPUPoolPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.GPUPoolPolicySpec{
+			NodeSelector: metav1.LabelSelector{MatchLabels: selector},
+			Catalog: []v1.CatalogEntry{{Product: "H200",
+				MIGProfiles: []v1.MIGProfileName{"1g.18gb", "3g.71gb", "7g.141gb"}}},
+		},
+	}
+}
+
+func condition(p *v1.GPUPoolPolicy, t string) metav1.Condition {
+	if c := meta.FindStatusCondition(p.Status.Conditions, t); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+// TestPendingDemandBecomesAPlanAndStaleDemandRetiresIt guards the observe-and-propose loop: a
+// pod waiting for a profile no GPU offers yields exactly one plan, owned by its policy, that
+// waits for a human; when the demand goes away the unapproved plan is superseded.
+func TestPendingDemandBecomesAPlanAndStaleDemandRetiresIt(t *testing.T) {
+	g := NewWithT(t)
+	env, _ := startPolicyController(t)
+	ctx := context.Background()
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	pod := pendingPod(t, env, "trainer", "3g.71gb")
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+
+	var plan v1.RepartitionPlan
+	g.Eventually(func(g Gomega) {
+		var plans v1.RepartitionPlanList
+		g.Expect(env.Client.List(ctx, &plans)).To(Succeed())
+		g.Expect(plans.Items).To(HaveLen(1))
+		plan = plans.Items[0]
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Expect(plan.Spec.Policy).To(Equal("pool-a"))
+	g.Expect(plan.OwnerReferences).To(HaveLen(1))
+	g.Expect(plan.OwnerReferences[0].Name).To(Equal("pool-a"))
+	g.Expect(plan.Spec.Disruptive).To(BeFalse(), "idle GPUs serve the pod")
+	g.Expect(plan.Spec.Steps).To(HaveLen(1))
+	g.Expect(plan.Spec.Steps[0].Node).To(Equal("gpu-1"))
+	g.Expect(plan.Spec.Expected.Pods).To(ConsistOf(v1.PodReference{Namespace: "default", Name: "trainer"}))
+
+	g.Eventually(func(g Gomega) {
+		got := &v1.GPUPoolPolicy{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
+		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		g.Expect(got.Status.Pool.Nodes).To(Equal(int32(1)))
+		g.Expect(got.Status.Pool.GPUs).To(Equal(int32(2)))
+		g.Expect(got.Status.PendingPods).To(Equal(int32(1)))
+		g.Expect(got.Status.CurrentPlan).To(Equal(plan.Name))
+		g.Expect(got.Status.Demand).To(ConsistOf(v1.ShapeDemand{Resource: "nvidia.com/mig-3g.71gb",
+			PendingPods: 1, EligibleNodes: 1, FeasibleNodes: 1}))
+		g.Expect(condition(got, v1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(condition(got, v1.ConditionAwaitingApproval).Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(condition(got, v1.ConditionAwaitingApproval).Message).To(ContainSubstring(
+			"kubectl annotate repartitionplan " + plan.Name + " gpupool.io/approve=" + plan.Spec.Hash))
+		g.Expect(condition(got, v1.ConditionConflict).Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(condition(got, v1.ConditionDegraded).Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(condition(got, v1.ConditionGPUOperatorConfigured).Reason).To(Equal("GPUOperatorNotFound"))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+
+	g.Expect(env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		got := &v1.RepartitionPlan{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(&plan), got)).To(Succeed())
+		g.Expect(got.Status.Phase).To(Equal(v1.PlanSuperseded))
+	}).WithTimeout(30*time.Second).Should(Succeed(), "a plan nobody needs any more is retired, not left to be approved")
+}
+
+// TestApprovedPlanIsNeverSuperseded guards that a human's approval cannot be pulled from under
+// them by new demand before the plan controller acts on it.
+func TestApprovedPlanIsNeverSuperseded(t *testing.T) {
+	g := NewWithT(t)
+	env, _ := startPolicyController(t)
+	ctx := context.Background()
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	pod := pendingPod(t, env, "trainer", "3g.71gb")
+	g.Expect(env.Client.Create(ctx, poolPolicy("pool-a", map[string]string{"pool": "a"}))).To(Succeed())
+
+	var plan v1.RepartitionPlan
+	g.Eventually(func(g Gomega) {
+		var plans v1.RepartitionPlanList
+		g.Expect(env.Client.List(ctx, &plans)).To(Succeed())
+		g.Expect(plans.Items).To(HaveLen(1))
+		plan = plans.Items[0]
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	patch := client.MergeFrom(plan.DeepCopy())
+	plan.Annotations = map[string]string{v1.AnnotationApprove: plan.Spec.Hash}
+	g.Expect(env.Client.Patch(ctx, &plan, patch)).To(Succeed())
+	g.Expect(env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())
+	pendingPod(t, env, "other", "7g.141gb")
+
+	g.Consistently(func(g Gomega) {
+		got := &v1.RepartitionPlan{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(&plan), got)).To(Succeed())
+		g.Expect(got.Status.Phase).NotTo(Equal(v1.PlanSuperseded))
+		var plans v1.RepartitionPlanList
+		g.Expect(env.Client.List(ctx, &plans)).To(Succeed())
+		g.Expect(plans.Items).To(HaveLen(1), "no second plan while one is approved")
+	}).WithTimeout(5 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+}
+
+// TestTwoPoliciesSelectingOneNodeConflictAndLeaveItAlone guards design.md section 3: both
+// policies report Conflict and neither plans a change on the shared node.
+func TestTwoPoliciesSelectingOneNodeConflictAndLeaveItAlone(t *testing.T) {
+	g := NewWithT(t)
+	env, _ := startPolicyController(t)
+	ctx := context.Background()
+	gpuNode(t, env, "shared", 1, map[string]string{"pool": "a", "team": "b", v1.LabelGPUProduct: "NVIDIA-H200"})
+	pendingPod(t, env, "trainer", "3g.71gb")
+	a := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	b := poolPolicy("team-b", map[string]string{"team": "b"})
+	g.Expect(env.Client.Create(ctx, a)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, b)).To(Succeed())
+
+	for _, p := range []*v1.GPUPoolPolicy{a, b} {
+		g.Eventually(func(g Gomega) {
+			got := &v1.GPUPoolPolicy{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(p), got)).To(Succeed())
+			c := condition(got, v1.ConditionConflict)
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(c.Message).To(ContainSubstring("shared (also policy"))
+		}).WithTimeout(30*time.Second).Should(Succeed(), p.Name)
+	}
+	// pool-a may have proposed a plan in the moment before team-b existed; once the conflict
+	// is seen, no live plan may target the shared node.
+	noLivePlan := func(g Gomega) {
+		var plans v1.RepartitionPlanList
+		g.Expect(env.Client.List(ctx, &plans)).To(Succeed())
+		for _, p := range plans.Items {
+			g.Expect(p.Status.Phase).To(Equal(v1.PlanSuperseded), "plan %s still live", p.Name)
+		}
+	}
+	g.Eventually(noLivePlan).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Consistently(noLivePlan).WithTimeout(3*time.Second).WithPolling(500*time.Millisecond).Should(Succeed(),
+		"neither policy touches the shared node")
+}
