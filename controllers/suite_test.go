@@ -18,9 +18,19 @@ import (
 	"github.com/gpupool/gpupool/internal/testenv"
 )
 
-// startPolicyController runs the policy controller in a manager against a fresh API server,
+// startPolicyController runs the policy and plan controllers in a manager against a fresh API server,
 // with a fake clock set to now (object timestamps come from the API server's real clock).
 func startPolicyController(t *testing.T) (*testenv.Env, *clocktesting.FakeClock) {
+	return startControllers(t, true)
+}
+
+// startPlanController runs only the plan controller, so that hand-made plans are not
+// superseded by a policy controller that would plan differently.
+func startPlanController(t *testing.T) (*testenv.Env, *clocktesting.FakeClock) {
+	return startControllers(t, false)
+}
+
+func startControllers(t *testing.T, withPolicies bool) (*testenv.Env, *clocktesting.FakeClock) {
 	t.Helper()
 	g := NewWithT(t)
 	ctrl.SetLogger(zap.New(zap.WriteTo(testWriter{t}), zap.UseDevMode(true)))
@@ -34,7 +44,11 @@ func startPolicyController(t *testing.T) (*testenv.Env, *clocktesting.FakeClock)
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
 	g.Expect(err).NotTo(HaveOccurred())
 	var recorder events.EventRecorder = mgr.GetEventRecorder("gpupool-policy-controller")
-	g.Expect((&controllers.PolicyReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder}).
+	if withPolicies {
+		g.Expect((&controllers.PolicyReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder}).
+			SetupWithManager(mgr)).To(Succeed())
+	}
+	g.Expect((&controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder}).
 		SetupWithManager(mgr)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -115,9 +115,14 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 	if err := policies.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the policy controller: %w", err)
 	}
-	// The plan controller (approve, cordon, drain, relabel, verify) is not registered yet: plans
-	// are proposed and can be approved, but nothing executes them.
-	log.Info("starting manager", "controllers", []string{"gpupoolpolicy"}, "leaderElection", opts.leaderElect,
+	plans := &controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock.RealClock{},
+		Recorder: mgr.GetEventRecorder("gpupool-plan-controller")}
+	if err := plans.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the plan controller: %w", err)
+	}
+	// The plan controller takes plans through approval only: executing approved plans (cordon,
+	// drain, relabel, verify) is not implemented yet.
+	log.Info("starting manager", "controllers", []string{"gpupoolpolicy", "repartitionplan"}, "leaderElection", opts.leaderElect,
 		"metrics", opts.metricsAddr, "probes", opts.probeAddr)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)

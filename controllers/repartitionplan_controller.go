@@ -1,0 +1,115 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/rollout"
+)
+
+// ConditionApproved on a RepartitionPlan says whether it passed the approval gate.
+const ConditionApproved = "Approved"
+
+// PlanReconciler takes RepartitionPlans through the approval gate (rollout.Gate): approval by
+// annotation bound to the plan's hash, rejection, approval by the policy's mode, expiry. It
+// records every phase change in the plan's status and as an Event. Executing approved plans
+// (cordon, drain, relabel, verify) is not implemented yet: they stay Approved.
+type PlanReconciler struct {
+	Client   client.Client
+	Clock    clock.Clock
+	Recorder events.EventRecorder
+}
+
+// SetupWithManager watches plans, and policies for changes of their approval mode.
+func (r *PlanReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.RepartitionPlan{}).
+		Named("repartitionplan").
+		Complete(r)
+}
+
+// Reconcile applies the gate's decision to one plan.
+func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	plan := &v1alpha1.RepartitionPlan{}
+	if err := r.Client.Get(ctx, req.NamespacedName, plan); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	policy := &v1alpha1.GPUPoolPolicy{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: plan.Spec.Policy}, policy); err != nil {
+		if client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, fmt.Errorf("reading policy %s of plan %s: %w", plan.Spec.Policy, plan.Name, err)
+		}
+		policy = nil
+	}
+	now := r.Clock.Now()
+	d := rollout.Gate(plan, policy, now)
+
+	status := *plan.Status.DeepCopy()
+	status.ObservedGeneration = plan.Generation
+	if status.Progress == "" {
+		status.Progress = fmt.Sprintf("0/%d", len(plan.Spec.Steps))
+	}
+	changed := d.Changed(plan) || status.Phase == ""
+	status.Phase = d.Phase
+	if d.Phase == v1alpha1.PlanApproved && !status.Approved {
+		status.Approved, status.ApprovedTime = true, &metav1.Time{Time: now}
+	}
+	if d.Reason != "" {
+		cond := metav1.Condition{Type: ConditionApproved, Status: metav1.ConditionFalse, Reason: d.Reason,
+			Message: d.Message, ObservedGeneration: plan.Generation}
+		if d.Phase == v1alpha1.PlanApproved {
+			cond.Status = metav1.ConditionTrue
+		}
+		if d.IgnoredApproval != "" && d.Phase == v1alpha1.PlanAwaitingApproval {
+			cond.Reason = rollout.ReasonHashMismatch
+		}
+		reported := meta.FindStatusCondition(status.Conditions, ConditionApproved)
+		if d.IgnoredApproval != "" && (reported == nil || reported.Reason != rollout.ReasonHashMismatch) {
+			r.Recorder.Eventf(plan, nil, corev1.EventTypeWarning, rollout.ReasonHashMismatch, "Approve",
+				"ignored %s=%q: this plan's hash is %s", v1alpha1.AnnotationApprove, d.IgnoredApproval, plan.Spec.Hash)
+		}
+		meta.SetStatusCondition(&status.Conditions, cond)
+	}
+	if !equality.Semantic.DeepEqual(plan.Status, status) {
+		plan.Status = status
+		if err := r.Client.Status().Update(ctx, plan); err != nil {
+			return reconcile.Result{}, fmt.Errorf("writing status of plan %s: %w", plan.Name, err)
+		}
+	}
+	if changed && d.Reason != "" {
+		eventType := corev1.EventTypeNormal
+		if d.Phase == v1alpha1.PlanExpired || d.Phase == v1alpha1.PlanRejected {
+			eventType = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(plan, policyRef(policy), eventType, d.Reason, string(d.Phase), "%s", d.Message)
+	}
+	if d.Phase == v1alpha1.PlanAwaitingApproval && policy != nil {
+		// Wake up when the plan would expire; approvals arrive as watch events.
+		ttl := durationOr(policy.Spec.Disruption.PlanTTL, rollout.DefaultPlanTTL)
+		return reconcile.Result{RequeueAfter: max(time.Second, plan.CreationTimestamp.Add(ttl).Sub(now))}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// policyRef makes the policy the Event's related object when it exists; a nil interface, not
+// a typed nil pointer, when it does not.
+func policyRef(policy *v1alpha1.GPUPoolPolicy) runtime.Object {
+	if policy == nil {
+		return nil
+	}
+	return policy
+}
