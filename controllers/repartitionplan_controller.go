@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -25,21 +26,56 @@ import (
 const ConditionApproved = "Approved"
 
 // PlanReconciler takes RepartitionPlans through the approval gate (rollout.Gate): approval by
-// annotation bound to the plan's hash, rejection, approval by the policy's mode, expiry. It
-// records every phase change in the plan's status and as an Event. Executing approved plans
-// (cordon, drain, relabel, verify) is not implemented yet: they stay Approved.
+// annotation bound to the plan's hash, rejection, approval by the policy's mode, expiry; then
+// executes approved plans node by node within the budget (rollout.Step): cordon, drain through
+// the Eviction API, write the mig-parted entry, set the expected layout, relabel, wait for
+// mig-manager and the agent's verification, uncordon. Every state lives in the plan's status,
+// so any replica resumes where another stopped; every transition is an Event.
 type PlanReconciler struct {
 	Client   client.Client
 	Clock    clock.Clock
 	Recorder events.EventRecorder
+	// Namespace holds gpupool's ConfigMaps (the manager's namespace).
+	Namespace string
+	// ConfigPropagation is the wait between writing the ConfigMap and flipping the label;
+	// DefaultConfigPropagation when zero.
+	ConfigPropagation time.Duration
 }
 
 // SetupWithManager watches plans, and policies for changes of their approval mode.
 func (r *PlanReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.ConfigPropagation == 0 {
+		r.ConfigPropagation = DefaultConfigPropagation
+	}
+	onNode := handler.EnqueueRequestsFromMapFunc(r.plansOnNode)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.RepartitionPlan{}).
+		// A step waits on its node's labels and on its GPUNode's verification.
+		Watches(&corev1.Node{}, onNode).
+		Watches(&v1alpha1.GPUNode{}, onNode).
 		Named("repartitionplan").
 		Complete(r)
+}
+
+// plansOnNode maps a Node or GPUNode to the live plans with a step on it.
+func (r *PlanReconciler) plansOnNode(ctx context.Context, obj client.Object) []reconcile.Request {
+	var plans v1alpha1.RepartitionPlanList
+	if err := r.Client.List(ctx, &plans); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, p := range plans.Items {
+		if p.Status.Phase != v1alpha1.PlanApproved && p.Status.Phase != v1alpha1.PlanExecuting {
+			continue
+		}
+		for _, s := range p.Spec.Steps {
+			if s.Node == obj.GetName() {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+				break
+			}
+		}
+	}
+	return out
 }
 
 // Reconcile applies the gate's decision to one plan.
@@ -84,6 +120,14 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		}
 		meta.SetStatusCondition(&status.Conditions, cond)
 	}
+	var requeue time.Duration
+	if policy != nil && (status.Phase == v1alpha1.PlanApproved || status.Phase == v1alpha1.PlanExecuting) {
+		after, err := r.execute(ctx, plan, policy, &status, now)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		requeue = after
+	}
 	if !equality.Semantic.DeepEqual(plan.Status, status) {
 		plan.Status = status
 		if err := r.Client.Status().Update(ctx, plan); err != nil {
@@ -96,6 +140,9 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			eventType = corev1.EventTypeWarning
 		}
 		r.Recorder.Eventf(plan, policyRef(policy), eventType, d.Reason, string(d.Phase), "%s", d.Message)
+	}
+	if requeue > 0 {
+		return reconcile.Result{RequeueAfter: requeue}, nil
 	}
 	if d.Phase == v1alpha1.PlanAwaitingApproval && policy != nil {
 		// Wake up when the plan would expire; approvals arrive as watch events.

@@ -71,9 +71,11 @@ func TestApprovalGate(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		got := &v1.RepartitionPlan{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(approved), got)).To(Succeed())
-		g.Expect(got.Status.Phase).To(Equal(v1.PlanApproved))
 		g.Expect(got.Status.Approved).To(BeTrue())
-		g.Expect(got.Status.Progress).To(Equal("0/1"))
+		g.Expect(got.Status.ApprovedTime).NotTo(BeNil())
+		// Past the gate the plan executes; its node does not exist in this test, so the step
+		// fails at once. The gate's part is that it got past.
+		g.Expect(got.Status.Phase).To(BeElementOf(v1.PlanApproved, v1.PlanExecuting, v1.PlanFailed))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 
 	rejected := gatePlan("pool-a-rejected", "1f3e9a7c00000002")

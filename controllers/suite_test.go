@@ -48,8 +48,8 @@ func startControllers(t *testing.T, withPolicies bool) (*testenv.Env, *clocktest
 		g.Expect((&controllers.PolicyReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder}).
 			SetupWithManager(mgr)).To(Succeed())
 	}
-	g.Expect((&controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder}).
-		SetupWithManager(mgr)).To(Succeed())
+	g.Expect((&controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder,
+		Namespace: "default", ConfigPropagation: time.Millisecond}).SetupWithManager(mgr)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()

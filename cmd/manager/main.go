@@ -32,6 +32,7 @@ type options struct {
 	leaderElect             bool
 	leaderElectionNamespace string
 	enableHTTP2             bool
+	namespace               string
 }
 
 func main() {
@@ -48,6 +49,8 @@ func main() {
 		"Namespace of the leader-election Lease (default: the pod's namespace).")
 	flag.BoolVar(&opts.enableHTTP2, "enable-http2", false,
 		"Serve the metrics endpoint over HTTP/2 (off by default: CVE-2023-44487 and CVE-2023-39325).")
+	flag.StringVar(&opts.namespace, "namespace", envOr("POD_NAMESPACE", "gpupool-system"),
+		"Namespace of gpupool's ConfigMaps (the mig-parted config the GPU Operator reads).")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -116,16 +119,21 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 		return fmt.Errorf("setting up the policy controller: %w", err)
 	}
 	plans := &controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock.RealClock{},
-		Recorder: mgr.GetEventRecorder("gpupool-plan-controller")}
+		Recorder: mgr.GetEventRecorder("gpupool-plan-controller"), Namespace: opts.namespace}
 	if err := plans.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the plan controller: %w", err)
 	}
-	// The plan controller takes plans through approval only: executing approved plans (cordon,
-	// drain, relabel, verify) is not implemented yet.
 	log.Info("starting manager", "controllers", []string{"gpupoolpolicy", "repartitionplan"}, "leaderElection", opts.leaderElect,
 		"metrics", opts.metricsAddr, "probes", opts.probeAddr)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)
 	}
 	return nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }

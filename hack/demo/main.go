@@ -201,7 +201,7 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 	for _, line := range []string{
 		"simulated GPU nodes (kwok + the simulated GPU Operator) and a workload that cannot schedule",
 		"simulated GPU nodes for the policy controller to plan on live (it does so in the envtest suite)",
-		"approval, cordon, drain, relabel, verify and uncordon by the plan controller",
+		"the plan controller executing approved plans on simulated nodes (it does so in the envtest suite)",
 		"the node agent on the simulated nodes (it publishes GPUNode from NVML today: kubectl apply -k config/agent on real GPU nodes)",
 	} {
 		fmt.Println("   - " + line)

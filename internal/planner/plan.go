@@ -182,7 +182,7 @@ func Plan(in Input) (*Result, error) {
 	}
 
 	res := &Result{PoolNodes: len(pool), SlicesGained: map[string]int{}}
-	res.Budget = max(0, budgetFor(spec.Disruption.MaxDisruptedNodes, len(pool))-in.InFlight)
+	res.Budget = max(0, Budget(spec.Disruption.MaxDisruptedNodes, len(pool))-in.InFlight)
 	standby, err := demand.Standby(spec.Shapes)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", in.Policy.Name, err)

@@ -143,8 +143,8 @@ func (pi *productInfo) counts(l mig.Layout) []int {
 	return v
 }
 
-// budgetFor resolves maxDisruptedNodes (a count or a percentage of the pool, rounded up).
-func budgetFor(v *intstr.IntOrString, poolNodes int) int {
+// Budget resolves maxDisruptedNodes (a count or a percentage of the pool, rounded up).
+func Budget(v *intstr.IntOrString, poolNodes int) int {
 	if v == nil {
 		return 1
 	}

@@ -1,0 +1,304 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/drain"
+	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
+	"github.com/gpupool/gpupool/internal/planner"
+	"github.com/gpupool/gpupool/internal/rollout"
+)
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=patch;update
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=gpupool.io,resources=gpunodes,verbs=patch;update
+
+// DefaultConfigPropagation is how long the plan controller waits after writing the mig-parted
+// ConfigMap before flipping a node's label: the kubelet refreshes mounted ConfigMaps lazily,
+// and mig-manager reads the entry from its mounted copy when the label changes.
+const DefaultConfigPropagation = 90 * time.Second
+
+// execute advances an approved plan: it starts node steps within the budget, takes each active
+// step one decision further (rollout.Step) and performs the decision's actions.
+func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy,
+	status *v1alpha1.RepartitionPlanStatus, now time.Time) (time.Duration, error) {
+	budget, err := r.budget(ctx, policy)
+	if err != nil {
+		return 0, err
+	}
+	start, _, _ := rollout.Progress(plan.Spec.Steps, status.Nodes, budget)
+	timeouts := rollout.Timeouts{
+		Drain:       durationOr(policy.Spec.Disruption.DrainTimeout, 15*time.Minute),
+		Configure:   durationOr(policy.Spec.Disruption.ConfigureTimeout, 10*time.Minute),
+		Propagation: r.ConfigPropagation,
+	}
+	requeue := time.Duration(0)
+	for _, step := range plan.Spec.Steps {
+		i := slices.IndexFunc(status.Nodes, func(s v1alpha1.NodeStepStatus) bool { return s.Node == step.Node })
+		if i < 0 {
+			if !slices.Contains(start, step.Node) {
+				continue
+			}
+			status.Nodes = append(status.Nodes, v1alpha1.NodeStepStatus{Node: step.Node, State: v1alpha1.NodePending})
+			i = len(status.Nodes) - 1
+		}
+		cur := status.Nodes[i]
+		if cur.State == v1alpha1.NodeDone || cur.State == v1alpha1.NodeFailed {
+			continue
+		}
+		targets, obs, err := r.observe(ctx, plan, step)
+		if err != nil {
+			return 0, err
+		}
+		res := rollout.Step(plan.Name, step, cur, obs, timeouts, now)
+		for _, action := range res.Actions {
+			msg, err := r.act(ctx, plan, step, targets, action)
+			if err != nil {
+				return 0, fmt.Errorf("plan %s, node %s, %s: %w", plan.Name, step.Node, action, err)
+			}
+			if msg != "" {
+				res.Status.Message = msg
+			}
+		}
+		status.Nodes[i] = res.Status
+		if res.Transition {
+			eventType := corev1.EventTypeNormal
+			if res.Status.State == v1alpha1.NodeFailed {
+				eventType = corev1.EventTypeWarning
+			}
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: step.Node}}
+			r.Recorder.Eventf(plan, node, eventType, "Node"+string(res.Status.State), string(res.Status.State),
+				"%s: %s", step.Node, res.Status.Message)
+		}
+		if res.RequeueAfter > 0 && (requeue == 0 || res.RequeueAfter < requeue) {
+			requeue = res.RequeueAfter
+		}
+	}
+	_, phase, progress := rollout.Progress(plan.Spec.Steps, status.Nodes, budget)
+	status.Phase, status.Progress = phase, progress
+	if phase == v1alpha1.PlanExecuting && requeue == 0 {
+		requeue = time.Second
+	}
+	return requeue, nil
+}
+
+// budget is the policy's maxDisruptedNodes resolved against its pool's size now.
+func (r *PlanReconciler) budget(ctx context.Context, policy *v1alpha1.GPUPoolPolicy) (int, error) {
+	selector, err := metav1.LabelSelectorAsSelector(&policy.Spec.NodeSelector)
+	if err != nil {
+		return 0, fmt.Errorf("policy %s: spec.nodeSelector: %w", policy.Name, err)
+	}
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes, client.MatchingLabelsSelector{Selector: selector}); err != nil {
+		return 0, fmt.Errorf("listing the nodes of policy %s: %w", policy.Name, err)
+	}
+	return planner.Budget(policy.Spec.Disruption.MaxDisruptedNodes, len(nodes.Items)), nil
+}
+
+// observe reads what a step's decision depends on, and the node's complete target layout.
+func (r *PlanReconciler) observe(ctx context.Context, plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep) ([]planner.GPUTarget, rollout.Observation, error) {
+	var obs rollout.Observation
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, obs, nil
+		}
+		return nil, obs, fmt.Errorf("reading node %s: %w", step.Node, err)
+	}
+	obs.NodeExists = true
+	obs.Unschedulable = node.Spec.Unschedulable
+	obs.CordonedBy = node.Annotations[v1alpha1.AnnotationCordonedBy]
+	obs.MIGConfig = node.Labels[v1alpha1.LabelMIGConfig]
+	obs.MIGState = node.Labels[v1alpha1.LabelMIGConfigState]
+	for _, e := range step.Evictions {
+		pod := &corev1.Pod{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: e.Namespace, Name: e.Name}, pod)
+		if err == nil && pod.Spec.NodeName == step.Node {
+			obs.PodsLeft++
+		} else if err != nil && !apierrors.IsNotFound(err) {
+			return nil, obs, fmt.Errorf("reading pod %s/%s: %w", e.Namespace, e.Name, err)
+		}
+	}
+
+	gpuNode := &v1alpha1.GPUNode{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, gpuNode); err != nil {
+		return nil, obs, fmt.Errorf("reading GPUNode %s: %w", step.Node, err)
+	}
+	targets := targetsOf(step, gpuNode)
+	obs.LayoutExpected = slices.EqualFunc(gpuNode.Spec.ExpectedLayout, expectedLayout(targets), layoutEqual)
+	if c := meta.FindStatusCondition(gpuNode.Status.Conditions, v1alpha1.ConditionLayoutVerified); c != nil &&
+		c.ObservedGeneration == gpuNode.Generation {
+		obs.Verified, obs.VerifyMessage = c.Status, c.Message
+	}
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: MIGPartedConfigMap}, cm)
+	switch {
+	case err == nil:
+		if cfg, perr := nvidia.ParseMIGPartedConfig([]byte(cm.Data[nvidia.ConfigMapKey])); perr == nil {
+			_, obs.ConfigWritten = cfg.MIGConfigs[step.MIGConfigName]
+		}
+	case !apierrors.IsNotFound(err):
+		return nil, obs, fmt.Errorf("reading ConfigMap %s/%s: %w", r.Namespace, MIGPartedConfigMap, err)
+	}
+	return targets, obs, nil
+}
+
+// targetsOf is the node's complete target: the step's new layouts for the GPUs it changes,
+// the current ones (as the agent reports them) for the others.
+func targetsOf(step v1alpha1.NodeStep, gpuNode *v1alpha1.GPUNode) []planner.GPUTarget {
+	var out []planner.GPUTarget
+	for _, g := range gpuNode.Status.GPUs {
+		t := planner.GPUTarget{Index: int(g.Index), Layout: mig.Layout{}}
+		if i := slices.IndexFunc(step.GPUs, func(c v1alpha1.GPUChange) bool { return c.Index == g.Index }); i >= 0 {
+			for p, n := range step.GPUs[i].To {
+				t.Layout[p] = int(n)
+			}
+			t.MIGEnabled = len(step.GPUs[i].To) > 0
+		} else {
+			t.MIGEnabled = g.MIGMode != nil && g.MIGMode.Current == "Enabled"
+			for _, in := range g.Instances {
+				t.Layout[in.Profile]++
+			}
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+func expectedLayout(targets []planner.GPUTarget) []v1alpha1.GPULayout {
+	out := make([]v1alpha1.GPULayout, 0, len(targets))
+	for _, t := range targets {
+		l := v1alpha1.GPULayout{Index: int32(t.Index)}
+		if len(t.Layout) > 0 {
+			l.Profiles = v1alpha1.ProfileCounts{}
+			for p, n := range t.Layout {
+				l.Profiles[p] = int32(n)
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func layoutEqual(a, b v1alpha1.GPULayout) bool {
+	if a.Index != b.Index || len(a.Profiles) != len(b.Profiles) {
+		return false
+	}
+	for p, n := range a.Profiles {
+		if b.Profiles[p] != n {
+			return false
+		}
+	}
+	return true
+}
+
+// act performs one action of a step's decision; the message, when not empty, replaces the
+// step's status message (the drain pass says which pods still block).
+func (r *PlanReconciler) act(ctx context.Context, plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep,
+	targets []planner.GPUTarget, action rollout.Action) (string, error) {
+	switch action {
+	case rollout.ActionCordon, rollout.ActionRelabel, rollout.ActionUncordon, rollout.ActionReleaseCordon:
+		return "", r.editNode(ctx, plan, step, action)
+	case rollout.ActionEvict:
+		pods := make([]types.NamespacedName, 0, len(step.Evictions))
+		for _, e := range step.Evictions {
+			pods = append(pods, types.NamespacedName{Namespace: e.Namespace, Name: e.Name})
+		}
+		res, err := drain.Pass(ctx, r.Client, step.Node, pods, drain.Options{})
+		if err != nil {
+			return "", err
+		}
+		if res.Done() {
+			return "", nil
+		}
+		return res.Message(), nil
+	case rollout.ActionWriteConfig:
+		return "", r.writeConfig(ctx, step, targets)
+	case rollout.ActionExpectLayout:
+		gpuNode := &v1alpha1.GPUNode{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, gpuNode); err != nil {
+			return "", err
+		}
+		patch := client.MergeFrom(gpuNode.DeepCopy())
+		gpuNode.Spec.ExpectedLayout = expectedLayout(targets)
+		return "", r.Client.Patch(ctx, gpuNode, patch)
+	}
+	return "", fmt.Errorf("unknown action %q", action)
+}
+
+// editNode cordons, relabels or reopens a node. Uncordoning only ever undoes gpupool's own
+// cordon: a node someone else cordoned keeps spec.unschedulable.
+func (r *PlanReconciler) editNode(ctx context.Context, plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep, action rollout.Action) error {
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, node); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(node.DeepCopy())
+	switch action {
+	case rollout.ActionCordon:
+		node.Spec.Unschedulable = true
+		metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1alpha1.AnnotationCordonedBy, plan.Name)
+	case rollout.ActionRelabel:
+		nvidia.RequestMIGConfig(node, step.MIGConfigName)
+	case rollout.ActionUncordon, rollout.ActionReleaseCordon:
+		if node.Annotations[v1alpha1.AnnotationCordonedBy] != plan.Name {
+			return nil
+		}
+		if action == rollout.ActionUncordon {
+			node.Spec.Unschedulable = false
+		}
+		delete(node.Annotations, v1alpha1.AnnotationCordonedBy)
+	}
+	return r.Client.Patch(ctx, node, patch)
+}
+
+// writeConfig adds the step's immutable entry to gpupool's mig-parted ConfigMap, keeping every
+// entry a node's label still names and garbage-collecting gpupool's other entries.
+func (r *PlanReconciler) writeConfig(ctx context.Context, step v1alpha1.NodeStep, targets []planner.GPUTarget) error {
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return err
+	}
+	var inUse []string
+	for _, n := range nodes.Items {
+		if v := n.Labels[v1alpha1.LabelMIGConfig]; v != "" {
+			inUse = append(inUse, v)
+		}
+	}
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: MIGPartedConfigMap}, cm)
+	create := apierrors.IsNotFound(err)
+	if err != nil && !create {
+		return err
+	}
+	data, err := nvidia.UpdateConfig([]byte(cm.Data[nvidia.ConfigMapKey]),
+		map[string][]planner.GPUTarget{step.MIGConfigName: targets}, inUse)
+	if err != nil {
+		return err
+	}
+	if create {
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: MIGPartedConfigMap,
+			Labels: map[string]string{"app.kubernetes.io/name": "gpupool"}}}
+	}
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data[nvidia.ConfigMapKey] = string(data)
+	if create {
+		return r.Client.Create(ctx, cm)
+	}
+	return r.Client.Update(ctx, cm)
+}

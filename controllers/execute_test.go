@@ -1,0 +1,208 @@
+package controllers_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/nvidia"
+)
+
+// TestApprovedPlanRunsToCompletion guards the execution order on one node: cordon, config
+// entry and expected layout, relabel, then wait for mig-manager's success AND the agent's
+// verification before uncordoning. The test plays mig-manager and the agent.
+func TestApprovedPlanRunsToCompletion(t *testing.T) {
+	g := NewWithT(t)
+	env, _ := startPlanController(t)
+	ctx := context.Background()
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	policy.Spec.Disruption.Approval = v1.ApprovalAuto
+	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	plan := &v1.RepartitionPlan{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool-a-20261129-aaaabbbb"},
+		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Hash: "aaaabbbbccccdddd", Steps: []v1.NodeStep{{
+			Node: "gpu-1", MIGConfigName: "gpupool-0123456789",
+			GPUs: []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 7}, To: v1.ProfileCounts{"3g.71gb": 2}}},
+		}}},
+	}
+	g.Expect(env.Client.Create(ctx, plan)).To(Succeed())
+
+	node := &corev1.Node{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
+		g.Expect(node.Spec.Unschedulable).To(BeTrue())
+		g.Expect(node.Annotations).To(HaveKeyWithValue(v1.AnnotationCordonedBy, plan.Name))
+		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-0123456789"))
+	}).WithTimeout(30*time.Second).Should(Succeed(), "cordoned, then relabelled")
+
+	cm := &corev1.ConfigMap{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: controllers.MIGPartedConfigMap}, cm)).To(Succeed())
+	cfg, err := nvidia.ParseMIGPartedConfig([]byte(cm.Data[nvidia.ConfigMapKey]))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cfg.MIGConfigs).To(HaveKey("gpupool-0123456789"))
+	g.Expect(cfg.MIGConfigs).To(HaveKey(nvidia.AllDisabled), "mig-manager's fallback entry is always there")
+	report := &v1.GPUNode{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, report)).To(Succeed())
+	g.Expect(report.Spec.ExpectedLayout).To(ConsistOf(v1.GPULayout{Index: 0, Profiles: v1.ProfileCounts{"3g.71gb": 2}}))
+
+	// mig-manager reports success; the node must stay cordoned until the agent verifies.
+	patch := client.MergeFrom(node.DeepCopy())
+	node.Labels[v1.LabelMIGConfigState] = "success"
+	g.Expect(env.Client.Patch(ctx, node, patch)).To(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
+		g.Expect(node.Spec.Unschedulable).To(BeTrue())
+	}).WithTimeout(2*time.Second).WithPolling(250*time.Millisecond).Should(Succeed(), "a success label is never trusted alone")
+
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, report)).To(Succeed())
+	report.Status.Conditions = append(report.Status.Conditions, metav1.Condition{Type: v1.ConditionLayoutVerified,
+		Status: metav1.ConditionTrue, Reason: "Matches", LastTransitionTime: metav1.Now(), ObservedGeneration: report.Generation})
+	g.Expect(env.Client.Status().Update(ctx, report)).To(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		got := &v1.RepartitionPlan{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(plan), got)).To(Succeed())
+		g.Expect(got.Status.Phase).To(Equal(v1.PlanSucceeded))
+		g.Expect(got.Status.Progress).To(Equal("1/1"))
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
+		g.Expect(node.Spec.Unschedulable).To(BeFalse())
+		g.Expect(node.Annotations).NotTo(HaveKey(v1.AnnotationCordonedBy))
+	}).WithTimeout(30*time.Second).Should(Succeed(), "verified, then uncordoned")
+}
+
+// TestNodeCordonedBeforehandStaysCordoned guards that gpupool never uncordons a node someone
+// else cordoned.
+func TestNodeCordonedBeforehandStaysCordoned(t *testing.T) {
+	g := NewWithT(t)
+	env, _ := startPlanController(t)
+	ctx := context.Background()
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	node := &corev1.Node{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
+	node.Spec.Unschedulable = true
+	g.Expect(env.Client.Update(ctx, node)).To(Succeed())
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	policy.Spec.Disruption.Approval = v1.ApprovalAuto
+	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	plan := &v1.RepartitionPlan{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool-a-20261129-ccccdddd"},
+		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Hash: "ccccddddeeeeffff", Steps: []v1.NodeStep{{
+			Node: "gpu-1", MIGConfigName: "gpupool-abcdef0123",
+			GPUs: []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 7}, To: v1.ProfileCounts{"7g.141gb": 1}}},
+		}}},
+	}
+	g.Expect(env.Client.Create(ctx, plan)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
+		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-abcdef0123"))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	patch := client.MergeFrom(node.DeepCopy())
+	node.Labels[v1.LabelMIGConfigState] = "success"
+	g.Expect(env.Client.Patch(ctx, node, patch)).To(Succeed())
+	report := &v1.GPUNode{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, report)).To(Succeed())
+	report.Status.Conditions = append(report.Status.Conditions, metav1.Condition{Type: v1.ConditionLayoutVerified,
+		Status: metav1.ConditionTrue, Reason: "Matches", LastTransitionTime: metav1.Now(), ObservedGeneration: report.Generation})
+	g.Expect(env.Client.Status().Update(ctx, report)).To(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		got := &v1.RepartitionPlan{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(plan), got)).To(Succeed())
+		g.Expect(got.Status.Phase).To(Equal(v1.PlanSucceeded))
+		g.Expect(got.Status.Nodes[0].WasUnschedulable).To(BeTrue())
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
+		g.Expect(node.Spec.Unschedulable).To(BeTrue(), "someone else's cordon stays")
+		g.Expect(node.Annotations).NotTo(HaveKey(v1.AnnotationCordonedBy))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+}
+
+// TestDrainWaitsForPDBThenProceeds guards the drain: evictions go through the Eviction API, a
+// PodDisruptionBudget that allows nothing holds the step in Draining with the blocking pod
+// named, and once it allows one the pod is evicted and the step moves on to configuring.
+func TestDrainWaitsForPDBThenProceeds(t *testing.T) {
+	g := NewWithT(t)
+	env, _ := startPlanController(t)
+	ctx := context.Background()
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "infer", Namespace: "default", Labels: map[string]string{"app": "infer"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "infer",
+				UID: "0b9c6d1e-0000-4000-8000-000000000001", Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: "gpu-1", Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
+	// The Eviction API ignores budgets for pods that are not running: play the kubelet.
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue,
+		LastTransitionTime: metav1.Now()}}
+	g.Expect(env.Client.Status().Update(ctx, pod)).To(Succeed())
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "infer", Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "infer"}}},
+	}
+	g.Expect(env.Client.Create(ctx, pdb)).To(Succeed())
+	// envtest runs no disruption controller: the fixture writes the budget's status.
+	setAllowed := func(n int32) {
+		got := &policyv1.PodDisruptionBudget{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pdb), got)).To(Succeed())
+		got.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: got.Generation, DisruptionsAllowed: n,
+			CurrentHealthy: 1, DesiredHealthy: 1 - n, ExpectedPods: 1}
+		g.Expect(env.Client.Status().Update(ctx, got)).To(Succeed())
+	}
+	setAllowed(0)
+
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	policy.Spec.Disruption.Approval = v1.ApprovalAuto
+	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	plan := &v1.RepartitionPlan{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool-a-20261129-eeeeffff"},
+		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Hash: "eeeeffff00001111", Disruptive: true, Steps: []v1.NodeStep{{
+			Node: "gpu-1", MIGConfigName: "gpupool-fedcba9876", Disruptive: true,
+			GPUs:      []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 7}, To: v1.ProfileCounts{"7g.141gb": 1}}},
+			Evictions: []v1.Eviction{{PodReference: v1.PodReference{Namespace: "default", Name: "infer"}}},
+		}}},
+	}
+	g.Expect(env.Client.Create(ctx, plan)).To(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		got := &v1.RepartitionPlan{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(plan), got)).To(Succeed())
+		g.Expect(got.Status.Nodes).To(HaveLen(1))
+		g.Expect(got.Status.Nodes[0].State).To(Equal(v1.NodeDraining))
+		g.Expect(got.Status.Nodes[0].Message).To(ContainSubstring("default/infer"))
+		g.Expect(got.Status.Nodes[0].Message).To(ContainSubstring("blocked"))
+	}).WithTimeout(30*time.Second).Should(Succeed(), "the PDB holds the drain and the status names the pod")
+	g.Consistently(func(g Gomega) {
+		got := &corev1.Pod{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pod), got)).To(Succeed())
+		g.Expect(got.DeletionTimestamp).To(BeNil())
+	}).WithTimeout(2*time.Second).WithPolling(250*time.Millisecond).Should(Succeed(), "never deleted behind the PDB's back")
+
+	setAllowed(1)
+	// The fixture plays the kubelet: a pod on a node is only gone once the kubelet confirms.
+	g.Eventually(func(g Gomega) {
+		got := &corev1.Pod{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pod), got)).To(Succeed())
+		g.Expect(got.DeletionTimestamp).NotTo(BeNil())
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Expect(env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		node := &corev1.Node{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
+		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-fedcba9876"))
+	}).WithTimeout(30*time.Second).Should(Succeed(), "drained, then configured")
+}
