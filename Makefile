@@ -80,3 +80,9 @@ $(CONTROLLER_GEN): $(TOOLS_MOD)
 
 $(GOLANGCI_LINT): $(TOOLS_MOD)
 	$(GO) build -modfile=$(TOOLS_MOD) -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+##@ Benchmarks
+
+.PHONY: bench-fragmentation
+bench-fragmentation: ## Replay the Alibaba GPU trace (../shared) against gpupool and baselines; writes docs/benchmarks.md.
+	$(GO) run ./test/bench/fragmentation/cmd/fragbench -write docs/benchmarks.md $(BENCH_FLAGS)

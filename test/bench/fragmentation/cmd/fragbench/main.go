@@ -1,0 +1,229 @@
+// Command fragbench replays the Alibaba GPU trace v2023 against simulated H100 and H200 MIG
+// clusters and compares gpupool's planner with static layouts, a counts-only planner and the
+// fluid ceiling (issue 8). `make bench-fragmentation` runs it; `make test` does not.
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpupool/gpupool/internal/mig"
+	frag "github.com/gpupool/gpupool/test/bench/fragmentation"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "fragbench:", err)
+		os.Exit(1)
+	}
+}
+
+type workload struct {
+	title   string
+	product *mig.Product
+	w       frag.Workload
+	cpuOnly int
+	seeds   int
+}
+
+func run() error {
+	dir := flag.String("trace", "../shared/traces/alibaba-gpu-v2023/csv", "directory of the trace CSV files (research use only; never copied into the project)")
+	list := flag.String("list", "default", "pod list, openb_pod_list_<list>.csv")
+	seeds := flag.Int("seeds", 5, "seeds per workload")
+	driftSeeds := flag.Int("drift-seeds", 5, "seeds for the drift workload (0 skips it)")
+	interval := flag.Int64("interval", 60, "simulated seconds between planner calls")
+	sample := flag.Int64("sample", 60, "simulated seconds between free/stranded samples")
+	load := flag.Float64("load", 1.0, "offered GPU load (fraction of capacity) in the measured window; 0 replays one copy at raw timestamps")
+	repeat := flag.Int("repeat", 4, "copies of the list played back to back; the first is warm-up")
+	budget := flag.String("budget", "5%", "maxDisruptedNodes of gpupool's policy")
+	products := flag.String("products", "H100-80GB,H200-141GB", "GPU models every trace GPU is modelled as")
+	strategies := flag.String("strategies", "", "comma-separated subset of strategies by index 0-5 (empty: all)")
+	write := flag.String("write", "", "also write the report to this Markdown file")
+	workers := flag.Int("workers", runtime.NumCPU(), "replays run in parallel")
+	flag.Parse()
+	started := time.Now()
+
+	nodes, err := frag.LoadNodes(*dir)
+	if err != nil {
+		return err
+	}
+	pods, cpuOnly, err := frag.LoadPods(*dir, *list)
+	if err != nil {
+		return err
+	}
+	gpus := 0
+	for _, n := range nodes {
+		gpus += n.GPUs
+	}
+	copies := make([][]frag.PodSpec, max(*repeat, 1))
+	for i := range copies {
+		copies[i] = pods
+	}
+	main := frag.Prepare(copies, gpus, *load)
+	var chosen []frag.Strategy
+	if *strategies == "" {
+		chosen = frag.Strategies
+	} else {
+		for _, f := range strings.Split(*strategies, ",") {
+			var i int
+			if _, err := fmt.Sscanf(f, "%d", &i); err != nil || i < 0 || i >= len(frag.Strategies) {
+				return fmt.Errorf("strategy index %q: want 0-%d", f, len(frag.Strategies)-1)
+			}
+			chosen = append(chosen, frag.Strategies[i])
+		}
+	}
+	var loads []workload
+	for _, name := range strings.Split(*products, ",") {
+		p, ok := mig.LookupProduct(name)
+		if !ok {
+			return fmt.Errorf("unknown product %q", name)
+		}
+		loads = append(loads, workload{title: fmt.Sprintf("%s, list %s", p.Name, *list), product: p, w: main,
+			cpuOnly: cpuOnly, seeds: *seeds})
+	}
+	if *driftSeeds > 0 {
+		share, _, err := frag.LoadPods(*dir, "gpushare100")
+		if err != nil {
+			return err
+		}
+		multi, _, err := frag.LoadPods(*dir, "multigpu50")
+		if err != nil {
+			return err
+		}
+		mix := frag.Mix(share, frag.BorrowTimes(multi, pods))
+		drift := make([][]frag.PodSpec, len(copies))
+		for i := range drift {
+			drift[i] = pods
+			if i >= len(drift)/2 {
+				drift[i] = mix
+			}
+		}
+		p := loads[0].product
+		loads = append(loads, workload{title: fmt.Sprintf("%s, drift: %s, then from copy %d of %d gpushare100 (even rows) + multigpu50 (odd rows)",
+			p.Name, *list, len(drift)/2+1, len(drift)), product: p, w: frag.Prepare(drift, gpus, *load), seeds: *driftSeeds})
+	}
+
+	var out strings.Builder
+	if *seeds < 5 || (*driftSeeds > 0 && *driftSeeds < 5) {
+		fmt.Fprintf(&out, "**Reduced run**: %d seeds per configuration and %d for the drift workload (the issue asks for 5), "+
+			"to fit the time available.\n\n", *seeds, *driftSeeds)
+	}
+	fmt.Fprintf(&out, "Pods: %d GPU pods in openb_pod_list_%s.csv; %d CPU-only pods skipped.\n\n", len(pods), *list, cpuOnly)
+	fmt.Fprintf(&out, "Cluster: %d GPU nodes, %d GPUs (openb_node_list_gpu_node.csv), CPU and memory per node from the trace.\n\n", len(nodes), gpus)
+	fmt.Fprintf(&out, "Mapping: %s.\n\n", frag.MappingText)
+	raw := frag.Prepare([][]frag.PodSpec{pods}, gpus, 0)
+	fmt.Fprintf(&out, "Load: at its own timestamps the %s list offers %.2f%% of the cluster's compute slices (runtimes are minutes, "+
+		"arrivals span months). The replay plays %d copies back to back, the first as warm-up, with arrivals compressed %.0fx "+
+		"(runtimes kept) so that the measured window is offered %.0f%% of capacity (target -load %.2f). "+
+		"Planner interval %ds, budget maxDisruptedNodes %s, free/stranded sampled every %ds of simulated time in the window.\n\n",
+		*list, 100*raw.Offered, len(copies), main.Compression, 100*main.Offered, *load, *interval, *budget, *sample)
+
+	for _, w := range loads {
+		if err := runWorkload(&out, w, nodes, chosen, *interval, *sample, *budget, *workers); err != nil {
+			return err
+		}
+		// A partial report survives a run cut short.
+		if *write != "" {
+			if err := os.WriteFile(*write, []byte(header(cmdline())+out.String()+"\n(run in progress)\n"), 0o644); err != nil {
+				return fmt.Errorf("write report: %w", err)
+			}
+		}
+	}
+	elapsed := time.Since(started).Round(time.Second)
+	fmt.Fprintf(&out, "Total wall time: %s.\n\n%s", elapsed, frag.MethodNotes)
+	fmt.Print(out.String())
+	if *write != "" {
+		doc := header(cmdline()) + out.String()
+		if err := os.WriteFile(*write, []byte(doc), 0o644); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+	}
+	return nil
+}
+
+func runWorkload(out *strings.Builder, w workload, nodes []frag.NodeSpec, chosen []frag.Strategy,
+	interval, sample int64, budget string, workers int) error {
+	type job struct {
+		si   int
+		seed int
+	}
+	results := make([][]*frag.Result, len(chosen))
+	for i := range results {
+		results[i] = make([]*frag.Result, w.seeds)
+	}
+	jobs := make(chan job)
+	errs := make(chan error, len(chosen)*w.seeds)
+	var wg sync.WaitGroup
+	for range max(1, workers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				r, err := frag.Run(frag.Config{Product: w.product, Strategy: chosen[j.si], Seed: uint64(j.seed + 1),
+					Interval: interval, SampleEvery: sample, Budget: budget, MeasureFrom: w.w.MeasureFrom}, nodes, w.w.Pods)
+				if err != nil {
+					errs <- fmt.Errorf("%s: %w", w.title, err)
+					continue
+				}
+				fmt.Fprintf(os.Stderr, "%s | %s | seed %d: served %.1f%%, placed %d/%d, %d planner calls, %s\n",
+					w.title, r.Strategy, r.Seed, r.ServedPct, r.Placed, r.GPUPods, r.PlannerCalls, r.Wall.Round(time.Millisecond))
+				results[j.si][j.seed] = r
+			}
+		}()
+	}
+	// The slow gpupool replays go first so that the short ones fill the gaps at the end.
+	for si := range chosen {
+		for seed := range w.seeds {
+			jobs <- job{si, seed}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	var sums []frag.Summary
+	for si, st := range chosen {
+		sums = append(sums, frag.Summary{Strategy: st, Runs: results[si]})
+	}
+	fmt.Fprintf(out, "%s\n", frag.Table(fmt.Sprintf("%s (%d GPU pods replayed, %d in the measured window, offered %.0f%%, %d seeds)",
+		w.title, len(w.w.Pods), sums[0].Runs[0].GPUPods, 100*w.w.Offered, w.seeds), sums))
+	out.WriteString(frag.Goals(w.title, sums))
+	return nil
+}
+
+// cmdline is the command as make runs it.
+func cmdline() string {
+	return "go run ./test/bench/fragmentation/cmd/fragbench " + strings.Join(os.Args[1:], " ")
+}
+
+// header describes the machine and the command, so the numbers can be reproduced.
+func header(cmdline string) string {
+	cpu := "unknown"
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	goVersion := runtime.Version()
+	if b, err := exec.Command("go", "version").Output(); err == nil {
+		goVersion = strings.TrimSpace(string(b))
+	}
+	return fmt.Sprintf("# Benchmarks\n\n## Trace-driven fragmentation (issue 8)\n\n"+
+		"Generated by `make bench-fragmentation`, that is:\n\n```\n%s\n```\n\n"+
+		"Machine: nproc %d, CPU %s, %s, run %s.\n\n",
+		cmdline, runtime.NumCPU(), cpu, goVersion, time.Now().UTC().Format(time.RFC3339))
+}

@@ -1,0 +1,246 @@
+package fragmentation
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/planner"
+)
+
+// namespace is where every simulated pod lives.
+const namespace = "trace"
+
+// epoch anchors trace seconds to the planner's clock.
+var epoch = time.Date(2023, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// gpupoolPlanner feeds the simulated cluster to planner.Plan, building the snapshot as
+// inventory.Build would from the API objects but straight from the sim's state, because a
+// replay makes thousands of calls.
+type gpupoolPlanner struct {
+	s      *sim
+	policy *v1alpha1.GPUPoolPolicy
+	objs   []*corev1.Node
+	alloc  []corev1.ResourceList
+	keys   []types.NamespacedName
+	reqs   []corev1.ResourceList
+	gpuReq [][]demand.GPURequest
+	byName map[string]int32
+}
+
+// Policy is the policy the benchmark gives gpupool: every non-+me profile of the product,
+// whole GPUs allowed, the given approval and maxDisruptedNodes budget, no minimum pending age.
+func Policy(product *mig.Product, approval v1alpha1.ApprovalMode, budget string) *v1alpha1.GPUPoolPolicy {
+	entry := v1alpha1.CatalogEntry{Product: product.Name, AllowWholeGPU: true}
+	for _, pr := range product.Profiles {
+		if !pr.MediaExtensions {
+			entry.MIGProfiles = append(entry.MIGProfiles, v1alpha1.MIGProfileName(pr.Name))
+		}
+	}
+	b := intstr.Parse(budget)
+	return &v1alpha1.GPUPoolPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec: v1alpha1.GPUPoolPolicySpec{
+			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "bench"}},
+			Catalog:      []v1alpha1.CatalogEntry{entry},
+			Disruption:   v1alpha1.DisruptionPolicy{Approval: approval, MaxDisruptedNodes: &b},
+			Planning:     v1alpha1.PlanningPolicy{MinPendingAge: &metav1.Duration{}},
+		},
+	}
+}
+
+func newGpupoolPlanner(s *sim) *gpupoolPlanner {
+	approval := v1alpha1.ApprovalAutoIdle
+	if s.cfg.Strategy == GpupoolEvict {
+		approval = v1alpha1.ApprovalAuto
+	}
+	gp := &gpupoolPlanner{s: s, policy: Policy(s.cfg.Product, approval, s.cfg.Budget), byName: map[string]int32{}}
+	for _, n := range s.nodes {
+		alloc := corev1.ResourceList{
+			corev1.ResourceCPU:    *resource.NewMilliQuantity(n.spec.CPU, resource.DecimalSI),
+			corev1.ResourceMemory: *resource.NewQuantity(n.spec.MemMiB<<20, resource.BinarySI),
+			corev1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
+		}
+		gp.alloc = append(gp.alloc, alloc)
+		gp.objs = append(gp.objs, &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: n.spec.Name, Labels: map[string]string{
+				"pool": "bench", v1alpha1.LabelGPUProduct: s.cfg.Product.Name, "kubernetes.io/hostname": n.spec.Name}},
+			Status: corev1.NodeStatus{Allocatable: alloc, Capacity: alloc},
+		})
+	}
+	for i, p := range s.pods {
+		key := types.NamespacedName{Namespace: namespace, Name: p.Name}
+		gp.keys = append(gp.keys, key)
+		gp.byName[p.Name] = int32(i)
+		var g demand.GPURequest
+		if p.Shape.Whole > 0 {
+			g = demand.GPURequest{Resource: demand.ResourceGPU, Kind: demand.KindGPU, Count: int64(p.Shape.Whole)}
+		} else {
+			prof := s.profile[p.Shape.Slices]
+			g = demand.GPURequest{Resource: corev1.ResourceName(mig.ResourceName(prof)), Kind: demand.KindMIG, Profile: prof, Count: 1}
+		}
+		gp.gpuReq = append(gp.gpuReq, []demand.GPURequest{g})
+		gp.reqs = append(gp.reqs, corev1.ResourceList{
+			corev1.ResourceCPU:    *resource.NewMilliQuantity(p.CPU, resource.DecimalSI),
+			corev1.ResourceMemory: *resource.NewQuantity(p.MemMiB<<20, resource.BinarySI),
+			corev1.ResourcePods:   *resource.NewQuantity(1, resource.DecimalSI),
+			g.Resource:            *resource.NewQuantity(g.Count, resource.DecimalSI),
+		})
+	}
+	return gp
+}
+
+func compareKeys(a, b types.NamespacedName) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+}
+
+// snapshot builds what inventory.Build would report for the sim's cluster now.
+func (gp *gpupoolPlanner) snapshot() *inventory.Snapshot {
+	s := gp.s
+	snap := &inventory.Snapshot{DisruptionsAllowed: map[string]int32{}}
+	for ni, n := range s.nodes {
+		node := &inventory.Node{Name: n.spec.Name, Object: gp.objs[ni], Allocatable: gp.alloc[ni]}
+		var cpu, mem int64
+		reqGPU := map[corev1.ResourceName]int64{}
+		for _, p := range n.running {
+			cpu += s.pods[p].CPU
+			mem += s.pods[p].MemMiB
+			g := gp.gpuReq[p][0]
+			reqGPU[g.Resource] += g.Count
+			node.Pods = append(node.Pods, &inventory.Pod{Key: gp.keys[p], Requests: gp.reqs[p], Evictable: true})
+		}
+		node.Requested = corev1.ResourceList{
+			corev1.ResourceCPU:    *resource.NewMilliQuantity(cpu, resource.DecimalSI),
+			corev1.ResourceMemory: *resource.NewQuantity(mem<<20, resource.BinarySI),
+			corev1.ResourcePods:   *resource.NewQuantity(int64(len(n.running)), resource.DecimalSI),
+		}
+		for r, c := range reqGPU {
+			node.Requested[r] = *resource.NewQuantity(c, resource.DecimalSI)
+		}
+		slices.SortFunc(node.Pods, func(a, b *inventory.Pod) int { return compareKeys(a.Key, b.Key) })
+		for g := range n.gpus {
+			sg := &n.gpus[g]
+			ig := &inventory.GPU{Index: g, Product: s.cfg.Product, ProductName: s.cfg.Product.Name, MIGEnabled: sg.mig}
+			for _, in := range sg.insts {
+				inst := inventory.Instance{Instance: mig.Instance{Profile: in.profile,
+					Placement: mig.Placement{Start: in.start, Size: in.size}}}
+				if in.pod >= 0 {
+					k := gp.keys[in.pod]
+					inst.Pod, inst.Busy = &k, true
+					ig.Pods = append(ig.Pods, k)
+				}
+				ig.Instances = append(ig.Instances, inst)
+			}
+			if sg.wholePod >= 0 {
+				ig.Pods = append(ig.Pods, gp.keys[sg.wholePod])
+			}
+			slices.SortFunc(ig.Instances, func(a, b inventory.Instance) int {
+				return cmp.Or(cmp.Compare(a.Placement.Start, b.Placement.Start), cmp.Compare(a.Profile, b.Profile))
+			})
+			slices.SortFunc(ig.Pods, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
+			ig.Pods = slices.Compact(ig.Pods)
+			node.GPUs = append(node.GPUs, ig)
+		}
+		snap.Nodes = append(snap.Nodes, node)
+	}
+	slices.SortFunc(snap.Nodes, func(a, b *inventory.Node) int { return cmp.Compare(a.Name, b.Name) })
+	return snap
+}
+
+// pending lists the queue as demand.Pending would, sorted the same way.
+func (gp *gpupoolPlanner) pending() []demand.Request {
+	s := gp.s
+	reqs := make([]demand.Request, 0, len(s.queue))
+	for _, p := range s.queue {
+		reqs = append(reqs, demand.Request{Pod: gp.keys[p], PendingSince: epoch.Add(time.Duration(s.st[p].since) * time.Second),
+			GPUs: gp.gpuReq[p], Requests: gp.reqs[p]})
+	}
+	slices.SortFunc(reqs, func(a, b demand.Request) int {
+		return cmp.Or(a.PendingSince.Compare(b.PendingSince), compareKeys(a.Pod, b.Pod))
+	})
+	return reqs
+}
+
+// plan calls the planner once and applies its steps: evictions first, then every changed GPU is
+// destroyed and recreated at the placements mig.Product.Place gives its target, as mig-parted
+// does. It reports whether anything changed.
+func (gp *gpupoolPlanner) plan() (bool, error) {
+	s := gp.s
+	in := planner.Input{Snapshot: gp.snapshot(), Pending: gp.pending(), Policy: gp.policy,
+		Now: epoch.Add(time.Duration(s.now) * time.Second)}
+	start := time.Now()
+	res, err := planner.Plan(in)
+	s.plannerDur = append(s.plannerDur, time.Since(start))
+	if err != nil {
+		return false, fmt.Errorf("plan at t=%ds: %w", s.now, err)
+	}
+	nodeIdx := map[string]int{}
+	for i, n := range s.nodes {
+		nodeIdx[n.spec.Name] = i
+	}
+	changed := false
+	for _, step := range res.Steps {
+		if s.cfg.Strategy == GpupoolIdle && len(step.Evictions) > 0 {
+			s.skipped++
+			continue
+		}
+		ni, ok := nodeIdx[step.Node]
+		if !ok {
+			return false, fmt.Errorf("plan at t=%ds names unknown node %s", s.now, step.Node)
+		}
+		n := s.nodes[ni]
+		for _, e := range step.Evictions {
+			p, ok := gp.byName[e.Pod.Name]
+			if !ok || s.st[p].node != int32(ni) {
+				return false, fmt.Errorf("plan at t=%ds evicts %s, not running on %s", s.now, e.Pod, step.Node)
+			}
+			s.evict(p)
+		}
+		for _, ch := range step.GPUs {
+			if ch.Index < 0 || ch.Index >= len(n.gpus) {
+				return false, fmt.Errorf("plan at t=%ds changes GPU %d of %s", s.now, ch.Index, step.Node)
+			}
+			s.proposed++
+			enabled := len(ch.To) > 0
+			for _, t := range step.Target {
+				if t.Index == ch.Index {
+					enabled = t.MIGEnabled
+				}
+			}
+			var insts []instance
+			if enabled {
+				placed, err := s.cfg.Product.Place(ch.To, nil)
+				if err != nil {
+					s.invalid++
+					continue
+				}
+				insts = s.instances(placed)
+			}
+			sg := &n.gpus[ch.Index]
+			if !sg.idle() {
+				// Recreating the GPU's instances kills whatever still runs on it.
+				s.violations++
+				for _, p := range slices.Clone(n.running) {
+					if slices.Contains(s.st[p].gpus, int32(ch.Index)) {
+						s.evict(p)
+					}
+				}
+			}
+			sg.mig, sg.insts = enabled, insts
+			changed = true
+		}
+	}
+	return changed, nil
+}

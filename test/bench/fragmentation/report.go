@@ -1,0 +1,159 @@
+package fragmentation
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Summary aggregates one strategy's results over seeds.
+type Summary struct {
+	Strategy Strategy
+	Runs     []*Result
+}
+
+// stat is mean, min and max of one metric over seeds.
+type stat struct{ mean, lo, hi float64 }
+
+func statOf(runs []*Result, f func(*Result) float64) stat {
+	st := stat{lo: math.Inf(1), hi: math.Inf(-1)}
+	for _, r := range runs {
+		v := f(r)
+		st.mean += v / float64(len(runs))
+		st.lo, st.hi = min(st.lo, v), max(st.hi, v)
+	}
+	return st
+}
+
+func (s stat) format(unit string, digits int) string {
+	return fmt.Sprintf("%.*f%s [%.*f-%.*f]", digits, s.mean, unit, digits, s.lo, digits, s.hi)
+}
+
+// Table renders one workload's summaries as a Markdown table.
+func Table(title string, sums []Summary) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### %s\n\n", title)
+	b.WriteString("| strategy | served GPU demand % | pods placed % | pending mean min | pending p95 min | free slices % | stranded % | evictions / 1k pods | planner calls | planner ms mean | planner ms p95 | invalid layouts |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range sums {
+		r := s.Runs
+		ms := func(d func(*Result) time.Duration) stat {
+			return statOf(r, func(x *Result) float64 { return float64(d(x).Microseconds()) / 1000 })
+		}
+		invalid := "-"
+		prop := statOf(r, func(x *Result) float64 { return float64(x.Proposed) })
+		if prop.hi > 0 {
+			inv := statOf(r, func(x *Result) float64 { return float64(x.Invalid) })
+			invalid = fmt.Sprintf("%.0f of %.0f (%.1f%%)", inv.mean, prop.mean, 100*inv.mean/max(prop.mean, 1))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Strategy,
+			statOf(r, func(x *Result) float64 { return x.ServedPct }).format("", 1),
+			statOf(r, func(x *Result) float64 { return 100 * float64(x.Placed) / float64(max(x.GPUPods, 1)) }).format("", 1),
+			statOf(r, func(x *Result) float64 { return x.MeanPending / 60 }).format("", 1),
+			statOf(r, func(x *Result) float64 { return x.P95Pending / 60 }).format("", 1),
+			statOf(r, func(x *Result) float64 { return x.FreePct }).format("", 1),
+			statOf(r, func(x *Result) float64 { return x.StrandedPct }).format("", 2),
+			statOf(r, func(x *Result) float64 { return 1000 * float64(x.Evictions) / float64(max(x.GPUPods, 1)) }).format("", 1),
+			statOf(r, func(x *Result) float64 { return float64(x.PlannerCalls) }).format("", 0),
+			ms(func(x *Result) time.Duration { return x.PlannerMean }).format("", 1),
+			ms(func(x *Result) time.Duration { return x.PlannerP95 }).format("", 1),
+			invalid)
+	}
+	return b.String()
+}
+
+// Goals checks the issue's goals for one workload and says plainly which hold.
+func Goals(title string, sums []Summary) string {
+	by := map[Strategy]Summary{}
+	for _, s := range sums {
+		by[s.Strategy] = s
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Goals, %s:\n\n", title)
+	fluid, ok := by[Fluid]
+	if !ok {
+		return ""
+	}
+	fl := statOf(fluid.Runs, func(x *Result) float64 { return x.ServedPct })
+	for _, st := range []Strategy{GpupoolIdle, GpupoolEvict} {
+		g, ok := by[st]
+		if !ok {
+			continue
+		}
+		gs := statOf(g.Runs, func(x *Result) float64 { return x.ServedPct })
+		fmt.Fprintf(&b, "- %s within 1 point of the fluid ceiling: %s (%.1f vs %.1f, gap %.1f points)\n",
+			st, yesNo(fl.mean-gs.mean <= 1), gs.mean, fl.mean, fl.mean-gs.mean)
+		if c, ok := by[CountsOnly]; ok {
+			worse := 0
+			for i, r := range g.Runs {
+				if i < len(c.Runs) && r.ServedPct < c.Runs[i].ServedPct {
+					worse++
+				}
+			}
+			fmt.Fprintf(&b, "- %s never below counts-only on any seed: %s (%d of %d seeds below)\n",
+				st, yesNo(worse == 0), worse, len(g.Runs))
+		}
+		str := statOf(g.Runs, func(x *Result) float64 { return x.StrandedPct })
+		fmt.Fprintf(&b, "- %s stranded <= 2%% of all slices: %s (mean %.2f%%, max %.2f%%)\n", st, yesNo(str.hi <= 2), str.mean, str.hi)
+		viol := statOf(g.Runs, func(x *Result) float64 { return float64(x.Violations) })
+		if viol.hi > 0 {
+			fmt.Fprintf(&b, "- %s: planner changed GPUs still holding pods it did not evict: %.0f per run on average (the sim evicted them)\n", st, viol.mean)
+		}
+		skip := statOf(g.Runs, func(x *Result) float64 { return float64(x.SkippedDisruptive) })
+		if skip.hi > 0 {
+			fmt.Fprintf(&b, "- %s: steps with evictions under AutoIdle (not applied): %.0f per run\n", st, skip.mean)
+		}
+	}
+	if i, ok := by[GpupoolIdle]; ok {
+		if e, ok := by[GpupoolEvict]; ok {
+			is := statOf(i.Runs, func(x *Result) float64 { return x.ServedPct })
+			es := statOf(e.Runs, func(x *Result) float64 { return x.ServedPct })
+			ev := statOf(e.Runs, func(x *Result) float64 { return 1000 * float64(x.Evictions) / float64(max(x.GPUPods, 1)) })
+			fmt.Fprintf(&b, "- evict-and-repack vs no eviction: %+.2f points served for %.1f evictions per 1,000 pods\n", es.mean-is.mean, ev.mean)
+		}
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+func yesNo(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
+}
+
+// MethodNotes says how the replay works, so that the table can be read without the code.
+const MethodNotes = `How the replay works:
+
+- Scheduler: kube-scheduler-like whole-pod fit (CPU, memory and a free instance of exactly the
+  pod's MIG profile, or that many idle MIG-off GPUs on one node), first fit over the node order
+  (shuffled per seed), pending pods retried in pending-since order at every arrival, departure
+  and applied plan.
+- Runtimes: a pod runs its trace runtime (deletion_time - creation_time) from when it starts; an
+  evicted pod is re-queued and, once placed again, runs what it had left.
+- gpupool, counts-only: start from all-balanced on every GPU (what an operator would install
+  first). Their planner runs at interval boundaries, only while pods pend and something changed
+  since its last call (or its last plan changed something); plans apply at once (no drain or
+  mig-parted delay is simulated, which flatters every dynamic strategy equally). gpupool gets
+  planner.Plan on a snapshot built as inventory.Build would (every pod evictable, no PDBs), a
+  policy with every non-+me profile of the product, allowWholeGPU, minPendingAge 0 and the
+  budget shown; every changed GPU is destroyed and recreated at mig.Product.Place(To), and under
+  AutoIdle a step with evictions is not applied.
+- counts-only (nos-style): per pending pod, the first GPU whose busy instances plus those
+  already planned plus the pod's profile stay within 7 compute and 8 memory slices; free
+  instances are dropped and the GPU rebuilt around the busy ones. A layout the hardware cannot
+  place around the busy instances is counted invalid and not applied. No budget, no evictions.
+- static all-7g: MIG off; every pod takes whole GPUs (a 1g pod takes a whole GPU).
+- fluid ceiling: a GPU serves any set of single-GPU pods whose slices sum to <= 7; whole-GPU
+  pods need that many fully free GPUs on one node.
+- Metrics, over the measured window: served GPU demand = time average of the mapped compute
+  slices of running pods / all compute slices (a whole GPU counts 7; a 1g pod on a whole GPU
+  counts 1); pods placed = pods arriving in the window placed before the replay ends; pending =
+  arrival to first placement, placed pods only; free = slices no pod holds, stranded = the free
+  slices no pending pod could use in the current layout (free instances of a profile nobody
+  pending asks for, uncarved slices, idle MIG-off GPUs when no whole-GPU pod pends), sampled at
+  every sample period and counted zero while nothing pends; evictions per 1,000 window pods;
+  planner time per call is wall time of planner.Plan (or of the counts-only pass).
+`

@@ -1,0 +1,674 @@
+package fragmentation
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/gpupool/gpupool/internal/mig"
+)
+
+// Strategy is one way of partitioning the cluster's GPUs.
+type Strategy string
+
+// The strategies the benchmark compares side by side.
+const (
+	// GpupoolIdle is gpupool's planner with approval AutoIdle: idle GPUs are re-carved, no pod
+	// is evicted.
+	GpupoolIdle Strategy = "gpupool (AutoIdle, no evictions)"
+	// GpupoolEvict is gpupool's planner with approval Auto: evictions within the budget.
+	GpupoolEvict Strategy = "gpupool (Auto, evictions)"
+	// StaticBalanced is mig-parted's all-balanced layout on every GPU, never changed.
+	StaticBalanced Strategy = "static all-balanced"
+	// Static7g is MIG off: every pod takes whole GPUs.
+	Static7g Strategy = "static all-7g (MIG off)"
+	// CountsOnly is a nos-style greedy planner that checks slice sums, not placements.
+	CountsOnly Strategy = "counts-only greedy (nos-style)"
+	// Fluid is the ceiling: compute slices only, no geometry.
+	Fluid Strategy = "fluid ceiling"
+)
+
+// Strategies lists every strategy in report order.
+var Strategies = []Strategy{GpupoolIdle, GpupoolEvict, CountsOnly, StaticBalanced, Static7g, Fluid}
+
+// Config is one replay.
+type Config struct {
+	Product  *mig.Product
+	Strategy Strategy
+	// Seed shuffles the order of pods with equal creation times and the node order.
+	Seed uint64
+	// Interval is the simulated seconds between planner calls.
+	Interval int64
+	// SampleEvery is the simulated seconds between free/stranded samples.
+	SampleEvery int64
+	// Budget is the policy's maxDisruptedNodes, e.g. "5%".
+	Budget string
+	// MeasureFrom is when the measured window starts; what happens before is warm-up.
+	MeasureFrom int64
+}
+
+// Result is what one replay measured.
+type Result struct {
+	Strategy Strategy
+	Seed     uint64
+	// GPUPods and Placed count the pods arriving inside the measured window and those of them
+	// placed before the replay ended.
+	GPUPods int
+	Placed  int
+	// ServedPct is the time-averaged demand slices running over all compute slices.
+	ServedPct float64
+	// MeanPending and P95Pending are seconds from arrival to first placement, placed pods only.
+	MeanPending, P95Pending float64
+	// FreePct and StrandedPct are hourly samples averaged: compute slices no pod holds, and
+	// the part of them no pending pod could use in the current layout (zero when nothing pends).
+	FreePct, StrandedPct float64
+	Evictions            int
+	PlannerCalls         int
+	PlannerMean          time.Duration
+	PlannerP95           time.Duration
+	// Proposed and Invalid count GPU layouts a planner proposed and those it could not apply
+	// (the hardware cannot place them, or mig.Product.Place refused them).
+	Proposed, Invalid int
+	// Violations counts GPUs a gpupool step changed while a pod it did not evict held them;
+	// the sim evicts such pods anyway so the replay continues, and reports the count.
+	Violations int
+	// SkippedDisruptive counts AutoIdle steps with evictions, which that approval never applies.
+	SkippedDisruptive int
+	Wall              time.Duration
+}
+
+// memSlices is the memory slices of the canonical profile of each compute size.
+var memSlices = map[int]int{1: 1, 2: 2, 3: 4, 4: 4, 7: 8}
+
+type instance struct {
+	profile string
+	compute int
+	start   int
+	size    int
+	pod     int32 // -1 when free
+}
+
+type simGPU struct {
+	mig      bool
+	insts    []instance
+	wholePod int32 // pod holding the GPU with MIG off, -1 when none
+	used     int   // fluid: compute slices in use
+}
+
+func (g *simGPU) idle() bool {
+	if g.wholePod >= 0 || g.used > 0 {
+		return false
+	}
+	for _, in := range g.insts {
+		if in.pod >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+type simNode struct {
+	spec    NodeSpec
+	cpuFree int64
+	memFree int64
+	gpus    []simGPU
+	running []int32
+}
+
+type podState struct {
+	node       int32 // -1 when not running
+	gpus       []int32
+	since      int64 // pending since
+	firstStart int64 // -1 until first placed
+	ran        int64 // seconds run before an eviction
+	startedAt  int64
+	seq        int32 // invalidates departure events after an eviction
+	queued     bool
+	done       bool
+}
+
+type departure struct {
+	at  int64
+	pod int32
+	seq int32
+}
+
+type depHeap []departure
+
+// Len, Less, Swap, Push and Pop make depHeap a container/heap of departures, earliest first
+// (pod index breaks ties so that replays are deterministic).
+func (h depHeap) Len() int { return len(h) }
+
+// Less orders departures by time, then pod.
+func (h depHeap) Less(i, j int) bool {
+	return h[i].at < h[j].at || h[i].at == h[j].at && h[i].pod < h[j].pod
+}
+
+// Swap is heap.Interface's swap.
+func (h depHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+
+// Push is heap.Interface's push.
+func (h *depHeap) Push(x any) { *h = append(*h, x.(departure)) }
+
+// Pop is heap.Interface's pop.
+func (h *depHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+func (h depHeap) top() departure { return h[0] }
+
+type sim struct {
+	cfg     Config
+	nodes   []*simNode
+	pods    []PodSpec
+	st      []podState
+	order   []int32 // arrival order
+	queue   []int32
+	deps    depHeap
+	now     int64
+	profile map[int]string // compute slices -> canonical profile name
+
+	usedSlices  int64
+	totalSlices int64
+	servedInt   float64
+	freeSum     float64
+	strandedSum float64
+	samples     int
+	evictions   int
+	plannerDur  []time.Duration
+	proposed    int
+	invalid     int
+	violations  int
+	skipped     int
+	gp          *gpupoolPlanner
+}
+
+func (s *sim) migKind() bool {
+	switch s.cfg.Strategy {
+	case Fluid, Static7g:
+		return false
+	}
+	return true
+}
+
+func (s *sim) dynamic() bool {
+	switch s.cfg.Strategy {
+	case GpupoolIdle, GpupoolEvict, CountsOnly:
+		return true
+	}
+	return false
+}
+
+// newSim lays out the cluster for the strategy: dynamic strategies start from all-balanced,
+// the layout an operator would install before gpupool, so that both begin equal.
+func newSim(cfg Config, nodes []NodeSpec, pods []PodSpec) (*sim, error) {
+	s := &sim{cfg: cfg, pods: pods, profile: map[int]string{}}
+	for _, pr := range cfg.Product.Profiles {
+		if pr.MediaExtensions {
+			continue
+		}
+		// The catalog lists larger memory first for equal compute; keep the smallest memory
+		// profile of each compute size, the canonical one (1g.10gb, not 1g.20gb).
+		if _, ok := s.profile[pr.ComputeSlices]; !ok || pr.MemorySlices == memSlices[pr.ComputeSlices] {
+			s.profile[pr.ComputeSlices] = pr.Name
+		}
+	}
+	balanced := mig.Layout{s.profile[1]: 2, s.profile[2]: 1, s.profile[3]: 1}
+	placed, err := cfg.Product.Place(balanced, nil)
+	if err != nil {
+		return nil, fmt.Errorf("all-balanced on %s: %w", cfg.Product.Name, err)
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
+	perm := rng.Perm(len(nodes))
+	for _, i := range perm {
+		ns := nodes[i]
+		n := &simNode{spec: ns, cpuFree: ns.CPU, memFree: ns.MemMiB, gpus: make([]simGPU, ns.GPUs)}
+		for g := range n.gpus {
+			n.gpus[g].wholePod = -1
+			if s.migKind() {
+				n.gpus[g].mig = true
+				n.gpus[g].insts = s.instances(placed)
+			}
+		}
+		s.totalSlices += int64(7 * ns.GPUs)
+		s.nodes = append(s.nodes, n)
+	}
+	s.st = make([]podState, len(pods))
+	tie := make([]uint64, len(pods))
+	for i := range pods {
+		s.order = append(s.order, int32(i))
+		tie[i] = rng.Uint64()
+		s.st[i] = podState{node: -1, firstStart: -1}
+	}
+	sort.SliceStable(s.order, func(a, b int) bool {
+		pa, pb := s.order[a], s.order[b]
+		if pods[pa].Arrive != pods[pb].Arrive {
+			return pods[pa].Arrive < pods[pb].Arrive
+		}
+		return tie[pa] < tie[pb]
+	})
+	if cfg.Strategy == GpupoolIdle || cfg.Strategy == GpupoolEvict {
+		s.gp = newGpupoolPlanner(s)
+	}
+	return s, nil
+}
+
+func (s *sim) instances(placed []mig.Instance) []instance {
+	out := make([]instance, len(placed))
+	for i, in := range placed {
+		pr, _ := s.cfg.Product.Profile(in.Profile)
+		out[i] = instance{profile: in.Profile, compute: pr.ComputeSlices, start: in.Placement.Start, size: in.Placement.Size, pod: -1}
+	}
+	return out
+}
+
+// Run replays pods on nodes with one strategy.
+func Run(cfg Config, nodes []NodeSpec, pods []PodSpec) (*Result, error) {
+	start := time.Now()
+	if cfg.Interval <= 0 || cfg.SampleEvery <= 0 {
+		return nil, fmt.Errorf("interval %d and sample period %d must be positive", cfg.Interval, cfg.SampleEvery)
+	}
+	seen := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		if seen[p.Name] {
+			return nil, fmt.Errorf("pod name %s appears twice; the planner tells pods apart by name", p.Name)
+		}
+		seen[p.Name] = true
+	}
+	s, err := newSim(cfg, nodes, pods)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.loop(); err != nil {
+		return nil, fmt.Errorf("%s seed %d: %w", cfg.Strategy, cfg.Seed, err)
+	}
+	r := s.result()
+	r.Wall = time.Since(start)
+	return r, nil
+}
+
+const never = int64(1) << 62
+
+func (s *sim) loop() error {
+	if len(s.order) == 0 {
+		return nil
+	}
+	t0 := s.pods[s.order[0]].Arrive
+	tEnd := s.pods[s.order[len(s.order)-1]].Arrive
+	s.now = t0
+	next := 0
+	nextSample := t0
+	nextTick := never
+	dirty := false
+	for {
+		t := never
+		if next < len(s.order) {
+			t = s.pods[s.order[next]].Arrive
+		}
+		if len(s.deps) > 0 {
+			t = min(t, s.deps.top().at)
+		}
+		t = min(t, nextTick, nextSample)
+		if t > tEnd {
+			break
+		}
+		s.integrate(t)
+		s.now = t
+		full := false
+		var arrived []int32
+		for len(s.deps) > 0 && s.deps.top().at == t {
+			d := heap.Pop(&s.deps).(departure)
+			if s.st[d.pod].seq != d.seq || s.st[d.pod].node < 0 {
+				continue
+			}
+			s.unbind(d.pod)
+			s.st[d.pod].done = true
+			full, dirty = true, true
+		}
+		for next < len(s.order) && s.pods[s.order[next]].Arrive == t {
+			p := s.order[next]
+			next++
+			s.st[p].since = t
+			arrived = append(arrived, p)
+			dirty = true
+		}
+		s.queue = append(s.queue, arrived...)
+		for _, p := range arrived {
+			s.st[p].queued = true
+		}
+		if full {
+			s.schedule(s.queue)
+		} else if len(arrived) > 0 {
+			s.schedule(arrived)
+		}
+		if t == nextTick {
+			nextTick = never
+			changed, err := s.plan()
+			if err != nil {
+				return err
+			}
+			dirty = changed
+			if changed {
+				s.schedule(s.queue)
+			}
+		}
+		if t == nextSample {
+			if t >= s.cfg.MeasureFrom {
+				s.sample()
+			}
+			nextSample += s.cfg.SampleEvery
+		}
+		if s.dynamic() && dirty && len(s.queue) > 0 && nextTick == never {
+			nextTick = (t/s.cfg.Interval + 1) * s.cfg.Interval
+		}
+	}
+	s.integrate(tEnd)
+	if from := max(t0, s.cfg.MeasureFrom); tEnd > from {
+		s.servedInt /= float64(tEnd - from)
+	}
+	return nil
+}
+
+// integrate adds the demand running from now to t, inside the measured window only.
+func (s *sim) integrate(t int64) {
+	if from := max(s.now, s.cfg.MeasureFrom); t > from {
+		s.servedInt += float64(s.usedSlices) * float64(t-from)
+	}
+}
+
+// schedule places pending pods in queue order, first fit over the (seeded) node order, as the
+// kube-scheduler would with whole-pod fit. A failed pod is a lower bound for its shape in this
+// pass: any pod of the same shape asking for at least its CPU and memory fails too, which keeps
+// a long queue cheap without changing the outcome.
+func (s *sim) schedule(cands []int32) {
+	type floor struct{ cpu, mem int64 }
+	failed := map[Shape]floor{}
+	placedAny := false
+	for _, p := range cands {
+		if !s.st[p].queued {
+			continue
+		}
+		spec := &s.pods[p]
+		if f, ok := failed[spec.Shape]; ok && spec.CPU >= f.cpu && spec.MemMiB >= f.mem {
+			continue
+		}
+		if s.place(p) {
+			placedAny = true
+			continue
+		}
+		f, ok := failed[spec.Shape]
+		if !ok || spec.CPU <= f.cpu && spec.MemMiB <= f.mem {
+			failed[spec.Shape] = floor{spec.CPU, spec.MemMiB}
+		}
+	}
+	if placedAny {
+		s.queue = slices.DeleteFunc(s.queue, func(p int32) bool { return !s.st[p].queued })
+	}
+}
+
+// place binds one pending pod to the first node that fits it whole; it reports success.
+func (s *sim) place(p int32) bool {
+	for ni := range s.nodes {
+		if s.placeOn(p, ni) {
+			return true
+		}
+	}
+	return false
+}
+
+// placeOn binds a pending pod to node ni if the node fits it whole.
+func (s *sim) placeOn(p int32, ni int) bool {
+	spec := &s.pods[p]
+	shape := spec.Shape
+	if s.cfg.Strategy == Static7g && shape.Whole == 0 {
+		shape = Shape{Whole: 1}
+	}
+	n := s.nodes[ni]
+	if n.cpuFree < spec.CPU || n.memFree < spec.MemMiB {
+		return false
+	}
+	var gpus []int32
+	if shape.Whole > 0 {
+		for g := range n.gpus {
+			gp := &n.gpus[g]
+			if !gp.mig && gp.idle() {
+				gpus = append(gpus, int32(g))
+				if len(gpus) == shape.Whole {
+					break
+				}
+			}
+		}
+		if len(gpus) < shape.Whole {
+			return false
+		}
+		for _, g := range gpus {
+			n.gpus[g].wholePod = p
+			if s.cfg.Strategy == Fluid {
+				n.gpus[g].used = 7
+			}
+		}
+	} else if s.cfg.Strategy == Fluid {
+		for g := range n.gpus {
+			gp := &n.gpus[g]
+			if gp.used+shape.Slices <= 7 {
+				gp.used += shape.Slices
+				gpus = []int32{int32(g)}
+				break
+			}
+		}
+		if gpus == nil {
+			return false
+		}
+	} else {
+		want := s.profile[shape.Slices]
+	search:
+		for g := range n.gpus {
+			gp := &n.gpus[g]
+			if !gp.mig {
+				continue
+			}
+			for k := range gp.insts {
+				if gp.insts[k].pod < 0 && gp.insts[k].profile == want {
+					gp.insts[k].pod = p
+					gpus = []int32{int32(g)}
+					break search
+				}
+			}
+		}
+		if gpus == nil {
+			return false
+		}
+	}
+	st := &s.st[p]
+	st.node, st.gpus, st.queued = int32(ni), gpus, false
+	n.cpuFree -= spec.CPU
+	n.memFree -= spec.MemMiB
+	n.running = append(n.running, p)
+	s.usedSlices += int64(spec.Shape.DemandSlices())
+	if st.firstStart < 0 {
+		st.firstStart = s.now
+	}
+	st.startedAt = s.now
+	if spec.Depart > spec.Arrive {
+		heap.Push(&s.deps, departure{at: s.now + (spec.Depart - spec.Arrive) - st.ran, pod: p, seq: st.seq})
+	}
+	return true
+}
+
+// unbind frees what a running pod holds.
+func (s *sim) unbind(p int32) {
+	st := &s.st[p]
+	spec := &s.pods[p]
+	n := s.nodes[st.node]
+	for _, g := range st.gpus {
+		gp := &n.gpus[g]
+		if gp.wholePod == p {
+			gp.wholePod = -1
+			if s.cfg.Strategy == Fluid {
+				gp.used = 0
+			}
+			continue
+		}
+		if s.cfg.Strategy == Fluid {
+			gp.used -= spec.Shape.Slices
+			continue
+		}
+		for k := range gp.insts {
+			if gp.insts[k].pod == p {
+				gp.insts[k].pod = -1
+			}
+		}
+	}
+	n.cpuFree += spec.CPU
+	n.memFree += spec.MemMiB
+	n.running = slices.DeleteFunc(n.running, func(q int32) bool { return q == p })
+	s.usedSlices -= int64(spec.Shape.DemandSlices())
+	st.node, st.gpus = -1, nil
+	st.seq++
+}
+
+// evict stops a running pod and puts it back in the pending queue with its remaining runtime,
+// as its controller would recreate it.
+func (s *sim) evict(p int32) {
+	st := &s.st[p]
+	st.ran += s.now - st.startedAt
+	s.unbind(p)
+	st.queued = true
+	st.since = s.now
+	s.queue = append(s.queue, p)
+	if s.now >= s.cfg.MeasureFrom {
+		s.evictions++
+	}
+}
+
+// sample records free compute slices and the part no pending shape can use as things stand.
+func (s *sim) sample() {
+	var wantMIG [8]bool
+	wantWhole := false
+	for _, p := range s.queue {
+		sh := s.pods[p].Shape
+		if sh.Whole > 0 || s.cfg.Strategy == Static7g {
+			wantWhole = true
+		} else {
+			wantMIG[sh.Slices] = true
+		}
+	}
+	pending := len(s.queue) > 0
+	minMIG := 8
+	for c := 1; c <= 7; c++ {
+		if wantMIG[c] {
+			minMIG = c
+			break
+		}
+	}
+	var free, stranded int64
+	for _, n := range s.nodes {
+		for g := range n.gpus {
+			gp := &n.gpus[g]
+			var f, st int64
+			switch {
+			case gp.wholePod >= 0:
+			case s.cfg.Strategy == Fluid:
+				f = int64(7 - gp.used)
+				if minMIG > 7-gp.used && (!wantWhole || gp.used != 0) {
+					st = f
+				}
+			case !gp.mig:
+				f = 7
+				if !wantWhole {
+					st = f
+				}
+			default:
+				used := 0
+				for _, in := range gp.insts {
+					if in.pod >= 0 {
+						used += in.compute
+					} else if !wantMIG[in.compute] || in.profile != s.profile[in.compute] {
+						st += int64(in.compute)
+					}
+				}
+				f = int64(7 - used)
+				carved := 0
+				for _, in := range gp.insts {
+					carved += in.compute
+				}
+				// Compute slices no instance covers serve nobody until a planner carves them.
+				st += int64(7 - carved)
+			}
+			free += f
+			if pending {
+				stranded += st
+			}
+		}
+	}
+	s.freeSum += float64(free) / float64(s.totalSlices)
+	s.strandedSum += float64(stranded) / float64(s.totalSlices)
+	s.samples++
+}
+
+func (s *sim) plan() (bool, error) {
+	switch s.cfg.Strategy {
+	case GpupoolIdle, GpupoolEvict:
+		return s.gp.plan()
+	case CountsOnly:
+		start := time.Now()
+		changed := s.countsOnly()
+		s.plannerDur = append(s.plannerDur, time.Since(start))
+		return changed, nil
+	}
+	return false, nil
+}
+
+func (s *sim) result() *Result {
+	r := &Result{Strategy: s.cfg.Strategy, Seed: s.cfg.Seed, Evictions: s.evictions,
+		PlannerCalls: len(s.plannerDur), Proposed: s.proposed, Invalid: s.invalid, Violations: s.violations,
+		SkippedDisruptive: s.skipped}
+	if s.totalSlices > 0 {
+		r.ServedPct = 100 * s.servedInt / float64(s.totalSlices)
+	}
+	var waits []float64
+	for i := range s.st {
+		if s.pods[i].Arrive < s.cfg.MeasureFrom {
+			continue
+		}
+		r.GPUPods++
+		if s.st[i].firstStart >= 0 {
+			r.Placed++
+			waits = append(waits, float64(s.st[i].firstStart-s.pods[i].Arrive))
+		}
+	}
+	r.MeanPending, r.P95Pending = meanP95(waits)
+	if s.samples > 0 {
+		r.FreePct = 100 * s.freeSum / float64(s.samples)
+		r.StrandedPct = 100 * s.strandedSum / float64(s.samples)
+	}
+	if n := len(s.plannerDur); n > 0 {
+		d := slices.Clone(s.plannerDur)
+		slices.Sort(d)
+		var sum time.Duration
+		for _, v := range d {
+			sum += v
+		}
+		r.PlannerMean = sum / time.Duration(n)
+		r.PlannerP95 = d[min(n-1, n*95/100)]
+	}
+	return r
+}
+
+func meanP95(v []float64) (mean, p95 float64) {
+	if len(v) == 0 {
+		return 0, 0
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	var sum float64
+	for _, x := range v {
+		sum += x
+	}
+	return sum / float64(len(v)), v[min(len(v)-1, len(v)*95/100)]
+}
