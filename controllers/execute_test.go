@@ -16,7 +16,41 @@ import (
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
 	"github.com/gpupool/gpupool/internal/nvidia"
+	"github.com/gpupool/gpupool/internal/testenv"
 )
+
+// applyAsOperatorAndAgent plays NVIDIA's mig-manager (state success) and gpupool's agent
+// (LayoutVerified for the current spec) on a node whose label the plan has flipped.
+func applyAsOperatorAndAgent(t *testing.T, env *testenv.Env, name string) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	node := &corev1.Node{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
+	patch := client.MergeFrom(node.DeepCopy())
+	node.Labels[v1.LabelMIGConfigState] = "success"
+	g.Expect(env.Client.Patch(ctx, node, patch)).To(Succeed())
+	verify(t, env, name)
+}
+
+// verify plays the agent: LayoutVerified True for the GPUNode's current generation.
+func verify(t *testing.T, env *testenv.Env, name string) {
+	t.Helper()
+	g := NewWithT(t)
+	report := &v1.GPUNode{}
+	g.Expect(env.Client.Get(context.Background(), client.ObjectKey{Name: name}, report)).To(Succeed())
+	report.Status.Conditions = append(report.Status.Conditions, metav1.Condition{Type: v1.ConditionLayoutVerified,
+		Status: metav1.ConditionTrue, Reason: "Matches", LastTransitionTime: metav1.Now(), ObservedGeneration: report.Generation})
+	g.Expect(env.Client.Status().Update(context.Background(), report)).To(Succeed())
+}
+
+// autoPolicy creates policy pool-a over nodes labelled pool=a, approving plans by itself.
+func autoPolicy(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	policy.Spec.Disruption.Approval = v1.ApprovalAuto
+	NewWithT(t).Expect(env.Client.Create(context.Background(), policy)).To(Succeed())
+}
 
 // TestApprovedPlanRunsToCompletion guards the execution order on one node: cordon, config
 // entry and expected layout, relabel, then wait for mig-manager's success AND the agent's
@@ -26,9 +60,7 @@ func TestApprovedPlanRunsToCompletion(t *testing.T) {
 	env, _ := startPlanController(t)
 	ctx := context.Background()
 	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
-	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
-	policy.Spec.Disruption.Approval = v1.ApprovalAuto
-	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	autoPolicy(t, env)
 	plan := &v1.RepartitionPlan{
 		ObjectMeta: metav1.ObjectMeta{Name: "pool-a-20261129-aaaabbbb"},
 		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Hash: "aaaabbbbccccdddd", Steps: []v1.NodeStep{{
@@ -65,10 +97,7 @@ func TestApprovedPlanRunsToCompletion(t *testing.T) {
 		g.Expect(node.Spec.Unschedulable).To(BeTrue())
 	}).WithTimeout(2*time.Second).WithPolling(250*time.Millisecond).Should(Succeed(), "a success label is never trusted alone")
 
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, report)).To(Succeed())
-	report.Status.Conditions = append(report.Status.Conditions, metav1.Condition{Type: v1.ConditionLayoutVerified,
-		Status: metav1.ConditionTrue, Reason: "Matches", LastTransitionTime: metav1.Now(), ObservedGeneration: report.Generation})
-	g.Expect(env.Client.Status().Update(ctx, report)).To(Succeed())
+	verify(t, env, "gpu-1")
 
 	g.Eventually(func(g Gomega) {
 		got := &v1.RepartitionPlan{}
@@ -92,9 +121,7 @@ func TestNodeCordonedBeforehandStaysCordoned(t *testing.T) {
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
 	node.Spec.Unschedulable = true
 	g.Expect(env.Client.Update(ctx, node)).To(Succeed())
-	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
-	policy.Spec.Disruption.Approval = v1.ApprovalAuto
-	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	autoPolicy(t, env)
 	plan := &v1.RepartitionPlan{
 		ObjectMeta: metav1.ObjectMeta{Name: "pool-a-20261129-ccccdddd"},
 		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Hash: "ccccddddeeeeffff", Steps: []v1.NodeStep{{
@@ -107,14 +134,7 @@ func TestNodeCordonedBeforehandStaysCordoned(t *testing.T) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
 		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-abcdef0123"))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
-	patch := client.MergeFrom(node.DeepCopy())
-	node.Labels[v1.LabelMIGConfigState] = "success"
-	g.Expect(env.Client.Patch(ctx, node, patch)).To(Succeed())
-	report := &v1.GPUNode{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, report)).To(Succeed())
-	report.Status.Conditions = append(report.Status.Conditions, metav1.Condition{Type: v1.ConditionLayoutVerified,
-		Status: metav1.ConditionTrue, Reason: "Matches", LastTransitionTime: metav1.Now(), ObservedGeneration: report.Generation})
-	g.Expect(env.Client.Status().Update(ctx, report)).To(Succeed())
+	applyAsOperatorAndAgent(t, env, "gpu-1")
 
 	g.Eventually(func(g Gomega) {
 		got := &v1.RepartitionPlan{}
@@ -164,9 +184,7 @@ func TestDrainWaitsForPDBThenProceeds(t *testing.T) {
 	}
 	setAllowed(0)
 
-	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
-	policy.Spec.Disruption.Approval = v1.ApprovalAuto
-	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	autoPolicy(t, env)
 	plan := &v1.RepartitionPlan{
 		ObjectMeta: metav1.ObjectMeta{Name: "pool-a-20261129-eeeeffff"},
 		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Hash: "eeeeffff00001111", Disruptive: true, Steps: []v1.NodeStep{{

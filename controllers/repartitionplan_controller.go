@@ -53,8 +53,25 @@ func (r *PlanReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A step waits on its node's labels and on its GPUNode's verification.
 		Watches(&corev1.Node{}, onNode).
 		Watches(&v1alpha1.GPUNode{}, onNode).
+		// A policy's approval mode and planTTL decide its waiting plans.
+		Watches(&v1alpha1.GPUPoolPolicy{}, handler.EnqueueRequestsFromMapFunc(r.plansOfPolicy)).
 		Named("repartitionplan").
 		Complete(r)
+}
+
+// plansOfPolicy maps a policy to its plans.
+func (r *PlanReconciler) plansOfPolicy(ctx context.Context, obj client.Object) []reconcile.Request {
+	var plans v1alpha1.RepartitionPlanList
+	if err := r.Client.List(ctx, &plans); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, p := range plans.Items {
+		if p.Spec.Policy == obj.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+		}
+	}
+	return out
 }
 
 // plansOnNode maps a Node or GPUNode to the live plans with a step on it.
