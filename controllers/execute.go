@@ -23,7 +23,7 @@ import (
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=patch;update
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",namespace=gpupool-system,resources=configmaps,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=gpupool.io,resources=gpunodes,verbs=patch;update
 
 // DefaultConfigPropagation is how long the plan controller waits after writing the mig-parted
