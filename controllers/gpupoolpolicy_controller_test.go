@@ -72,6 +72,19 @@ func pendingPod(t *testing.T, env *testenv.Env, name, profile string) *corev1.Po
 	return pod
 }
 
+// onlyPlan waits until exactly one RepartitionPlan exists and returns it.
+func onlyPlan(t *testing.T, env *testenv.Env) v1.RepartitionPlan {
+	t.Helper()
+	var plan v1.RepartitionPlan
+	NewWithT(t).Eventually(func(g Gomega) {
+		var plans v1.RepartitionPlanList
+		g.Expect(env.Client.List(context.Background(), &plans)).To(Succeed())
+		g.Expect(plans.Items).To(HaveLen(1))
+		plan = plans.Items[0]
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	return plan
+}
+
 func poolPolicy(name string, selector map[string]string) *v1.GPUPoolPolicy {
 	return &v1.GPUPoolPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -102,13 +115,7 @@ func TestPendingDemandBecomesAPlanAndStaleDemandRetiresIt(t *testing.T) {
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
 
-	var plan v1.RepartitionPlan
-	g.Eventually(func(g Gomega) {
-		var plans v1.RepartitionPlanList
-		g.Expect(env.Client.List(ctx, &plans)).To(Succeed())
-		g.Expect(plans.Items).To(HaveLen(1))
-		plan = plans.Items[0]
-	}).WithTimeout(30 * time.Second).Should(Succeed())
+	plan := onlyPlan(t, env)
 	g.Expect(plan.Spec.Policy).To(Equal("pool-a"))
 	g.Expect(plan.OwnerReferences).To(HaveLen(1))
 	g.Expect(plan.OwnerReferences[0].Name).To(Equal("pool-a"))
@@ -154,13 +161,7 @@ func TestApprovedPlanIsNeverSuperseded(t *testing.T) {
 	pod := pendingPod(t, env, "trainer", "3g.71gb")
 	g.Expect(env.Client.Create(ctx, poolPolicy("pool-a", map[string]string{"pool": "a"}))).To(Succeed())
 
-	var plan v1.RepartitionPlan
-	g.Eventually(func(g Gomega) {
-		var plans v1.RepartitionPlanList
-		g.Expect(env.Client.List(ctx, &plans)).To(Succeed())
-		g.Expect(plans.Items).To(HaveLen(1))
-		plan = plans.Items[0]
-	}).WithTimeout(30 * time.Second).Should(Succeed())
+	plan := onlyPlan(t, env)
 	patch := client.MergeFrom(plan.DeepCopy())
 	plan.Annotations = map[string]string{v1.AnnotationApprove: plan.Spec.Hash}
 	g.Expect(env.Client.Patch(ctx, &plan, patch)).To(Succeed())

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"sync"
@@ -24,17 +23,6 @@ import (
 	"github.com/gpupool/gpupool/internal/agent/nvmlmock"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
-
-// freeAddr returns a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // logBuffer collects the agent's log and shows it when the test fails.
 type logBuffer struct {
@@ -75,7 +63,7 @@ func TestRunPublishesGPUNodeAndServesProbes(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	nvmlmock.Install(s)
 
-	probeAddr := freeAddr(t)
+	probeAddr := testenv.FreeAddr(t)
 	socket := filepath.Join(t.TempDir(), "no-kubelet.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -16,17 +15,6 @@ import (
 	"github.com/gpupool/gpupool/internal/testenv"
 )
 
-// freeAddr returns a loopback address nothing listens on, so parallel test runs do not clash.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // TestManagerElectsLeaderAndServesProbes runs the manager against a real API server: it must
 // take the leader Lease, answer its probes and metrics, and release the Lease on shutdown so a
 // standby replica takes over at once.
@@ -37,8 +25,8 @@ func TestManagerElectsLeaderAndServesProbes(t *testing.T) {
 	t.Cleanup(func() { _ = env.Stop() })
 
 	opts := options{
-		metricsAddr:             freeAddr(t),
-		probeAddr:               freeAddr(t),
+		metricsAddr:             testenv.FreeAddr(t),
+		probeAddr:               testenv.FreeAddr(t),
 		metricsSecure:           true,
 		leaderElect:             true,
 		leaderElectionNamespace: "default",
