@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned Kubernetes control plane (etcd, kube-apiserver, kube-scheduler,
-# kube-controller-manager, kubectl) and kwok from Go modules into a cache outside the checkout.
+# kube-controller-manager, kubectl) and kwok from Go modules into a cache outside the checkout,
+# and writes kwok-stages.yaml next to kwok.
 #
 # Why build instead of download: nothing but the Go module proxy and Debian's packages can be
 # reached here, nor at the air-gapped sites that run gpupool. Each binary is built in a throwaway
@@ -10,6 +11,12 @@
 # Usage: hack/control-plane.sh [--print-dir] [component ...]
 #   components: etcd kube-apiserver kube-scheduler kube-controller-manager kubectl kwok
 #   (default: all). --print-dir prints the cache folder and exits.
+#
+# kwok-stages.yaml: the standalone kwok binary has no built-in stages and refuses to start
+# without them, so the cache carries the ones kwokctl uses by default, concatenated from the kwok
+# module's kustomize/stage folder (test/localcluster passes the file to kwok with -c). It is
+# written whenever kwok is built, and on its own when only it is missing or from another version.
+#
 # Environment:
 #   GPUPOOL_K8S_CACHE  the folder for the binaries
 #                      (default ${XDG_CACHE_HOME:-$HOME/.cache}/gpupool/k8s/<k8s version>)
@@ -19,6 +26,16 @@ K8S_VERSION=v1.37.2
 K8S_STAGING_VERSION=v0.37.2
 ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
+# kwokctl's default stages (pkg/kwokctl/runtime/cluster.go in kwok): nodes become Ready and keep
+# a Lease, pods become Running, complete and are deleted at once. Keep in step with
+# kwokStageFiles in test/localcluster/kwok.go, its fallback when this file is missing.
+KWOK_STAGE_FILES=(
+  node/fast/node-initialize.yaml
+  node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
+  pod/fast/pod-ready.yaml
+  pod/fast/pod-complete.yaml
+  pod/fast/pod-delete.yaml
+)
 
 CACHE_DIR=${GPUPOOL_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpupool/k8s/${K8S_VERSION}}
 ALL=(etcd kube-apiserver kube-scheduler kube-controller-manager kubectl kwok)
@@ -62,15 +79,28 @@ for c in "${components[@]}"; do
   fi
   missing+=("$c")
 done
-if [[ ${#missing[@]} -eq 0 ]]; then
+
+STAGES_FILE=$CACHE_DIR/kwok-stages.yaml
+# The first line names the kwok version, so a file left by another version is rewritten.
+STAGES_HEADER="# Stage objects of sigs.k8s.io/kwok@$KWOK_VERSION kustomize/stage, written by hack/control-plane.sh"
+stages_needed=false
+if [[ " ${components[*]} " == *" kwok "* ]]; then
+  if [[ " ${missing[*]} " == *" kwok "* || "$(head -n 1 "$STAGES_FILE" 2>/dev/null)" != "$STAGES_HEADER" ]]; then
+    stages_needed=true
+  fi
+fi
+
+if [[ ${#missing[@]} -eq 0 && $stages_needed == false ]]; then
   log "up to date in $CACHE_DIR (${components[*]})"
   exit 0
 fi
 
-total=0
-for c in "${missing[@]}"; do total=$((total + MINUTES[$c])); done
-log "building ${missing[*]} into $CACHE_DIR"
-log "this happens once per machine and takes about ${total} min on 2 cores from a cold Go cache"
+if [[ ${#missing[@]} -gt 0 ]]; then
+  total=0
+  for c in "${missing[@]}"; do total=$((total + MINUTES[$c])); done
+  log "building ${missing[*]} into $CACHE_DIR"
+  log "this happens once per machine and takes about ${total} min on 2 cores from a cold Go cache"
+fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpupool-control-plane.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -140,6 +170,25 @@ build_kwok() {
       -o "$out/kwok" sigs.k8s.io/kwok/cmd/kwok)
 }
 
+# write_kwok_stages concatenates the stage YAMLs from the kwok module in the Go module cache
+# (the kwok build has just put it there; otherwise it comes from the module proxy).
+write_kwok_stages() {
+  local src
+  src=$(cd "$work" && go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p') || true
+  if [[ ! -d $src/kustomize/stage ]]; then
+    log "could not find sigs.k8s.io/kwok@$KWOK_VERSION in the Go module cache (go mod download printed Dir '$src')"
+    exit 1
+  fi
+  {
+    echo "$STAGES_HEADER"
+    for f in "${KWOK_STAGE_FILES[@]}"; do
+      echo '---'
+      cat "$src/kustomize/stage/$f"
+    done
+  } >"$STAGES_FILE.tmp"
+  mv -f "$STAGES_FILE.tmp" "$STAGES_FILE"
+}
+
 for c in "${missing[@]}"; do
   start=$(date +%s)
   log "building $c $(version_of "$c") (about ${MINUTES[$c]} min)..."
@@ -157,4 +206,10 @@ for c in "${missing[@]}"; do
   version_of "$c" >"$(stamp_of "$c")"
   log "built $c in $(( $(date +%s) - start ))s"
 done
-log "done: ${missing[*]} in $CACHE_DIR"
+written=("${missing[@]}")
+if [[ $stages_needed == true ]]; then
+  log "writing kwok-stages.yaml (kwok $KWOK_VERSION has no built-in stages)..."
+  write_kwok_stages
+  written+=(kwok-stages.yaml)
+fi
+log "done: ${written[*]} in $CACHE_DIR"
