@@ -15,8 +15,8 @@ GOLANGCI_LINT := $(TOOLS_BIN)/golangci-lint
 CONTROL_PLANE_DIR := $(shell hack/control-plane.sh --print-dir)
 export KUBEBUILDER_ASSETS := $(CONTROL_PLANE_DIR)
 # What the tests need: envtest runs etcd and kube-apiserver, test/localcluster the whole
-# control plane. The demo also needs kubectl and kwok.
-TEST_COMPONENTS := etcd kube-apiserver kube-controller-manager kube-scheduler
+# control plane and kwok (which also gets its kwok-stages.yaml). The demo also needs kubectl.
+TEST_COMPONENTS := etcd kube-apiserver kube-controller-manager kube-scheduler kwok
 
 GOTEST_FLAGS ?= -count=1 -timeout=30m
 

@@ -1,7 +1,7 @@
 // Package localcluster runs a real Kubernetes control plane (etcd, kube-apiserver,
-// kube-controller-manager, kube-scheduler) as plain processes on loopback, from the binaries
-// hack/control-plane.sh builds. `make demo` and the end-to-end suites use it; nothing in the
-// product imports it.
+// kube-controller-manager, kube-scheduler, and kwok on request) as plain processes on loopback,
+// from the binaries hack/control-plane.sh builds. `make demo` and the end-to-end suites use it;
+// nothing in the product imports it.
 //
 // Ports are chosen free at start, every process is stopped newest first (all at once makes the
 // API server linger while it retries etcd), and each child gets SIGKILL if this process dies,
@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -37,11 +38,25 @@ const (
 	APIServer         Component = "kube-apiserver"
 	ControllerManager Component = "kube-controller-manager"
 	Scheduler         Component = "kube-scheduler"
+	// Kwok plays the kubelet for Nodes annotated KwokNodeAnnotation=KwokNodeAnnotationValue:
+	// it keeps them Ready through Leases, marks their pods Running and removes terminating ones.
+	Kwok Component = "kwok"
 )
 
 // AllComponents is the full control plane: ReplicaSets recreate evicted pods, the disruption
-// controller computes PodDisruptionBudget status, and the scheduler binds pending pods.
+// controller computes PodDisruptionBudget status, and the scheduler binds pending pods. Nodes
+// have no kubelet: pods are bound but stay Pending unless a test sets their status (or uses
+// WithKwok).
 var AllComponents = []Component{Etcd, APIServer, ControllerManager, Scheduler}
+
+// WithKwok is AllComponents plus Kwok, for tests that need Ready nodes and Running pods without
+// writing their status themselves. It is a separate list so callers of AllComponents do not
+// need the kwok binary nor pay for another process.
+var WithKwok = []Component{Etcd, APIServer, ControllerManager, Scheduler, Kwok}
+
+// startOrder is the order of the components after the API server, whatever order a caller
+// lists them in: kwok last, so the pods it reports Running have already been scheduled.
+var startOrder = []Component{ControllerManager, Scheduler, Kwok}
 
 // Options configure a cluster.
 type Options struct {
@@ -50,7 +65,9 @@ type Options struct {
 	// Dir is the work folder for certificates, etcd data, logs and the kubeconfig; a new
 	// temporary folder, removed by Stop, when empty.
 	Dir string
-	// Components to run; AllComponents when empty. Etcd and APIServer are always run.
+	// Components to run; AllComponents when empty. Etcd and APIServer are always run, the rest
+	// in the order of the constants. Kwok needs kwok-stages.yaml next to its binary (see
+	// hack/control-plane.sh), or else the kwok module in the Go module cache.
 	Components []Component
 	// Progress receives one line per step a user should notice; nil discards them.
 	Progress io.Writer
@@ -115,15 +132,23 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 func (c *Cluster) start(ctx context.Context, opts Options, components []Component) error {
 	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
+	// Found before anything starts, so a missing stage file fails in milliseconds.
+	var kwokStagesPath string
+	if slices.Contains(components, Kwok) {
+		var err error
+		if kwokStagesPath, err = kwokStages(ctx, opts.BinDir, c.Dir); err != nil {
+			return err
+		}
+	}
 	keys := pki{dir: filepath.Join(c.Dir, "pki")}
 	if err := keys.generate(); err != nil {
 		return fmt.Errorf("generating certificates: %w", err)
 	}
-	ports, err := freePorts(5)
+	ports, err := freePorts(6)
 	if err != nil {
 		return err
 	}
-	etcdClient, etcdPeer, apiPort, cmPort, schedPort := ports[0], ports[1], ports[2], ports[3], ports[4]
+	etcdClient, etcdPeer, apiPort, cmPort, schedPort, kwokPort := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
 	server := "https://127.0.0.1:" + strconv.Itoa(apiPort)
 	c.Kubeconfig = filepath.Join(c.Dir, "admin.kubeconfig")
 	if err := writeKubeconfig(c.Kubeconfig, server, keys); err != nil {
@@ -165,7 +190,10 @@ func (c *Cluster) start(ctx context.Context, opts Options, components []Componen
 		return err
 	}
 
-	for _, comp := range components {
+	for _, comp := range startOrder {
+		if !slices.Contains(components, comp) {
+			continue
+		}
 		switch comp {
 		case ControllerManager:
 			c.say("starting kube-controller-manager")
@@ -191,6 +219,15 @@ func (c *Cluster) start(ctx context.Context, opts Options, components []Componen
 				return err
 			}
 			if err := c.waitHealthy(ctx, string(comp), "https://127.0.0.1:"+strconv.Itoa(schedPort)+"/healthz", nil); err != nil {
+				return err
+			}
+		case Kwok:
+			c.say("starting kwok for nodes annotated %s=%s", KwokNodeAnnotation, KwokNodeAnnotationValue)
+			if err := c.run(string(comp), bin(comp), kwokArgs(c.Kubeconfig, kwokStagesPath, kwokPort)...); err != nil {
+				return err
+			}
+			// Plain HTTP: kwok serves TLS on the same port only with a certificate it makes up.
+			if err := c.waitHealthy(ctx, string(comp), "http://127.0.0.1:"+strconv.Itoa(kwokPort)+"/healthz", nil); err != nil {
 				return err
 			}
 		}
@@ -234,7 +271,7 @@ func (c *Cluster) say(format string, args ...any) {
 	fmt.Fprintf(c.progress, format+"\n", args...)
 }
 
-// Run starts another process next to the control plane (a simulator, kwok, the manager) with
+// Run starts another process next to the control plane (a simulator, the manager) with
 // its output in the cluster's log folder; Stop stops it before the control plane.
 func (c *Cluster) Run(name, path string, args ...string) error {
 	return c.run(name, path, args...)
