@@ -1,0 +1,149 @@
+// Command gpusim is the simulated NVIDIA GPU Operator that `make demo` and the end-to-end
+// suite run next to a local control plane (kube-apiserver, scheduler, controller-manager and
+// kwok): for every simulated GPU node it plays mig-manager and the device plugin over a
+// go-nvml mock server, and runs gpupool's node agent against that mock. internal/sim does the
+// work and documents it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/gpupool/gpupool/internal/sim"
+)
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+// defaultConfigMap is where gpupool's controller writes the mig-parted config: ConfigMap
+// gpupool-mig-parted-config in the manager's default namespace.
+const defaultConfigMap = "gpupool-system/gpupool-mig-parted-config"
+
+func main() {
+	os.Exit(run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stderr, loadConfig))
+}
+
+// loadConfig reads the kubeconfig at path, or finds one as kubectl does when path is empty.
+func loadConfig(path string) (*rest.Config, error) {
+	if path != "" {
+		return clientcmd.BuildConfigFromFlags("", path)
+	}
+	return ctrl.GetConfig()
+}
+
+// run is main with its dependencies passed in; it returns the exit code.
+func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(string) (*rest.Config, error)) int {
+	fs := flag.NewFlagSet("gpusim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { usage(fs, stderr) }
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the control plane (default: $KUBECONFIG, then ~/.kube/config)")
+	nodes := fs.String("nodes", "", "simulated nodes: comma-separated [<count>x]<model>:<gpus>[:<preset>] groups (see below)")
+	configMap := fs.String("configmap", defaultConfigMap, "namespace/name of the ConfigMap holding the mig-parted config (key config.yaml)")
+	createNodes := fs.Bool("create-nodes", false, "create the Node objects that do not exist yet (labelled as GPU Feature Discovery does, annotated for kwok)")
+	seedConfig := fs.Bool("seed-config", false, "add the nodes' initial presets to the ConfigMap when missing, creating it if needed")
+	agents := fs.Bool("agents", true, "run gpupool's node agent in-process for every simulated node")
+	agentPeriod := fs.Duration("agent-refresh-period", sim.DefaultAgentRefreshPeriod, "how often the in-process agents re-read NVML")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gpusim: unexpected arguments %q\n", fs.Args())
+		return exitUsage
+	}
+	specs, err := sim.ParseNodeSpecs(*nodes)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpusim: --nodes: %v\n", err)
+		return exitUsage
+	}
+	ns, name, ok := strings.Cut(*configMap, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		fmt.Fprintf(stderr, "gpusim: --configmap %q: want namespace/name\n", *configMap)
+		return exitUsage
+	}
+	if *agentPeriod <= 0 {
+		fmt.Fprintf(stderr, "gpusim: --agent-refresh-period must be positive, got %s\n", *agentPeriod)
+		return exitUsage
+	}
+
+	// The agents log through controller-runtime's global logger, which only its first setting
+	// fulfils; the simulator gets the logger explicitly.
+	logger := zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(stderr))
+	ctrl.SetLogger(logger)
+	log := logger.WithName("gpusim")
+	cfg, err := restConfig(*kubeconfig)
+	if err != nil {
+		log.Error(err, "loading kubeconfig", "path", *kubeconfig)
+		return exitFailed
+	}
+	s, err := sim.New(cfg, sim.Options{
+		Nodes:              specs,
+		ConfigMap:          types.NamespacedName{Namespace: ns, Name: name},
+		CreateNodes:        *createNodes,
+		SeedConfig:         *seedConfig,
+		DisableAgents:      !*agents,
+		AgentRefreshPeriod: *agentPeriod,
+		Logger:             logger,
+	})
+	if err != nil {
+		log.Error(err, "setting up the simulator")
+		return exitFailed
+	}
+	for _, n := range s.Nodes() {
+		log.Info("simulated node", "node", n.Name(), "model", n.Model().Name, "config", n.InitialConfig())
+	}
+	start := time.Now()
+	if err := s.Run(ctx); err != nil {
+		log.Error(err, "simulator stopped")
+		return exitFailed
+	}
+	log.Info("stopped", "ran", time.Since(start).Round(time.Second).String())
+	return exitOK
+}
+
+func usage(fs *flag.FlagSet, w io.Writer) {
+	var models []string
+	for _, m := range sim.Models() {
+		models = append(models, fmt.Sprintf("%s (%s)", strings.Join(m.Aliases, ", "), m.Name))
+	}
+	fmt.Fprintf(w, `Usage: gpusim --nodes SPEC [flags]
+
+Simulates NVIDIA's GPU Operator (mig-manager, device plugin) and runs gpupool's node agent
+for every simulated node, against the control plane of --kubeconfig.
+
+--nodes takes comma-separated groups [<count>x]<model>:<gpus>[:<preset>]:
+  2xh200:8:all-1g,a100-80gb:4   two H200 nodes with 8 GPUs each in all-1g, one A100-80GB
+                                node with 4 GPUs, MIG disabled
+Nodes are named sim-<model>-<n>, n counting from 0 per model.
+Models: %s
+Presets (initial layout and nvidia.com/mig.config value): %s
+
+Fault knobs, per node, as annotations:
+  %s: comma-separated %s | %s | %s
+  %s: a Go duration mig-manager stays pending before applying, e.g. 5s
+
+Flags:
+`, strings.Join(models, "; "), strings.Join(sim.Presets(), ", "),
+		sim.AnnotationFault, sim.FaultFailNext, sim.FaultStuckPending, sim.FaultWrongLayout, sim.AnnotationApplyDelay)
+	fs.PrintDefaults()
+}

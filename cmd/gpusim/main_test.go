@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+
+	"github.com/gpupool/gpupool/internal/testenv"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func noConfig(string) (*rest.Config, error) { return nil, errors.New("no cluster in this test") }
+
+// Bad command lines exit with the usage code before any cluster is contacted, and --help
+// documents the --nodes syntax, the models, the presets and the fault annotations.
+func TestCommandLine(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"--nodes", "h200"},
+		{"--nodes", "v100:1"},
+		{"--nodes", "h200:1", "--configmap", "no-slash"},
+		{"--nodes", "h200:1", "--agent-refresh-period", "0s"},
+		{"--nodes", "h200:1", "extra"},
+		{"--no-such-flag"},
+	} {
+		var stderr syncBuffer
+		if code := run(context.Background(), args, &stderr, noConfig); code != exitUsage {
+			t.Errorf("gpusim %q exited %d, want %d; stderr: %s", args, code, exitUsage, stderr.String())
+		}
+	}
+	var stderr syncBuffer
+	if code := run(context.Background(), []string{"--help"}, &stderr, noConfig); code != exitOK {
+		t.Errorf("gpusim --help exited %d", code)
+	}
+	for _, want := range []string{"[<count>x]<model>:<gpus>[:<preset>]", "h200", "all-1g", "sim.gpupool.io/fault", "stuck-pending", "sim.gpupool.io/apply-delay", "-create-nodes"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("--help does not mention %q:\n%s", want, stderr.String())
+		}
+	}
+	if code := run(context.Background(), []string{"--nodes", "h200:1"}, &stderr, noConfig); code != exitFailed {
+		t.Errorf("gpusim without a reachable cluster exited %d, want %d", code, exitFailed)
+	}
+}
+
+// gpusim creates its nodes, serves them, and exits 0 when its context ends (SIGINT/SIGTERM
+// in main).
+func TestRunCreatesNodesAndStopsOnCancel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("envtest: skipped with -short")
+	}
+	env, err := testenv.Start()
+	if err != nil {
+		t.Fatalf("starting envtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping envtest: %v", err)
+		}
+	})
+	g := NewWithT(t)
+	ctx := context.Background()
+	g.Expect(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpupool-system"}})).To(Succeed())
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(runCtx, []string{"--nodes", "h200:2:all-1g,a100-80gb:1", "--create-nodes", "--seed-config", "--agents=false"},
+			&stderr, func(string) (*rest.Config, error) { return env.Config, nil })
+	}()
+	g.Eventually(func(g Gomega) {
+		n := &corev1.Node{}
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: "sim-h200-0"}, n)).To(Succeed())
+		q := n.Status.Allocatable["nvidia.com/mig-1g.18gb"]
+		g.Expect(q.String()).To(Equal("14"))
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: "sim-a100-80gb-0"}, n)).To(Succeed())
+		cm := &corev1.ConfigMap{}
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: "gpupool-system", Name: "gpupool-mig-parted-config"}, cm)).To(Succeed())
+		g.Expect(cm.Data["config.yaml"]).To(ContainSubstring("all-1g"))
+	}).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
+
+	cancel()
+	g.Eventually(done).WithTimeout(30*time.Second).Should(Receive(Equal(exitOK)), "stderr: %s", stderr.String())
+	g.Expect(stderr.String()).To(ContainSubstring(`"msg":"created node","node":"sim-h200-0"`))
+}

@@ -1,0 +1,157 @@
+package sim
+
+import (
+	"hash/fnv"
+	"maps"
+	"slices"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// podDeviceRequests returns the device-plugin resources a pod is handed: the sum over its
+// containers, or the largest single init container's request when that is larger (init
+// containers run one at a time and their devices are reused by the app containers, as the
+// kubelet's device manager does). Extended resources must have limits equal to requests;
+// limits are read first because a pod may give only those.
+func podDeviceRequests(pod *corev1.Pod) map[corev1.ResourceName]int64 {
+	out := map[corev1.ResourceName]int64{}
+	amount := func(c corev1.Container, r corev1.ResourceName) int64 {
+		if q, ok := c.Resources.Limits[r]; ok {
+			return q.Value()
+		}
+		q := c.Resources.Requests[r]
+		return q.Value()
+	}
+	names := func(c corev1.Container) []corev1.ResourceName {
+		var rs []corev1.ResourceName
+		for r := range c.Resources.Limits {
+			rs = append(rs, r)
+		}
+		for r := range c.Resources.Requests {
+			rs = append(rs, r)
+		}
+		return slices.DeleteFunc(rs, func(r corev1.ResourceName) bool { return !isDevicePluginResource(r) })
+	}
+	for _, c := range pod.Spec.Containers {
+		for _, r := range slices.Compact(slices.Sorted(slices.Values(names(c)))) {
+			out[r] += amount(c, r)
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		for _, r := range names(c) {
+			out[r] = max(out[r], amount(c, r))
+		}
+	}
+	maps.DeleteFunc(out, func(_ corev1.ResourceName, n int64) bool { return n <= 0 })
+	return out
+}
+
+// holdsDevices reports whether a pod has, or is about to get, devices on its node: bound and
+// not terminated. A terminating pod (deletionTimestamp set) still runs and keeps its devices
+// until it is gone, which is what makes a slow termination block a reconfiguration.
+func holdsDevices(pod *corev1.Pod) bool {
+	return pod.Spec.NodeName != "" && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+}
+
+// syncAssignmentsLocked makes the node's device assignment match the pods that hold devices
+// on it: pods no longer among them release theirs, pods without devices get free ones (in
+// advertisedDevices order), and pods that have devices keep them for their whole life. It
+// returns the pods that asked for more than is free; the real kubelet would reject them, the
+// simulator retries them. n.mu must be held.
+func (n *Node) syncAssignmentsLocked(pods []*corev1.Pod, gpus []GPUState) []types.NamespacedName {
+	live := map[types.NamespacedName]*corev1.Pod{}
+	for _, p := range pods {
+		if holdsDevices(p) {
+			live[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
+		}
+	}
+	for key := range n.assigned {
+		if _, ok := live[key]; !ok {
+			delete(n.assigned, key)
+		}
+	}
+	taken := map[string]bool{}
+	for _, devs := range n.assigned {
+		for _, d := range devs {
+			taken[d.id] = true
+		}
+	}
+	free := map[corev1.ResourceName][]device{}
+	for _, d := range advertisedDevices(gpus) {
+		if !taken[d.id] {
+			free[d.resource] = append(free[d.resource], d)
+		}
+	}
+	var starved []types.NamespacedName
+	for _, key := range slices.SortedFunc(maps.Keys(live), comparePodKeys) {
+		if _, ok := n.assigned[key]; ok {
+			continue
+		}
+		want := podDeviceRequests(live[key])
+		if len(want) == 0 {
+			continue
+		}
+		var got []device
+		enough := true
+		for _, r := range slices.Sorted(maps.Keys(want)) {
+			if int64(len(free[r])) < want[r] {
+				enough = false
+				break
+			}
+			got = append(got, free[r][:want[r]]...)
+		}
+		if !enough {
+			starved = append(starved, key)
+			continue
+		}
+		for _, r := range slices.Sorted(maps.Keys(want)) {
+			free[r] = free[r][want[r]:]
+		}
+		n.assigned[key] = got
+	}
+	n.setProcessesLocked(gpus)
+	return starved
+}
+
+// setProcessesLocked makes NVML report one compute process on every MIG device a pod holds
+// and none on the others, so the agent's Busy flag follows the assignment.
+func (n *Node) setProcessesLocked(gpus []GPUState) {
+	owner := map[string]types.NamespacedName{}
+	for key, devs := range n.assigned {
+		for _, d := range devs {
+			owner[d.id] = key
+		}
+	}
+	for _, g := range gpus {
+		for _, in := range g.Instances {
+			key, busy := owner[in.UUID]
+			if !busy {
+				n.migDevices.SetProcesses(in.UUID, nil)
+				continue
+			}
+			n.migDevices.SetProcesses(in.UUID, []nvml.ProcessInfo{{Pid: fakePID(key), UsedGpuMemory: 1 << 30}})
+		}
+	}
+}
+
+// fakePID is a stable process ID for a pod's workload.
+func fakePID(pod types.NamespacedName) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(pod.String()))
+	return 1000 + h.Sum32()%4_000_000
+}
+
+// podsOnGPUsLocked returns, sorted, the pods holding a device on any of the given GPUs.
+// n.mu must be held.
+func (n *Node) podsOnGPUsLocked(gpuIndexes map[int]bool) []types.NamespacedName {
+	var out []types.NamespacedName
+	for key, devs := range n.assigned {
+		if slices.ContainsFunc(devs, func(d device) bool { return gpuIndexes[d.gpu] }) {
+			out = append(out, key)
+		}
+	}
+	slices.SortFunc(out, comparePodKeys)
+	return out
+}

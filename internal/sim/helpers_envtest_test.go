@@ -1,0 +1,419 @@
+package sim_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
+	"github.com/gpupool/gpupool/internal/sim"
+	"github.com/gpupool/gpupool/internal/testenv"
+)
+
+// The API server is started on first use and shared by the package's envtest tests; each test
+// uses its own node names and ConfigMap, so they do not see each other's objects.
+var (
+	envOnce   sync.Once
+	sharedEnv *testenv.Env
+	envErr    error
+)
+
+const (
+	configNamespace = "gpupool-system"
+	podNamespace    = "sim-test"
+	waitTimeout     = 30 * time.Second
+	pollInterval    = 50 * time.Millisecond
+)
+
+func TestMain(m *testing.M) {
+	// The simulator's and the agents' logs, when asked for: SIM_TEST_LOG=1 go test -v.
+	if os.Getenv("SIM_TEST_LOG") != "" {
+		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	} else {
+		ctrl.SetLogger(logr.Discard())
+	}
+	code := m.Run()
+	if sharedEnv != nil {
+		if err := sharedEnv.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
+		}
+	}
+	os.Exit(code)
+}
+
+// startEnv returns the package's API server, starting it (and creating the namespaces the
+// tests use) on first use.
+func startEnv(t *testing.T) *testenv.Env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("envtest: skipped with -short")
+	}
+	envOnce.Do(func() {
+		sharedEnv, envErr = testenv.Start()
+		if envErr != nil {
+			return
+		}
+		for _, ns := range []string{configNamespace, podNamespace} {
+			obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+			if err := sharedEnv.Client.Create(context.Background(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
+				envErr = fmt.Errorf("creating namespace %s: %w", ns, err)
+				return
+			}
+		}
+	})
+	if envErr != nil {
+		t.Fatalf("starting envtest: %v", envErr)
+	}
+	return sharedEnv
+}
+
+// fixture is one running simulator in the shared API server.
+type fixture struct {
+	t     *testing.T
+	g     *WithT
+	env   *testenv.Env
+	c     client.Client
+	sim   *sim.Sim
+	cm    types.NamespacedName
+	nodes []string
+}
+
+// startSim runs a simulator creating the given nodes, with its own ConfigMap named after the
+// test, until the test ends; it then stops the simulator and deletes what it created.
+func startSim(t *testing.T, o sim.Options) *fixture {
+	t.Helper()
+	env := startEnv(t)
+	f := &fixture{t: t, g: NewWithT(t), env: env, c: env.Client}
+	f.g.SetDefaultEventuallyTimeout(waitTimeout)
+	f.g.SetDefaultEventuallyPollingInterval(pollInterval)
+	f.cm = types.NamespacedName{Namespace: configNamespace, Name: "cm-" + o.Nodes[0].Name}
+	o.ConfigMap = f.cm
+	o.CreateNodes = true
+	if o.AgentRefreshPeriod == 0 {
+		o.AgentRefreshPeriod = 200 * time.Millisecond
+	}
+	if o.RetryPeriod == 0 {
+		o.RetryPeriod = 200 * time.Millisecond
+	}
+	for _, n := range o.Nodes {
+		f.nodes = append(f.nodes, n.Name)
+	}
+	s, err := sim.New(env.Config, o)
+	if err != nil {
+		t.Fatalf("sim.New: %v", err)
+	}
+	f.sim = s
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("sim.Run: %v", err)
+			}
+		case <-time.After(waitTimeout):
+			t.Error("sim.Run did not return after its context ended")
+		}
+		bg := context.Background()
+		for _, name := range f.nodes {
+			for _, obj := range []client.Object{
+				&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}},
+				&v1alpha1.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: name}},
+			} {
+				if err := f.c.Delete(bg, obj); err != nil && !apierrors.IsNotFound(err) {
+					t.Errorf("deleting %T %s: %v", obj, name, err)
+				}
+			}
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.cm.Namespace, Name: f.cm.Name}}
+		if err := f.c.Delete(bg, cm); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting ConfigMap %s: %v", f.cm, err)
+		}
+	})
+	for _, name := range f.nodes {
+		f.g.Eventually(func() error { return f.c.Get(ctx, types.NamespacedName{Name: name}, &corev1.Node{}) }).Should(Succeed())
+	}
+	return f
+}
+
+func (f *fixture) node(name string) *corev1.Node {
+	f.t.Helper()
+	n := &corev1.Node{}
+	if err := f.c.Get(context.Background(), types.NamespacedName{Name: name}, n); err != nil {
+		f.t.Fatalf("get node %s: %v", name, err)
+	}
+	return n
+}
+
+func (f *fixture) simNode(name string) *sim.Node {
+	f.t.Helper()
+	n, ok := f.sim.Node(name)
+	if !ok {
+		f.t.Fatalf("no simulated node %s", name)
+	}
+	return n
+}
+
+// state returns a function reading the node's nvidia.com/mig.config.state, for Eventually.
+func (f *fixture) state(name string) func() string {
+	return func() string { return f.node(name).Labels[v1alpha1.LabelMIGConfigState] }
+}
+
+// gpus reads the simulated node's GPUs through its mock NVML.
+func (f *fixture) gpus(name string) []sim.GPUState {
+	f.t.Helper()
+	g, err := f.simNode(name).GPUs()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return g
+}
+
+// addEntries adds mig-parted entries to the fixture's ConfigMap, creating it if needed.
+func (f *fixture) addEntries(entries map[string][]nvidia.DeviceSpec) {
+	f.t.Helper()
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{}
+	err := f.c.Get(ctx, f.cm, cm)
+	create := apierrors.IsNotFound(err)
+	if err != nil && !create {
+		f.t.Fatal(err)
+	}
+	cfg := nvidia.Config{Version: nvidia.ConfigVersion, MIGConfigs: map[string][]nvidia.DeviceSpec{}}
+	if data := cm.Data[nvidia.ConfigMapKey]; data != "" {
+		if cfg, err = nvidia.ParseMIGPartedConfig([]byte(data)); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	for k, v := range entries {
+		cfg.MIGConfigs[k] = v
+	}
+	data, err := cfg.Marshal()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if create {
+		cm.ObjectMeta = metav1.ObjectMeta{Namespace: f.cm.Namespace, Name: f.cm.Name}
+	}
+	cm.Data = map[string]string{nvidia.ConfigMapKey: string(data)}
+	if create {
+		err = f.c.Create(ctx, cm)
+	} else {
+		err = f.c.Update(ctx, cm)
+	}
+	if err != nil {
+		f.t.Fatalf("writing ConfigMap %s: %v", f.cm, err)
+	}
+}
+
+// perGPU is an entry giving each listed GPU index its own layout (nil: MIG disabled).
+func perGPU(layouts map[int]mig.Layout) []nvidia.DeviceSpec {
+	var out []nvidia.DeviceSpec
+	for _, i := range slices.Sorted(mapsKeys(layouts)) {
+		s := nvidia.DeviceSpec{Devices: nvidia.Devices{Indexes: []int{i}}}
+		if l := layouts[i]; l != nil {
+			s.MIGEnabled, s.MIGDevices = true, map[string]int(l)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func mapsKeys(m map[int]mig.Layout) func(func(int) bool) {
+	return func(yield func(int) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// flip asks mig-manager for entry as gpupool's controller does (nvidia.RequestMIGConfig:
+// set mig.config, drop the stale state), with a merge patch.
+func (f *fixture) flip(name, entry string) {
+	f.t.Helper()
+	n := f.node(name)
+	base := n.DeepCopy()
+	nvidia.RequestMIGConfig(n, entry)
+	if err := f.c.Patch(context.Background(), n, client.MergeFrom(base)); err != nil {
+		f.t.Fatalf("flipping %s to %s: %v", name, entry, err)
+	}
+}
+
+// annotate sets (or, with "", removes) a node annotation.
+func (f *fixture) annotate(name, key, value string) {
+	f.t.Helper()
+	n := f.node(name)
+	base := n.DeepCopy()
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	if value == "" {
+		delete(n.Annotations, key)
+	} else {
+		n.Annotations[key] = value
+	}
+	if err := f.c.Patch(context.Background(), n, client.MergeFrom(base)); err != nil {
+		f.t.Fatalf("annotating %s: %v", name, err)
+	}
+}
+
+// bindPod creates a pod bound to node asking for count of resource, as the scheduler would
+// leave it, and returns its key.
+func (f *fixture) bindPod(name, node string, res corev1.ResourceName, count int64) types.NamespacedName {
+	f.t.Helper()
+	q := *resource.NewQuantity(count, resource.DecimalSI)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: podNamespace, Name: name},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
+			Name: "c", Image: "registry.invalid/c",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{res: q}, Requests: corev1.ResourceList{res: q}},
+		}}},
+	}
+	if err := f.c.Create(context.Background(), pod); err != nil {
+		f.t.Fatalf("creating pod %s: %v", name, err)
+	}
+	key := types.NamespacedName{Namespace: podNamespace, Name: name}
+	f.t.Cleanup(func() {
+		err := f.c.Delete(context.Background(), pod, client.GracePeriodSeconds(0))
+		if err != nil && !apierrors.IsNotFound(err) {
+			f.t.Errorf("deleting pod %s: %v", name, err)
+		}
+	})
+	return key
+}
+
+// assigned returns a function reading the devices the simulator handed to a pod.
+func (f *fixture) assigned(node string, pod types.NamespacedName) func() []string {
+	return func() []string { return f.simNode(node).Assignments()[pod] }
+}
+
+// setExpectedLayout writes GPUNode spec.expectedLayout as the controller does.
+func (f *fixture) setExpectedLayout(name string, layouts map[int]mig.Layout) {
+	f.t.Helper()
+	ctx := context.Background()
+	n := &v1alpha1.GPUNode{}
+	f.g.Eventually(func() error { return f.c.Get(ctx, types.NamespacedName{Name: name}, n) }).Should(Succeed())
+	base := n.DeepCopy()
+	n.Spec.ExpectedLayout = nil
+	for _, i := range slices.Sorted(mapsKeys(layouts)) {
+		l := v1alpha1.GPULayout{Index: int32(i), Profiles: v1alpha1.ProfileCounts{}}
+		for p, c := range layouts[i] {
+			l.Profiles[p] = int32(c)
+		}
+		n.Spec.ExpectedLayout = append(n.Spec.ExpectedLayout, l)
+	}
+	if err := f.c.Patch(ctx, n, client.MergeFrom(base), client.FieldOwner("gpupool-manager")); err != nil {
+		f.t.Fatalf("setting expectedLayout of %s: %v", name, err)
+	}
+}
+
+// layoutVerified returns a function reading the GPUNode's LayoutVerified condition.
+func (f *fixture) layoutVerified(name string) func() metav1.Condition {
+	return func() metav1.Condition {
+		n := &v1alpha1.GPUNode{}
+		if err := f.c.Get(context.Background(), types.NamespacedName{Name: name}, n); err != nil {
+			return metav1.Condition{}
+		}
+		if c := meta.FindStatusCondition(n.Status.Conditions, v1alpha1.ConditionLayoutVerified); c != nil {
+			return *c
+		}
+		return metav1.Condition{}
+	}
+}
+
+// events returns a function listing the notes of the events recorded on a node with a reason.
+func (f *fixture) events(node, reason string) func() []string {
+	return func() []string {
+		var list eventsv1.EventList
+		if err := f.c.List(context.Background(), &list); err != nil {
+			return nil
+		}
+		var out []string
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "Node" && e.Regarding.Name == node && e.Reason == reason {
+				out = append(out, e.Note)
+			}
+		}
+		return out
+	}
+}
+
+// labelHistory records the values a node label takes, from a watch opened before the test
+// acts, so a test can check the order of states mig-manager went through however briefly
+// each lasted.
+type labelHistory struct {
+	mu     sync.Mutex
+	values map[string][]string
+}
+
+func (f *fixture) watchLabels(name string, keys ...string) *labelHistory {
+	f.t.Helper()
+	wc, err := client.NewWithWatch(f.env.Config, client.Options{Scheme: f.env.Scheme})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := wc.Watch(ctx, &corev1.NodeList{}, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)})
+	if err != nil {
+		cancel()
+		f.t.Fatal(err)
+	}
+	h := &labelHistory{values: map[string][]string{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok {
+				continue
+			}
+			h.mu.Lock()
+			for _, k := range keys {
+				v := n.Labels[k]
+				if vs := h.values[k]; len(vs) == 0 || vs[len(vs)-1] != v {
+					h.values[k] = append(vs, v)
+				}
+			}
+			h.mu.Unlock()
+		}
+	}()
+	f.t.Cleanup(func() {
+		w.Stop()
+		cancel()
+		<-done
+	})
+	return h
+}
+
+// of returns the values key has taken so far, consecutive repeats collapsed.
+func (h *labelHistory) of(key string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.values[key])
+}
+
+func clientMergeFrom(base client.Object) client.Patch { return client.MergeFrom(base) }

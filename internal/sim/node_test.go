@@ -1,0 +1,235 @@
+package sim
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
+)
+
+func newTestNode(t *testing.T, model string, gpus int, preset string) *Node {
+	t.Helper()
+	n, err := NewNode(NodeSpec{Name: "node-a", Model: model, GPUs: gpus, InitialConfig: preset})
+	if err != nil {
+		t.Fatalf("NewNode: %v", err)
+	}
+	return n
+}
+
+func mustGPUs(t *testing.T, n *Node) []GPUState {
+	t.Helper()
+	g, err := n.GPUs()
+	if err != nil {
+		t.Fatalf("GPUs: %v", err)
+	}
+	return g
+}
+
+func uuids(g GPUState) []string {
+	var out []string
+	for _, in := range g.Instances {
+		out = append(out, in.UUID)
+	}
+	return out
+}
+
+// The profile table the simulator reads from the corrected H200 mock is the one the pure slot
+// tests use, so those tests describe the placements the simulator really makes.
+func TestH200ProfileTableFromNVML(t *testing.T) {
+	n := newTestNode(t, "h200", 1, PresetAllDisabled)
+	got := n.slotProfiles(0)
+	slices.SortFunc(got, func(a, b SlotProfile) int {
+		return slices.Index(names(h200Slots), a.Name) - slices.Index(names(h200Slots), b.Name)
+	})
+	if !reflect.DeepEqual(got, h200Slots) {
+		t.Errorf("H200 profiles from NVML:\n%+v\nwant\n%+v", got, h200Slots)
+	}
+}
+
+func names(ps []SlotProfile) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// Reconfiguring one GPU through NVML changes only that GPU: the other keeps its instances and
+// their MIG device UUIDs, which is what keeps pods on unchanged GPUs running.
+func TestApplyGPUChangesOnlyThatGPU(t *testing.T) {
+	n := newTestNode(t, "h200", 2, PresetAll1g)
+	before := mustGPUs(t, n)
+	if err := n.applyGPU(0, gpuTarget{MIGEnabled: true, Layout: mig.Layout{"3g.71gb": 1, "1g.18gb": 4}}); err != nil {
+		t.Fatal(err)
+	}
+	after := mustGPUs(t, n)
+	want := []InstanceState{{Profile: "1g.18gb", Start: 0, Size: 1}, {Profile: "1g.18gb", Start: 1, Size: 1},
+		{Profile: "1g.18gb", Start: 2, Size: 1}, {Profile: "1g.18gb", Start: 3, Size: 1}, {Profile: "3g.71gb", Start: 4, Size: 4}}
+	got := slices.Clone(after[0].Instances)
+	for i := range got {
+		if got[i].UUID == "" {
+			t.Errorf("instance %d has no MIG device UUID", i)
+		}
+		got[i].UUID = ""
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("GPU 0 after apply: %+v, want %+v", got, want)
+	}
+	if slices.ContainsFunc(uuids(after[0]), func(u string) bool { return slices.Contains(uuids(before[0]), u) }) {
+		t.Error("recreated instances kept old MIG device UUIDs")
+	}
+	if !reflect.DeepEqual(after[1], before[1]) {
+		t.Errorf("GPU 1 changed: %+v -> %+v", before[1], after[1])
+	}
+	if err := n.applyGPU(1, gpuTarget{}); err != nil {
+		t.Fatal(err)
+	}
+	if g := mustGPUs(t, n)[1]; g.MIGEnabled || len(g.Instances) != 0 {
+		t.Errorf("GPU 1 after disabling MIG: %+v", g)
+	}
+	// A layout that cannot exist is refused before anything is destroyed.
+	if err := n.applyGPU(0, gpuTarget{MIGEnabled: true, Layout: mig.Layout{"7g.141gb": 2}}); err == nil {
+		t.Error("applying two 7g instances succeeded")
+	}
+	if g := mustGPUs(t, n)[0]; !reflect.DeepEqual(g, after[0]) {
+		t.Errorf("refused layout changed GPU 0: %+v", g)
+	}
+}
+
+// An entry's specs resolve per GPU as mig-parted reads them: device filters select models,
+// index lists select GPUs, later specs override earlier ones, GPUs not selected are absent
+// (left alone), and an impossible layout or index makes the whole entry invalid.
+func TestResolveEntry(t *testing.T) {
+	n := newTestNode(t, "h200", 3, PresetAll1g)
+	all := nvidia.Devices{All: true}
+	got, err := n.resolveEntry([]nvidia.DeviceSpec{
+		{DeviceFilter: []string{"0x20B210DE"}, Devices: all, MIGEnabled: true, MIGDevices: map[string]int{"1g.10gb": 7}}, // A100-80GB only
+		{DeviceFilter: []string{"0x233310de"}, Devices: all, MIGEnabled: true, MIGDevices: map[string]int{"7g.141gb": 1}},
+		{Devices: nvidia.Devices{Indexes: []int{1}}, MIGEnabled: false},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]gpuTarget{
+		0: {MIGEnabled: true, Layout: mig.Layout{"7g.141gb": 1}},
+		1: {MIGEnabled: false, Layout: mig.Layout{}},
+		2: {MIGEnabled: true, Layout: mig.Layout{"7g.141gb": 1}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("resolveEntry = %+v, want %+v", got, want)
+	}
+	partial, err := n.resolveEntry([]nvidia.DeviceSpec{{Devices: nvidia.Devices{Indexes: []int{2}}, MIGEnabled: true, MIGDevices: map[string]int{}}})
+	if err != nil || !slices.Equal(slices.Collect(maps.Keys(partial)), []int{2}) {
+		t.Errorf("resolveEntry of one GPU = %+v, %v; want only GPU 2", partial, err)
+	}
+	for _, bad := range [][]nvidia.DeviceSpec{
+		{{Devices: nvidia.Devices{Indexes: []int{3}}}},
+		{{Devices: all, MIGEnabled: true, MIGDevices: map[string]int{"4g.71gb": 1, "3g.71gb": 1, "1g.18gb": 1}}},
+		{{Devices: all, MIGEnabled: true, MIGDevices: map[string]int{"1g.10gb": 1}}},
+	} {
+		if got, err := n.resolveEntry(bad); err == nil {
+			t.Errorf("resolveEntry(%+v) = %+v, want an error", bad, got)
+		}
+	}
+}
+
+func gpuPod(name string, node string, res corev1.ResourceName, n int64) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
+			Name:      "c",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{res: *resource.NewQuantity(n, resource.DecimalSI)}},
+		}}},
+	}
+}
+
+// A pod's device request: containers add up, init containers count by their largest, limits
+// are read before requests, non-device resources are ignored.
+func TestPodDeviceRequests(t *testing.T) {
+	q := func(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": q(3)}}}},
+		Containers: []corev1.Container{
+			{Resources: corev1.ResourceRequirements{
+				Limits:   corev1.ResourceList{"nvidia.com/gpu": q(1), "cpu": q(4)},
+				Requests: corev1.ResourceList{"nvidia.com/gpu": q(1)},
+			}},
+			{Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/gpu": q(1), "nvidia.com/mig-1g.18gb": q(2)}}},
+		},
+	}}
+	want := map[corev1.ResourceName]int64{"nvidia.com/gpu": 3, "nvidia.com/mig-1g.18gb": 2}
+	if got := podDeviceRequests(pod); !reflect.DeepEqual(got, want) {
+		t.Errorf("podDeviceRequests = %v, want %v", got, want)
+	}
+}
+
+// Device assignment: pods get free devices in a fixed order, keep them across syncs, never
+// share one, release them when gone or terminated, and a pod that asks for more than is free
+// gets nothing (no partial assignment) and is reported for retry.
+func TestSyncAssignments(t *testing.T) {
+	n := newTestNode(t, "h200", 2, PresetAll1g)
+	if err := n.applyGPU(1, gpuTarget{}); err != nil {
+		t.Fatal(err)
+	}
+	gpus := mustGPUs(t, n)
+	a := gpuPod("a", "node-a", "nvidia.com/mig-1g.18gb", 2)
+	b := gpuPod("b", "node-a", "nvidia.com/gpu", 1)
+	big := gpuPod("big", "node-a", "nvidia.com/mig-1g.18gb", 6)
+	cpuOnly := gpuPod("cpu", "node-a", "cpu", 1)
+
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	starved := n.syncAssignmentsLocked([]*corev1.Pod{a, b, big, cpuOnly}, gpus)
+	if want := []types.NamespacedName{{Namespace: "ns", Name: "big"}}; !reflect.DeepEqual(starved, want) {
+		t.Errorf("starved = %v, want %v", starved, want)
+	}
+	keyA, keyB := types.NamespacedName{Namespace: "ns", Name: "a"}, types.NamespacedName{Namespace: "ns", Name: "b"}
+	wantA := []device{
+		{resource: "nvidia.com/mig-1g.18gb", id: gpus[0].Instances[0].UUID, gpu: 0},
+		{resource: "nvidia.com/mig-1g.18gb", id: gpus[0].Instances[1].UUID, gpu: 0},
+	}
+	if got := n.assigned[keyA]; !reflect.DeepEqual(got, wantA) {
+		t.Errorf("pod a got %+v, want %+v", got, wantA)
+	}
+	if got := n.assigned[keyB]; len(got) != 1 || got[0].id != gpus[1].UUID {
+		t.Errorf("pod b got %+v, want GPU 1 (%s)", got, gpus[1].UUID)
+	}
+	if len(n.assigned) != 2 {
+		t.Errorf("assigned %d pods, want 2 (a and b): %+v", len(n.assigned), n.assigned)
+	}
+	if got := n.podsOnGPUsLocked(map[int]bool{0: true}); !reflect.DeepEqual(got, []types.NamespacedName{keyA}) {
+		t.Errorf("pods on GPU 0 = %v", got)
+	}
+
+	// A new pod arriving first in name order does not take a's devices.
+	early := gpuPod("0-early", "node-a", "nvidia.com/mig-1g.18gb", 1)
+	n.syncAssignmentsLocked([]*corev1.Pod{early, a, b}, gpus)
+	if got := n.assigned[keyA]; !reflect.DeepEqual(got, wantA) {
+		t.Errorf("pod a's devices moved to %+v", got)
+	}
+	if got := n.assigned[types.NamespacedName{Namespace: "ns", Name: "0-early"}]; len(got) != 1 || got[0].id != gpus[0].Instances[2].UUID {
+		t.Errorf("pod 0-early got %+v, want the third 1g device", got)
+	}
+
+	// a terminates, b is deleted: both release.
+	a.Status.Phase = corev1.PodSucceeded
+	n.syncAssignmentsLocked([]*corev1.Pod{early, a}, gpus)
+	if _, ok := n.assigned[keyA]; ok {
+		t.Error("terminated pod a kept its devices")
+	}
+	if _, ok := n.assigned[keyB]; ok {
+		t.Error("deleted pod b kept its GPU")
+	}
+	owners := n.ownersLocked()
+	if len(owners) != 1 || owners[gpus[0].Instances[2].UUID][0].Name != "0-early" {
+		t.Errorf("owners = %v, want only 0-early's device", owners)
+	}
+}

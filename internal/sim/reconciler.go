@@ -1,0 +1,128 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// FieldManager is the field manager of every write the simulator makes.
+const FieldManager = "gpusim"
+
+// podNodeNameField indexes the pod cache by spec.nodeName.
+const podNodeNameField = "spec.nodeName"
+
+// reconciler is the simulated GPU Operator for the nodes it knows. One reconcile per node plays,
+// in order, the kubelet's device manager (hand devices to the pods bound to the node),
+// mig-manager (apply a changed nvidia.com/mig.config) and the device plugin (advertise the
+// current devices). Doing all three in one reconcile keyed by node serialises them per node,
+// as they are on a real node, without locks across controllers.
+type reconciler struct {
+	client    client.Client
+	apiReader client.Reader
+	recorder  events.EventRecorder
+	nodes     map[string]*Node
+	configMap types.NamespacedName
+	clock     clock.Clock
+	// retryPeriod is how soon pods that could not get devices are tried again.
+	retryPeriod time.Duration
+}
+
+func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	n, ok := r.nodes[req.Name]
+	if !ok {
+		return ctrl.Result{}, nil
+	}
+	var node corev1.Node
+	if err := r.client.Get(ctx, req.NamespacedName, &node); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+
+	n.mu.Lock()
+	_, starved, err := r.syncLocked(ctx, n)
+	n.mu.Unlock()
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("assigning devices on node %s: %w", n.name, err)
+	}
+
+	result, err := r.migManager(ctx, n, &node)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.devicePlugin(ctx, n, &node); err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(starved) > 0 && (result.RequeueAfter == 0 || result.RequeueAfter > r.retryPeriod) {
+		result.RequeueAfter = r.retryPeriod
+	}
+	return result, nil
+}
+
+// syncLocked reads the node's GPUs and brings the device assignment up to date with the pods
+// the cache holds for the node. n.mu must be held.
+func (r *reconciler) syncLocked(ctx context.Context, n *Node) ([]GPUState, []types.NamespacedName, error) {
+	var pods corev1.PodList
+	if err := r.client.List(ctx, &pods, client.MatchingFields{podNodeNameField: n.name}); err != nil {
+		return nil, nil, fmt.Errorf("listing pods: %w", err)
+	}
+	gpus, err := n.GPUs()
+	if err != nil {
+		return nil, nil, err
+	}
+	list := make([]*corev1.Pod, len(pods.Items))
+	for i := range pods.Items {
+		list[i] = &pods.Items[i]
+	}
+	starved := n.syncAssignmentsLocked(list, gpus)
+	if len(starved) > 0 {
+		logf.FromContext(ctx).Info("pods ask for more devices than are free; retrying", "pods", podList(starved))
+	}
+	return gpus, starved, nil
+}
+
+// devicePlugin makes the node's capacity and allocatable advertise the GPUs' current devices.
+// It writes through the status subresource (a status change sent to the main resource is
+// dropped) and only the nvidia.com/ keys, so cpu, memory and pods stay as they are. While
+// mig-manager has the device plugin paused, the node is left alone.
+func (r *reconciler) devicePlugin(ctx context.Context, n *Node, node *corev1.Node) error {
+	if node.Labels[labelDevicePluginDeploy] == pausedValue {
+		return nil
+	}
+	gpus, err := n.GPUs()
+	if err != nil {
+		return fmt.Errorf("device plugin on node %s: %w", n.name, err)
+	}
+	patch := capacityPatch(node.Status, Capacity(gpus))
+	if len(patch) == 0 {
+		return nil
+	}
+	body, err := jsonPatchBody(map[string]any{"status": patch})
+	if err != nil {
+		return err
+	}
+	if err := r.client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("device plugin: patching the capacity of node %s: %w", n.name, err)
+	}
+	logf.FromContext(ctx).Info("advertised devices", "capacity", patch["capacity"])
+	return nil
+}
+
+// nodeForPod maps a pod event to its node's reconcile, when the node is simulated.
+func (r *reconciler) nodeForPod(_ context.Context, o client.Object) []ctrl.Request {
+	pod, ok := o.(*corev1.Pod)
+	if !ok || pod.Spec.NodeName == "" {
+		return nil
+	}
+	if _, sim := r.nodes[pod.Spec.NodeName]; !sim {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: pod.Spec.NodeName}}}
+}

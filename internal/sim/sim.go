@@ -1,0 +1,283 @@
+package sim
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/agent"
+	"github.com/gpupool/gpupool/internal/nvidia"
+)
+
+// Labels and annotations of a created node that the GPU Operator, GPU Feature Discovery and
+// kwok would set.
+const (
+	labelGPUCount      = "nvidia.com/gpu.count"
+	labelGPUMemory     = "nvidia.com/gpu.memory"
+	labelMIGCapable    = "nvidia.com/mig.capable"
+	labelMIGStrategy   = "nvidia.com/mig.strategy"
+	annotationKwokNode = "kwok.x-k8s.io/node"
+	annotationNodeTTL  = "node.alpha.kubernetes.io/ttl"
+)
+
+// Defaults of Options.
+const (
+	DefaultAgentRefreshPeriod = 5 * time.Second
+	DefaultRetryPeriod        = 2 * time.Second
+)
+
+// Non-GPU capacity of a created node: a typical 8-GPU server.
+var nodeBaseCapacity = corev1.ResourceList{
+	corev1.ResourceCPU:    resource.MustParse("128"),
+	corev1.ResourceMemory: resource.MustParse("2Ti"),
+	corev1.ResourcePods:   resource.MustParse("110"),
+}
+
+// Options configure a Sim.
+type Options struct {
+	// Nodes are the simulated nodes; names must be unique.
+	Nodes []NodeSpec
+	// ConfigMap holds the mig-parted config (key config.yaml) mig-manager reads, the one
+	// gpupool's controller writes (gpupool-mig-parted-config in the manager's namespace).
+	ConfigMap types.NamespacedName
+	// CreateNodes creates the Node objects that do not exist yet, labelled as GPU Feature
+	// Discovery and the GPU Operator label GPU nodes and annotated for kwok. Existing nodes
+	// are left as they are; mig-manager then applies their current mig.config at start.
+	CreateNodes bool
+	// SeedConfig adds the nodes' initial presets to the ConfigMap (creating it if needed),
+	// like the default config the GPU Operator ships, so those names are valid entries.
+	// Entries already there are never changed.
+	SeedConfig bool
+	// DisableAgents skips running gpupool's node agent for each node, for setups that run
+	// agents themselves.
+	DisableAgents bool
+	// AgentRefreshPeriod is the agents' NVML read period; 0 means DefaultAgentRefreshPeriod.
+	AgentRefreshPeriod time.Duration
+	// RetryPeriod is how soon pods that could not get devices are tried again; 0 means
+	// DefaultRetryPeriod.
+	RetryPeriod time.Duration
+	// Clock measures apply delays; nil means the real clock.
+	Clock clock.Clock
+	// Logger for the simulator's manager; the zero value means controller-runtime's global one.
+	Logger logr.Logger
+}
+
+// Sim is the simulated GPU Operator for a set of nodes, with one node agent per node.
+type Sim struct {
+	opts  Options
+	nodes map[string]*Node
+	order []*Node
+	mgr   ctrl.Manager
+	log   logr.Logger
+}
+
+// New builds the simulated nodes (mock NVML in their initial layouts) and the controllers;
+// nothing talks to the API server until Run.
+func New(cfg *rest.Config, o Options) (*Sim, error) {
+	if o.ConfigMap.Name == "" || o.ConfigMap.Namespace == "" {
+		return nil, errors.New("gpusim: the mig-parted ConfigMap's namespace and name are required")
+	}
+	if len(o.Nodes) == 0 {
+		return nil, errors.New("gpusim: no nodes to simulate")
+	}
+	o.AgentRefreshPeriod = cmp.Or(o.AgentRefreshPeriod, DefaultAgentRefreshPeriod)
+	o.RetryPeriod = cmp.Or(o.RetryPeriod, DefaultRetryPeriod)
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	s := &Sim{opts: o, nodes: map[string]*Node{}}
+	for _, spec := range o.Nodes {
+		if _, dup := s.nodes[spec.Name]; dup {
+			return nil, fmt.Errorf("gpusim: node %s listed twice", spec.Name)
+		}
+		n, err := NewNode(spec)
+		if err != nil {
+			return nil, err
+		}
+		s.nodes[spec.Name] = n
+		s.order = append(s.order, n)
+	}
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("gpusim: building the scheme: %w", err)
+	}
+	mgrOpts := ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// Tests run several simulators in one process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	}
+	if o.Logger.GetSink() != nil {
+		mgrOpts.Logger = o.Logger
+	}
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
+	if err != nil {
+		return nil, fmt.Errorf("gpusim: creating the manager: %w", err)
+	}
+	s.mgr, s.log = mgr, mgr.GetLogger().WithName("gpusim")
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podNodeNameField, func(o client.Object) []string {
+		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("gpusim: indexing pods by node: %w", err)
+	}
+	r := &reconciler{
+		client:      mgr.GetClient(),
+		apiReader:   mgr.GetAPIReader(),
+		recorder:    mgr.GetEventRecorder("gpusim-mig-manager"),
+		nodes:       s.nodes,
+		configMap:   o.ConfigMap,
+		clock:       o.Clock,
+		retryPeriod: o.RetryPeriod,
+	}
+	simulated := predicate.NewPredicateFuncs(func(obj client.Object) bool { _, ok := s.nodes[obj.GetName()]; return ok })
+	if err := ctrl.NewControllerManagedBy(mgr).
+		Named("gpusim").
+		For(&corev1.Node{}, builder.WithPredicates(simulated)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.nodeForPod)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(r); err != nil {
+		return nil, fmt.Errorf("gpusim: building the controller: %w", err)
+	}
+	if !o.DisableAgents {
+		for _, n := range s.order {
+			am, err := agent.NewManager(cfg, agent.ManagerOptions{
+				NodeName:               n.name,
+				Read:                   agent.NVMLReader(n.NVML()),
+				Owners:                 func(context.Context) (map[string][]v1alpha1.PodReference, error) { return n.Owners(), nil },
+				RefreshPeriod:          o.AgentRefreshPeriod,
+				HealthProbeBindAddress: "0",
+				MetricsBindAddress:     "0",
+			})
+			if err != nil {
+				return nil, fmt.Errorf("gpusim: agent for node %s: %w", n.name, err)
+			}
+			if err := mgr.Add(am); err != nil {
+				return nil, fmt.Errorf("gpusim: adding the agent for node %s: %w", n.name, err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// Node returns the simulated node with the given name.
+func (s *Sim) Node(name string) (*Node, bool) {
+	n, ok := s.nodes[name]
+	return n, ok
+}
+
+// Nodes returns the simulated nodes in the order they were given.
+func (s *Sim) Nodes() []*Node { return slices.Clone(s.order) }
+
+// Run creates the nodes and seeds the ConfigMap when asked, then runs the simulated operator
+// and the agents until ctx ends.
+func (s *Sim) Run(ctx context.Context) error {
+	c := s.mgr.GetClient()
+	reader := s.mgr.GetAPIReader()
+	if s.opts.CreateNodes {
+		for _, n := range s.order {
+			if err := createNode(ctx, c, reader, n, s.log); err != nil {
+				return err
+			}
+		}
+	}
+	if s.opts.SeedConfig {
+		if err := seedConfig(ctx, c, reader, s.opts.ConfigMap, s.order, s.log); err != nil {
+			return err
+		}
+	}
+	s.log.Info("simulating GPU nodes", "nodes", len(s.order), "configMap", s.opts.ConfigMap.String(), "agents", !s.opts.DisableAgents)
+	if err := s.mgr.Start(ctx); err != nil {
+		return fmt.Errorf("gpusim: %w", err)
+	}
+	return nil
+}
+
+// NodeObject is the Node a simulated node is created as: GPU Feature Discovery's labels, the
+// GPU Operator's deploy labels, mig-manager's state for the initial layout, kwok's
+// annotation, and no status (see nodeStatusPatch).
+func NodeObject(n *Node) *corev1.Node {
+	cfg := n.model.config()
+	labels := map[string]string{
+		corev1.LabelHostname:                     n.name,
+		corev1.LabelOSStable:                     "linux",
+		corev1.LabelArchStable:                   "amd64",
+		"type":                                   "kwok",
+		v1alpha1.LabelGPUProduct:                 n.model.ProductLabel,
+		v1alpha1.LabelGPUPresent:                 "true",
+		labelGPUCount:                            strconv.Itoa(n.gpus),
+		labelGPUMemory:                           strconv.FormatUint(cfg.MemoryMB, 10),
+		labelMIGCapable:                          "true",
+		labelMIGStrategy:                         "mixed",
+		v1alpha1.LabelMIGConfig:                  n.initialConfig,
+		v1alpha1.LabelMIGConfigState:             string(nvidia.StateSuccess),
+		nvidia.LabelDeployPrefix + "mig-manager": "true",
+	}
+	for _, k := range pausableOperands[:4] { // device plugin, GFD, DCGM exporter, DCGM; no NVSM
+		labels[k] = "true"
+	}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name:        n.name,
+		Labels:      labels,
+		Annotations: map[string]string{annotationKwokNode: "fake", annotationNodeTTL: "0"},
+	}}
+}
+
+func createNode(ctx context.Context, c client.Client, reader client.Reader, n *Node, log logr.Logger) error {
+	err := reader.Get(ctx, types.NamespacedName{Name: n.name}, &corev1.Node{})
+	if err == nil {
+		log.Info("node exists; leaving its labels as they are", "node", n.name)
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("gpusim: looking up node %s: %w", n.name, err)
+	}
+	obj := NodeObject(n)
+	if err := c.Create(ctx, obj, client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("gpusim: creating node %s: %w", n.name, err)
+	}
+	gpus, err := n.GPUs()
+	if err != nil {
+		return err
+	}
+	capacity := nodeBaseCapacity.DeepCopy()
+	maps.Copy(capacity, Capacity(gpus))
+	base := obj.DeepCopy()
+	obj.Status.Capacity = capacity
+	obj.Status.Allocatable = capacity.DeepCopy()
+	if err := c.Status().Patch(ctx, obj, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("gpusim: setting the capacity of node %s: %w", n.name, err)
+	}
+	log.Info("created node", "node", n.name, "model", n.model.Name, "gpus", n.gpus, "config", n.initialConfig)
+	return nil
+}
