@@ -263,6 +263,17 @@ func (f *fixture) flip(name, entry string) {
 	}
 }
 
+// unsetConfig removes the node's nvidia.com/mig.config label.
+func (f *fixture) unsetConfig(name string) {
+	f.t.Helper()
+	n := f.node(name)
+	base := n.DeepCopy()
+	delete(n.Labels, v1alpha1.LabelMIGConfig)
+	if err := f.c.Patch(context.Background(), n, client.MergeFrom(base)); err != nil {
+		f.t.Fatalf("unsetting the mig.config of %s: %v", name, err)
+	}
+}
+
 // annotate sets (or, with "", removes) a node annotation.
 func (f *fixture) annotate(name, key, value string) {
 	f.t.Helper()

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -48,30 +49,73 @@ const (
 	reasonApplied       = "MIGConfigApplied"
 )
 
-// migManagerMemory is what mig-manager remembers about a node between label events.
+// migManagerMemory is what mig-manager remembers about a node. The real one learns of label
+// changes from an informer whose update handler compares the old and new value of
+// nvidia.com/mig.config and queues the new one when it differs and is not empty; every such
+// change is applied, even a value applied before (that is how unset+set retries). The
+// simulator does the same: labelChanged records each change as it is delivered, so two quick
+// changes are not lost when the reconciles they trigger coalesce.
 type migManagerMemory struct {
-	// applied is the last label value handled, whatever the outcome: mig-manager acts only
-	// on a change of value, so it is never applied again until the label changes or is unset.
-	applied string
-	// applying is the value being applied while the state is pending; "" when idle.
-	applying string
-	// since is when applying was first seen; an apply delay counts from it.
-	since time.Time
+	mu sync.Mutex
+	// current is the label value last seen by the event handler.
+	current string
+	// requested is the latest non-empty value a change asked for, and seq counts such changes.
+	requested string
+	seq       uint64
+	// handled is the seq whose apply has finished (success, failed or stuck).
+	handled uint64
+	// applying is the seq being applied while the state is pending (0 when idle), and since is
+	// when it started; an apply delay counts from it.
+	applying uint64
+	since    time.Time
 }
 
-// migManager is mig-manager's part of a node's reconcile.
+// labelChanged records the node's nvidia.com/mig.config value as an informer event delivers it,
+// and reports whether it is a change mig-manager acts on.
+func (m *migManagerMemory) labelChanged(value string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if value == m.current {
+		return false
+	}
+	m.current = value
+	if value == "" {
+		return false
+	}
+	m.requested = value
+	m.seq++
+	return true
+}
+
+// next returns the change to work on: its value and seq, and whether it was already begun.
+func (m *migManagerMemory) next() (value string, seq uint64, begun bool, since time.Time, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.seq == m.handled {
+		return "", 0, false, time.Time{}, false
+	}
+	return m.requested, m.seq, m.applying == m.seq, m.since, true
+}
+
+func (m *migManagerMemory) begin(seq uint64, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.applying, m.since = seq, now
+}
+
+func (m *migManagerMemory) finish(seq uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.handled, m.applying = seq, 0
+}
+
+// migManager is mig-manager's part of a node's reconcile: it works on the latest recorded
+// label change, if it has not finished it yet.
 func (r *reconciler) migManager(ctx context.Context, n *Node, node *corev1.Node) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
 	mm := &n.migManager
-	value := node.Labels[v1alpha1.LabelMIGConfig]
-	if value == "" {
-		if mm.applied != "" || mm.applying != "" {
-			log.Info("mig.config label removed; the next value set will be applied", "previous", mm.applied)
-		}
-		*mm = migManagerMemory{}
-		return ctrl.Result{}, nil
-	}
-	if mm.applying == "" && value == mm.applied {
+	value, seq, begun, since, ok := mm.next()
+	if !ok {
 		return ctrl.Result{}, nil
 	}
 	annotated, err := ParseFaultAnnotations(node.Annotations)
@@ -80,8 +124,8 @@ func (r *reconciler) migManager(ctx context.Context, n *Node, node *corev1.Node)
 		annotated = Faults{}
 	}
 	faults := n.peekFaults().merge(annotated)
-	if mm.applying != value {
-		log.Info("mig.config changed; applying", "config", value, "previous", mm.applied)
+	if !begun {
+		log.Info("mig.config changed; applying", "config", value)
 		set := map[string]*string{v1alpha1.LabelMIGConfigState: ptrTo(string(nvidia.StatePending))}
 		if faults.StuckPending {
 			// The known wedge: operands paused, pausing never completes, state stays pending.
@@ -90,20 +134,21 @@ func (r *reconciler) migManager(ctx context.Context, n *Node, node *corev1.Node)
 		if err := r.patchLabels(ctx, node, set); err != nil {
 			return ctrl.Result{}, fmt.Errorf("setting state pending for %s on node %s: %w", value, n.name, err)
 		}
-		mm.applying, mm.since = value, r.clock.Now()
+		since = r.clock.Now()
+		mm.begin(seq, since)
 		if faults.StuckPending {
 			log.Info("fault stuck-pending: leaving the node pending", "config", value)
-			mm.applied, mm.applying = value, ""
+			mm.finish(seq)
 			return ctrl.Result{}, nil
 		}
 	}
-	if wait := mm.since.Add(faults.ApplyDelay).Sub(r.clock.Now()); wait > 0 {
+	if wait := since.Add(faults.ApplyDelay).Sub(r.clock.Now()); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	if err := r.apply(ctx, n, node, value, annotated); err != nil {
 		return ctrl.Result{}, err
 	}
-	mm.applied, mm.applying = value, ""
+	mm.finish(seq)
 	return ctrl.Result{}, nil
 }
 

@@ -44,7 +44,8 @@ type Node struct {
 	assigned map[types.NamespacedName][]device
 	faults   Faults
 
-	// migManager is touched only by the node's reconciles, which the work queue serialises.
+	// migManager is what the simulated mig-manager remembers; it has its own lock because
+	// the informer's event handler records label changes while a reconcile may be applying.
 	migManager migManagerMemory
 }
 
@@ -97,7 +98,7 @@ func NewNode(spec NodeSpec) (*Node, error) {
 			return nil, fmt.Errorf("simulated node %s: initial layout %s: %w", spec.Name, n.initialConfig, err)
 		}
 	}
-	n.migManager.applied = n.initialConfig
+	n.migManager.current = n.initialConfig
 	return n, nil
 }
 

@@ -8,10 +8,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/gpupool/gpupool/api/v1alpha1"
 )
 
 // FieldManager is the field manager of every write the simulator makes.
@@ -113,6 +119,27 @@ func (r *reconciler) devicePlugin(ctx context.Context, n *Node, node *corev1.Nod
 	}
 	logf.FromContext(ctx).Info("advertised devices", "capacity", patch["capacity"])
 	return nil
+}
+
+// nodeEvents queues a reconcile for every event of a simulated node and, on the way, lets
+// mig-manager record the node's label changes in the order the informer delivers them.
+func (r *reconciler) nodeEvents() handler.Funcs {
+	observe := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		n, ok := r.nodes[o.GetName()]
+		if !ok {
+			return
+		}
+		n.migManager.labelChanged(o.GetLabels()[v1alpha1.LabelMIGConfig])
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: o.GetName()}})
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			observe(e.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			observe(e.ObjectNew, q)
+		},
+	}
 }
 
 // nodeForPod maps a pod event to its node's reconcile, when the node is simulated.

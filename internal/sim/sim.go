@@ -22,13 +22,11 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/agent"
@@ -160,10 +158,9 @@ func New(cfg *rest.Config, o Options) (*Sim, error) {
 		clock:       o.Clock,
 		retryPeriod: o.RetryPeriod,
 	}
-	simulated := predicate.NewPredicateFuncs(func(obj client.Object) bool { _, ok := s.nodes[obj.GetName()]; return ok })
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("gpusim").
-		For(&corev1.Node{}, builder.WithPredicates(simulated)).
+		Watches(&corev1.Node{}, r.nodeEvents()).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.nodeForPod)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r); err != nil {
@@ -225,7 +222,7 @@ func (s *Sim) Run(ctx context.Context) error {
 
 // NodeObject is the Node a simulated node is created as: GPU Feature Discovery's labels, the
 // GPU Operator's deploy labels, mig-manager's state for the initial layout, kwok's
-// annotation, and no status (see nodeStatusPatch).
+// annotation; createNode adds the status.
 func NodeObject(n *Node) *corev1.Node {
 	cfg := n.model.config()
 	labels := map[string]string{
@@ -263,20 +260,19 @@ func createNode(ctx context.Context, c client.Client, reader client.Reader, n *N
 		return fmt.Errorf("gpusim: looking up node %s: %w", n.name, err)
 	}
 	obj := NodeObject(n)
-	if err := c.Create(ctx, obj, client.FieldOwner(FieldManager)); err != nil {
-		return fmt.Errorf("gpusim: creating node %s: %w", n.name, err)
-	}
 	gpus, err := n.GPUs()
 	if err != nil {
 		return err
 	}
+	// The API server keeps a Node's status on create. Setting it there, rather than by a
+	// status patch afterwards, matters under kwok: its node-initialize stage fills in its own
+	// cpu, memory and pods (1k, 1Ti, 1M) on a node that has none yet, and would win the race.
 	capacity := nodeBaseCapacity.DeepCopy()
 	maps.Copy(capacity, Capacity(gpus))
-	base := obj.DeepCopy()
 	obj.Status.Capacity = capacity
 	obj.Status.Allocatable = capacity.DeepCopy()
-	if err := c.Status().Patch(ctx, obj, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil {
-		return fmt.Errorf("gpusim: setting the capacity of node %s: %w", n.name, err)
+	if err := c.Create(ctx, obj, client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("gpusim: creating node %s: %w", n.name, err)
 	}
 	log.Info("created node", "node", n.name, "model", n.model.Name, "gpus", n.gpus, "config", n.initialConfig)
 	return nil

@@ -122,8 +122,9 @@ func TestLabelFlipReconfiguresChangedGPUsOnly(t *testing.T) {
 		HaveField("Status", metav1.ConditionTrue), HaveField("Reason", agent.ReasonLayoutMatches)))
 }
 
-// An unknown entry name fails (state failed, an Event saying why) without touching a GPU, and
-// the same value is not applied again once the entry appears: only a new value is.
+// An unknown entry name fails (state failed, an Event saying why) without touching a GPU.
+// mig-manager acts on label changes only, so once the entry exists the documented retry is
+// unset+set of the same value, which applies it.
 func TestUnknownEntryFails(t *testing.T) {
 	const name = "unknown-h200"
 	f := startSim(t, sim.Options{Nodes: []sim.NodeSpec{h200Node(name)}})
@@ -137,7 +138,8 @@ func TestUnknownEntryFails(t *testing.T) {
 	f.g.Expect(f.node(name).Labels).To(HaveKeyWithValue(deployDevicePlugin, "true"), "nothing was paused")
 
 	f.addEntries(map[string][]nvidia.DeviceSpec{"gpupool-missing": perGPU(gpu0Two3)})
-	f.flip(name, "gpupool-other")
+	f.unsetConfig(name)
+	f.flip(name, "gpupool-missing")
 	f.g.Eventually(f.state(name)).Should(Equal("success"))
 	f.g.Expect(f.gpus(name)[0].Layout()).To(Equal(two3g))
 }

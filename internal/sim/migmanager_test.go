@@ -1,0 +1,33 @@
+package sim
+
+import "testing"
+
+// mig-manager acts on every change of nvidia.com/mig.config to a non-empty value, including
+// back to a value it applied before (unset+set), and on nothing else: repeats of the same
+// value and removals of the label are no requests.
+func TestLabelChanged(t *testing.T) {
+	m := migManagerMemory{current: "all-1g"}
+	for i, step := range []struct {
+		value string
+		want  bool
+	}{
+		{"all-1g", false},
+		{"gpupool-a", true},
+		{"gpupool-a", false},
+		{"", false},
+		{"gpupool-a", true},
+		{"gpupool-b", true},
+		{"all-1g", true},
+	} {
+		if got := m.labelChanged(step.value); got != step.want {
+			t.Errorf("step %d: labelChanged(%q) = %v, want %v", i, step.value, got, step.want)
+		}
+	}
+	if value, seq, begun, _, ok := m.next(); !ok || value != "all-1g" || seq != 4 || begun {
+		t.Errorf("next() = %q, %d, begun %v, ok %v; want all-1g, 4, not begun", value, seq, begun, ok)
+	}
+	m.finish(4)
+	if _, _, _, _, ok := m.next(); ok {
+		t.Error("next() after finishing the latest change still has work")
+	}
+}
