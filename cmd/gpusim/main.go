@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 	fs.SetOutput(stderr)
 	fs.Usage = func() { usage(fs, stderr) }
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the control plane (default: $KUBECONFIG, then ~/.kube/config)")
-	nodes := fs.String("nodes", "", "simulated nodes: comma-separated [<count>x]<model>:<gpus>[:<preset>] groups (see below)")
+	nodes := fs.String("nodes", "", "simulated nodes: comma-separated [<count>x]<model>:<gpus>[:<preset>] groups (see above)")
 	configMap := fs.String("configmap", defaultConfigMap, "namespace/name of the ConfigMap holding the mig-parted config (key config.yaml)")
 	createNodes := fs.Bool("create-nodes", false, "create the Node objects that do not exist yet (labelled as GPU Feature Discovery does, annotated for kwok)")
 	seedConfig := fs.Bool("seed-config", false, "add the nodes' initial presets to the ConfigMap when missing, creating it if needed")
@@ -124,7 +124,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 func usage(fs *flag.FlagSet, w io.Writer) {
 	var models []string
 	for _, m := range sim.Models() {
-		models = append(models, fmt.Sprintf("%s (%s)", strings.Join(m.Aliases, ", "), m.Name))
+		models = append(models, fmt.Sprintf("  %-22s %s", strings.Join(m.Aliases, ", "), m.Name))
 	}
 	fmt.Fprintf(w, `Usage: gpusim --nodes SPEC [flags]
 
@@ -134,8 +134,10 @@ for every simulated node, against the control plane of --kubeconfig.
 --nodes takes comma-separated groups [<count>x]<model>:<gpus>[:<preset>]:
   2xh200:8:all-1g,a100-80gb:4   two H200 nodes with 8 GPUs each in all-1g, one A100-80GB
                                 node with 4 GPUs, MIG disabled
-Nodes are named sim-<model>-<n>, n counting from 0 per model.
-Models: %s
+Nodes are named sim-<first alias>-<n> (sim-h200-0, sim-a100-80gb-0, ...), n counting
+from 0 per model.
+Models (aliases, then the canonical name):
+%s
 Presets (initial layout and nvidia.com/mig.config value): %s
 
 Fault knobs, per node, as annotations:
@@ -143,7 +145,7 @@ Fault knobs, per node, as annotations:
   %s: a Go duration mig-manager stays pending before applying, e.g. 5s
 
 Flags:
-`, strings.Join(models, "; "), strings.Join(sim.Presets(), ", "),
+`, strings.Join(models, "\n"), strings.Join(sim.Presets(), ", "),
 		sim.AnnotationFault, sim.FaultFailNext, sim.FaultStuckPending, sim.FaultWrongLayout, sim.AnnotationApplyDelay)
 	fs.PrintDefaults()
 }
