@@ -237,13 +237,13 @@ func TestFaults(t *testing.T) {
 		f.g.Expect(f.gpus(name)[0].Layout()).To(Equal(two3g))
 	})
 
-	// The programmatic FailNext knob behaves the same and fires once.
+	// The programmatic FailNext knob, set on a running simulator, behaves the same and fires
+	// once.
 	t.Run("FailNext knob", func(t *testing.T) {
 		const name = "fault-failnext-knob"
-		spec := h200Node(name)
-		spec.Faults = sim.Faults{FailNext: true}
-		f := startSim(t, sim.Options{Nodes: []sim.NodeSpec{spec}})
+		f := startSim(t, sim.Options{Nodes: []sim.NodeSpec{h200Node(name)}})
 		f.addEntries(entries)
+		f.simNode(name).SetFaults(sim.Faults{FailNext: true})
 		f.flip(name, "gpupool-a")
 		f.g.Eventually(f.state(name)).Should(Equal("failed"))
 		f.flip(name, "gpupool-b")
