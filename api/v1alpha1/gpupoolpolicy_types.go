@@ -174,6 +174,11 @@ type DisruptionPolicy struct {
 	// EvictUnmanaged allows evicting pods no controller will recreate.
 	// +optional
 	EvictUnmanaged bool `json:"evictUnmanaged,omitempty"`
+	// KeepFailedNodesCordoned leaves a node whose reconfiguration failed cordoned even when the
+	// agent shows every GPU with a whole layout. By default such a node is reopened, and only a
+	// node with a possibly half-configured GPU stays cordoned.
+	// +optional
+	KeepFailedNodesCordoned bool `json:"keepFailedNodesCordoned,omitempty"`
 }
 
 // PlanningPolicy tunes when the controller plans.

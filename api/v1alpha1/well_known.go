@@ -14,6 +14,9 @@ const (
 	// AnnotationCordonedBy on a node names the RepartitionPlan that cordoned it, so gpupool only
 	// ever uncordons nodes it cordoned itself.
 	AnnotationCordonedBy = "gpupool.io/cordoned-by"
+	// AnnotationWasUnschedulable on a node, with value "true", records that someone else had
+	// cordoned it before gpupool's plan did, so that gpupool leaves it cordoned afterwards.
+	AnnotationWasUnschedulable = "gpupool.io/was-unschedulable"
 
 	// LabelMIGConfig selects the mig-parted config entry that NVIDIA's mig-manager applies.
 	LabelMIGConfig = "nvidia.com/mig.config"

@@ -54,6 +54,10 @@ type Observation struct {
 	Verified metav1.ConditionStatus
 	// VerifyMessage is that condition's message (it lists the differences).
 	VerifyMessage string
+	// GPUsWhole is true when the agent reports every GPU the step changes with a whole layout,
+	// either the old one or the new one: nothing is half-configured, so a failed node may
+	// take work again.
+	GPUsWhole bool
 }
 
 // Timeouts bound each wait of a step.
@@ -66,6 +70,9 @@ type Timeouts struct {
 	// Propagation is how long to wait after writing the ConfigMap before flipping the label,
 	// so that mig-manager's mounted copy has the new entry (the kubelet syncs it lazily).
 	Propagation time.Duration
+	// KeepFailedCordoned leaves every node whose step failed after its GPUs were touched
+	// cordoned, even when the agent shows whole layouts (the policy's keepFailedNodesCordoned).
+	KeepFailedCordoned bool
 }
 
 // StepResult is the decision for one node step.
@@ -83,9 +90,10 @@ type StepResult struct {
 
 // Requeue intervals of a step that waits on the cluster.
 const (
-	quickLook = time.Second
-	drainLook = 5 * time.Second
-	slowLook  = 10 * time.Second
+	quickLook    = time.Second
+	drainLook    = 5 * time.Second
+	maxDrainLook = time.Minute
+	slowLook     = 10 * time.Second
 )
 
 // Step decides the next state of one node's step. Failures before the GPUs are touched reopen
@@ -133,7 +141,7 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 		if obs.DrainMessage != "" {
 			msg += ": " + obs.DrainMessage
 		}
-		return stay(cur, msg, drainLook, ActionEvict)
+		return stay(cur, msg, drainBackoff(now.Sub(since)), ActionEvict)
 
 	case v1alpha1.NodeConfiguring:
 		if !obs.ConfigWritten || !obs.LayoutExpected {
@@ -149,16 +157,16 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 		case "success":
 			return move(cur, v1alpha1.NodeVerifying, now, "mig-manager applied "+step.MIGConfigName+"; verifying", quickLook)
 		case "failed":
-			return fail(cur, now, "mig-manager reported failed for "+step.MIGConfigName+
-				"; the node stays cordoned: check the nvidia-mig-manager pod's log on "+step.Node, nil)
+			return failTouched(cur, now, "mig-manager reported failed for "+step.MIGConfigName+
+				": check the nvidia-mig-manager pod's log on "+step.Node, obs, t)
 		}
 		if now.Sub(since) >= t.Propagation+t.Configure {
 			state := obs.MIGState
 			if state == "" {
 				state = "no state"
 			}
-			return fail(cur, now, fmt.Sprintf("mig-manager stayed at %q past configureTimeout %s; the node stays cordoned",
-				state, t.Configure), nil)
+			return failTouched(cur, now, fmt.Sprintf("mig-manager stayed at %q past configureTimeout %s",
+				state, t.Configure), obs, t)
 		}
 		return stay(cur, "mig-manager is applying "+step.MIGConfigName, slowLook)
 
@@ -167,12 +175,33 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 			return move(cur, v1alpha1.NodeDone, now, "layout verified", 0, reopen(cur)...)
 		}
 		if now.Sub(since) >= t.Configure {
-			return fail(cur, now, "the agent did not verify the layout within configureTimeout "+t.Configure.String()+
-				": "+obs.VerifyMessage+"; the node stays cordoned", nil)
+			return failTouched(cur, now, "the agent did not verify the layout within configureTimeout "+t.Configure.String()+
+				": "+obs.VerifyMessage, obs, t)
 		}
 		return stay(cur, "waiting for the agent to verify the layout", quickLook)
 	}
 	return fail(cur, now, fmt.Sprintf("unknown step state %q", cur.State), nil)
+}
+
+// drainBackoff spaces drain passes blocked by PodDisruptionBudgets: the next pass comes after
+// as long again as the drain has already waited, so passes back off exponentially from
+// drainLook up to maxDrainLook, without any attempt counter to persist.
+func drainBackoff(waited time.Duration) time.Duration {
+	return min(max(waited, drainLook), maxDrainLook)
+}
+
+// failTouched fails a step after its GPUs may have been touched. The node is reopened only
+// when the agent shows every changed GPU with a whole layout (old or new) and the policy does
+// not ask to keep failed nodes cordoned: a half-configured GPU must not take new work.
+func failTouched(cur v1alpha1.NodeStepStatus, now time.Time, msg string, obs Observation, t Timeouts) StepResult {
+	if !obs.GPUsWhole || t.KeepFailedCordoned {
+		why := "a GPU may be half-configured"
+		if obs.GPUsWhole {
+			why = "the policy keeps failed nodes cordoned"
+		}
+		return fail(cur, now, msg+"; the node stays cordoned ("+why+"): fix it, then run kubectl uncordon "+cur.Node, nil)
+	}
+	return fail(cur, now, msg+"; the node was reopened: the agent shows every GPU with a whole layout", reopen(cur))
 }
 
 // reopen gives the node back: uncordon it, unless someone else had cordoned it first.

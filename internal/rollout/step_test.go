@@ -85,6 +85,29 @@ func verified(o rollout.Observation, s metav1.ConditionStatus) rollout.Observati
 	return o
 }
 
+// whole says the agent reports every changed GPU with its old or its new layout.
+func whole(o rollout.Observation) rollout.Observation {
+	o.GPUsWhole = true
+	return o
+}
+
+// TestDrainPassesBackOffExponentially guards that a drain blocked by PodDisruptionBudgets
+// looks again less and less often, from 5s up to a minute, and never stops evicting.
+func TestDrainPassesBackOffExponentially(t *testing.T) {
+	g := NewWithT(t)
+	var got []time.Duration
+	waited := time.Duration(0)
+	for range 6 {
+		res := rollout.Step(planName, nodeStep, at(v1alpha1.NodeDraining, false),
+			withPods(cordoned(), 1, "team/infer blocked by pdb web"), timeouts, t0.Add(waited))
+		g.Expect(res.Actions).To(Equal([]rollout.Action{rollout.ActionEvict}))
+		got = append(got, res.RequeueAfter)
+		waited += res.RequeueAfter
+	}
+	g.Expect(got).To(Equal([]time.Duration{5 * time.Second, 5 * time.Second, 10 * time.Second,
+		20 * time.Second, 40 * time.Second, time.Minute}))
+}
+
 func TestStepFailures(t *testing.T) {
 	relabelled := configured(cordoned(), nodeStep.MIGConfigName, "pending")
 	cases := []struct {
@@ -96,6 +119,8 @@ func TestStepFailures(t *testing.T) {
 		actions   []rollout.Action
 		message   string
 		invariant string
+		// keepCordoned sets the policy's keepFailedNodesCordoned.
+		keepCordoned bool
 	}{
 		{name: "drain timeout reopens the node", cur: at(v1alpha1.NodeDraining, false),
 			obs: withPods(cordoned(), 2, "team/a blocked by pdb web"), after: 15 * time.Minute,
@@ -116,7 +141,7 @@ func TestStepFailures(t *testing.T) {
 			invariant: "a possibly half-configured GPU takes no new work"},
 		{name: "mig-manager wedged in pending past configureTimeout", cur: at(v1alpha1.NodeConfiguring, false),
 			obs: relabelled, after: 11 * time.Minute, state: v1alpha1.NodeFailed,
-			message:   `mig-manager stayed at "pending" past configureTimeout 10m0s; the node stays cordoned`,
+			message:   `mig-manager stayed at "pending" past configureTimeout 10m0s; the node stays cordoned (a GPU may be half-configured)`,
 			invariant: "the known pending wedge becomes a visible failure, never a silent cordon"},
 		{name: "pending within configureTimeout waits", cur: at(v1alpha1.NodeConfiguring, false),
 			obs: relabelled, after: 9 * time.Minute, state: v1alpha1.NodeConfiguring,
@@ -126,6 +151,20 @@ func TestStepFailures(t *testing.T) {
 			after: 10 * time.Minute, state: v1alpha1.NodeFailed,
 			message:   "did not verify the layout within configureTimeout 10m0s: GPU 0: want 3g.71gb:2, have 1g.18gb:7",
 			invariant: "a success label is never trusted alone"},
+		{name: "mig-manager failed with whole layouts reopens the node", cur: at(v1alpha1.NodeConfiguring, false),
+			obs: whole(configured(cordoned(), nodeStep.MIGConfigName, "failed")), after: 2 * time.Minute,
+			state: v1alpha1.NodeFailed, actions: []rollout.Action{rollout.ActionUncordon},
+			message:   "the node was reopened: the agent shows every GPU with a whole layout",
+			invariant: "a failed node whose GPUs are all whole goes back to work"},
+		{name: "whole layouts on a node someone else cordoned keep their cordon", cur: at(v1alpha1.NodeVerifying, true),
+			obs:   whole(verified(configured(cordoned(), nodeStep.MIGConfigName, "success"), metav1.ConditionFalse)),
+			after: 10 * time.Minute, state: v1alpha1.NodeFailed, actions: []rollout.Action{rollout.ActionReleaseCordon},
+			invariant: "gpupool never uncordons a node it did not cordon"},
+		{name: "the policy keeps failed nodes cordoned", cur: at(v1alpha1.NodeConfiguring, false),
+			obs: whole(configured(cordoned(), nodeStep.MIGConfigName, "failed")), after: 2 * time.Minute,
+			state: v1alpha1.NodeFailed, keepCordoned: true,
+			message:   "the node stays cordoned (the policy keeps failed nodes cordoned): fix it, then run kubectl uncordon gpu-1",
+			invariant: "keepFailedNodesCordoned wins over reopening"},
 		{name: "node deleted mid-step", cur: at(v1alpha1.NodeDraining, false), obs: rollout.Observation{},
 			state: v1alpha1.NodeFailed, message: "node gpu-1 no longer exists", invariant: "no step waits on a node that is gone"},
 		{name: "cordon undone by someone is re-asserted", cur: at(v1alpha1.NodeCordoned, false),
@@ -135,7 +174,9 @@ func TestStepFailures(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			res := rollout.Step(planName, nodeStep, tc.cur, tc.obs, timeouts, t0.Add(tc.after))
+			limits := timeouts
+			limits.KeepFailedCordoned = tc.keepCordoned
+			res := rollout.Step(planName, nodeStep, tc.cur, tc.obs, limits, t0.Add(tc.after))
 			g.Expect(res.Status.State).To(Equal(tc.state), tc.invariant)
 			g.Expect(res.Actions).To(Equal(tc.actions), tc.invariant)
 			g.Expect(res.Status.Message).To(ContainSubstring(tc.message))

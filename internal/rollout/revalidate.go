@@ -1,0 +1,130 @@
+package rollout
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// ReasonStale is the reason of a plan cancelled because the cluster moved on before it started.
+const ReasonStale = "NoLongerValid"
+
+// PodFact is what revalidation needs to know of a pod that exists now.
+type PodFact struct {
+	// Node is spec.nodeName; empty while the pod is pending.
+	Node string
+	// DoNotDisrupt is true when the pod carries gpupool.io/do-not-disrupt: "true".
+	DoNotDisrupt bool
+}
+
+// Facts are a fresh look at the cluster, taken just before a plan's first disruptive step.
+type Facts struct {
+	// GPUs are the agent's reports per node; a node without a report is missing.
+	GPUs map[string][]v1alpha1.GPUStatus
+	// Pods that exist now, by "namespace/name".
+	Pods map[string]PodFact
+}
+
+// Revalidate checks an approved plan against a fresh look at the cluster before its first
+// disruptive step, and says why it must be cancelled ("" when it still holds). A plan computed
+// minutes or hours ago (approval is human) may no longer be safe or useful:
+//   - a GPU it changes no longer has the layout the plan was made for (someone else changed it);
+//   - a pod the plan does not evict now runs on a GPU it changes: mig-manager would refuse the
+//     GPU as in use, or worse, the pod would lose its device;
+//   - a pod it evicts was marked do-not-disrupt since;
+//   - none of the pending pods it was made for is still pending: evicting for nobody is pure
+//     disruption.
+func Revalidate(plan *v1alpha1.RepartitionPlan, f Facts) string {
+	for _, step := range plan.Spec.Steps {
+		if len(step.GPUs) == 0 {
+			continue
+		}
+		gpus, ok := f.GPUs[step.Node]
+		if !ok {
+			return fmt.Sprintf("node %s has no GPU report any more", step.Node)
+		}
+		evicted := map[string]bool{}
+		for _, e := range step.Evictions {
+			evicted[e.Namespace+"/"+e.Name] = true
+		}
+		for _, change := range step.GPUs {
+			i := slices.IndexFunc(gpus, func(g v1alpha1.GPUStatus) bool { return g.Index == change.Index })
+			if i < 0 {
+				return fmt.Sprintf("GPU %d of node %s is no longer reported", change.Index, step.Node)
+			}
+			if now := profileCounts(gpus[i]); !sameCounts(now, change.From) {
+				return fmt.Sprintf("GPU %d of node %s is now %s; the plan was made for %s",
+					change.Index, step.Node, countsString(now), countsString(change.From))
+			}
+			for _, ref := range podsOn(gpus[i]) {
+				key := ref.Namespace + "/" + ref.Name
+				if !evicted[key] {
+					return fmt.Sprintf("pod %s started on GPU %d of node %s, which the plan changes without evicting it",
+						key, change.Index, step.Node)
+				}
+			}
+		}
+		for _, e := range step.Evictions {
+			key := e.Namespace + "/" + e.Name
+			if p, ok := f.Pods[key]; ok && p.Node == step.Node && p.DoNotDisrupt {
+				return fmt.Sprintf("pod %s, which the plan evicts, is now annotated %s", key, v1alpha1.AnnotationDoNotDisrupt)
+			}
+		}
+	}
+	if want := plan.Spec.Expected.Pods; len(want) > 0 && plan.Spec.Disruptive {
+		for _, ref := range want {
+			if p, ok := f.Pods[ref.Namespace+"/"+ref.Name]; ok && p.Node == "" {
+				return ""
+			}
+		}
+		return fmt.Sprintf("none of the %d pending pod(s) it was made for is still pending", len(want))
+	}
+	return ""
+}
+
+// profileCounts is a GPU's current MIG multiset; empty when MIG is off.
+func profileCounts(g v1alpha1.GPUStatus) v1alpha1.ProfileCounts {
+	out := v1alpha1.ProfileCounts{}
+	for _, in := range g.Instances {
+		out[in.Profile]++
+	}
+	return out
+}
+
+func podsOn(g v1alpha1.GPUStatus) []v1alpha1.PodReference {
+	out := slices.Clone(g.Pods)
+	for _, in := range g.Instances {
+		if in.Pod != nil {
+			out = append(out, *in.Pod)
+		}
+	}
+	return out
+}
+
+func sameCounts(a, b v1alpha1.ProfileCounts) bool {
+	for p, n := range a {
+		if n != 0 && b[p] != n {
+			return false
+		}
+	}
+	for p, n := range b {
+		if n != 0 && a[p] != n {
+			return false
+		}
+	}
+	return true
+}
+
+func countsString(c v1alpha1.ProfileCounts) string {
+	if len(c) == 0 {
+		return "MIG disabled"
+	}
+	parts := make([]string, 0, len(c))
+	for _, p := range slices.Sorted(maps.Keys(c)) {
+		parts = append(parts, fmt.Sprintf("%dx%s", c[p], p))
+	}
+	return strings.Join(parts, "+")
+}

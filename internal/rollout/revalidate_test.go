@@ -1,0 +1,87 @@
+package rollout_test
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/rollout"
+)
+
+// TestRevalidateCancelsPlansTheClusterOutgrew guards that an approved plan is re-checked
+// against a fresh look before its first disruptive step, and that each way the cluster can move
+// on cancels it with a message naming what changed, while a plan that still holds goes ahead.
+func TestRevalidateCancelsPlansTheClusterOutgrew(t *testing.T) {
+	sevenOnes := v1alpha1.ProfileCounts{"1g.18gb": 7}
+	ref := func(name string) *v1alpha1.PodReference {
+		return &v1alpha1.PodReference{Namespace: "team", Name: name}
+	}
+	// GPU 0 of gpu-1 holds 7 1g instances; pod "old" uses the first one.
+	report := func(pods ...string) map[string][]v1alpha1.GPUStatus {
+		var instances []v1alpha1.MIGInstance
+		for i := range 7 {
+			in := v1alpha1.MIGInstance{Profile: "1g.18gb"}
+			if i < len(pods) {
+				in.Pod = ref(pods[i])
+			}
+			instances = append(instances, in)
+		}
+		return map[string][]v1alpha1.GPUStatus{"gpu-1": {{Index: 0, Instances: instances}}}
+	}
+	plan := &v1alpha1.RepartitionPlan{Spec: v1alpha1.RepartitionPlanSpec{
+		Disruptive: true,
+		Steps: []v1alpha1.NodeStep{{Node: "gpu-1", GPUs: []v1alpha1.GPUChange{{Index: 0, From: sevenOnes,
+			To: v1alpha1.ProfileCounts{"3g.71gb": 2}}},
+			Evictions: []v1alpha1.Eviction{{PodReference: *ref("old")}}}},
+		Expected: v1alpha1.PlanExpectation{Pods: []v1alpha1.PodReference{*ref("wants-3g")}},
+	}}
+	stillPending := map[string]rollout.PodFact{"team/old": {Node: "gpu-1"}, "team/wants-3g": {}}
+
+	cases := []struct {
+		name  string
+		facts rollout.Facts
+		want  string // substring of the reason; "" means the plan still holds
+	}{
+		{"nothing changed", rollout.Facts{GPUs: report("old"), Pods: stillPending}, ""},
+		{"the pod to evict already left", rollout.Facts{GPUs: report(),
+			Pods: map[string]rollout.PodFact{"team/wants-3g": {}}}, ""},
+		{"no report for the node", rollout.Facts{GPUs: map[string][]v1alpha1.GPUStatus{}, Pods: stillPending},
+			"no GPU report"},
+		{"the layout changed under the plan", rollout.Facts{GPUs: map[string][]v1alpha1.GPUStatus{"gpu-1": {{Index: 0,
+			Instances: []v1alpha1.MIGInstance{{Profile: "7g.141gb"}}}}}, Pods: stillPending},
+			"GPU 0 of node gpu-1 is now 1x7g.141gb; the plan was made for 7x1g.18gb"},
+		{"a new pod landed on a changed GPU", rollout.Facts{GPUs: report("old", "newcomer"), Pods: stillPending},
+			"pod team/newcomer started on GPU 0"},
+		{"an evicted pod became do-not-disrupt", rollout.Facts{GPUs: report("old"),
+			Pods: map[string]rollout.PodFact{"team/old": {Node: "gpu-1", DoNotDisrupt: true}, "team/wants-3g": {}}},
+			"now annotated gpupool.io/do-not-disrupt"},
+		{"the pending pod it serves was scheduled elsewhere", rollout.Facts{GPUs: report("old"),
+			Pods: map[string]rollout.PodFact{"team/old": {Node: "gpu-1"}, "team/wants-3g": {Node: "gpu-9"}}},
+			"none of the 1 pending pod(s)"},
+		{"the pending pod it serves was deleted", rollout.Facts{GPUs: report("old"),
+			Pods: map[string]rollout.PodFact{"team/old": {Node: "gpu-1"}}}, "none of the 1 pending pod(s)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := rollout.Revalidate(plan, tc.facts)
+			if tc.want == "" {
+				NewWithT(t).Expect(got).To(BeEmpty())
+				return
+			}
+			NewWithT(t).Expect(got).To(ContainSubstring(tc.want))
+		})
+	}
+}
+
+// TestRevalidateKeepsNonDisruptivePlansWithoutDemand guards that a plan that evicts nobody (a
+// re-carve of idle GPUs toward standby shapes) is not cancelled for lack of pending pods.
+func TestRevalidateKeepsNonDisruptivePlansWithoutDemand(t *testing.T) {
+	plan := &v1alpha1.RepartitionPlan{Spec: v1alpha1.RepartitionPlanSpec{
+		Steps: []v1alpha1.NodeStep{{Node: "gpu-1", GPUs: []v1alpha1.GPUChange{{Index: 0,
+			To: v1alpha1.ProfileCounts{"3g.71gb": 2}}}}},
+		Expected: v1alpha1.PlanExpectation{Pods: []v1alpha1.PodReference{{Namespace: "team", Name: "gone"}}},
+	}}
+	facts := rollout.Facts{GPUs: map[string][]v1alpha1.GPUStatus{"gpu-1": {{Index: 0}}}, Pods: map[string]rollout.PodFact{}}
+	NewWithT(t).Expect(rollout.Revalidate(plan, facts)).To(BeEmpty())
+}
