@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -41,9 +42,10 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 	}
 	start, _, _ := rollout.Progress(plan.Spec.Steps, status.Nodes, budget)
 	timeouts := rollout.Timeouts{
-		Drain:       durationOr(policy.Spec.Disruption.DrainTimeout, 15*time.Minute),
-		Configure:   durationOr(policy.Spec.Disruption.ConfigureTimeout, 10*time.Minute),
-		Propagation: r.ConfigPropagation,
+		Drain:              durationOr(policy.Spec.Disruption.DrainTimeout, 15*time.Minute),
+		Configure:          durationOr(policy.Spec.Disruption.ConfigureTimeout, 10*time.Minute),
+		Propagation:        r.ConfigPropagation,
+		KeepFailedCordoned: policy.Spec.Disruption.KeepFailedNodesCordoned,
 	}
 	requeue := time.Duration(0)
 	for _, step := range plan.Spec.Steps {
@@ -80,8 +82,14 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 				eventType = corev1.EventTypeWarning
 			}
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: step.Node}}
-			r.Recorder.Eventf(plan, node, eventType, "Node"+string(res.Status.State), string(res.Status.State),
-				"%s: %s", step.Node, res.Status.Message)
+			reason := "Node" + string(res.Status.State)
+			r.Recorder.Eventf(plan, node, eventType, reason, string(res.Status.State), "%s: %s", step.Node, res.Status.Message)
+			// The node's own events tell whoever runs kubectl describe node why it is cordoned.
+			r.Recorder.Eventf(node, plan, eventType, reason, string(res.Status.State), "plan %s: %s", plan.Name, res.Status.Message)
+			if finished := res.Status.State == v1alpha1.NodeDone || res.Status.State == v1alpha1.NodeFailed; finished &&
+				res.Status.StartedTime != nil {
+				r.Metrics.ObserveNodeStep(plan.Spec.Policy, res.Status.State, now.Sub(res.Status.StartedTime.Time))
+			}
 		}
 		if res.RequeueAfter > 0 && (requeue == 0 || res.RequeueAfter < requeue) {
 			requeue = res.RequeueAfter
@@ -139,6 +147,7 @@ func (r *PlanReconciler) observe(ctx context.Context, plan *v1alpha1.Repartition
 	}
 	targets := targetsOf(step, gpuNode)
 	obs.LayoutExpected = slices.EqualFunc(gpuNode.Spec.ExpectedLayout, expectedLayout(targets), layoutEqual)
+	obs.GPUsWhole = gpusWhole(step, gpuNode)
 	if c := meta.FindStatusCondition(gpuNode.Status.Conditions, v1alpha1.ConditionLayoutVerified); c != nil &&
 		c.ObservedGeneration == gpuNode.Generation {
 		obs.Verified, obs.VerifyMessage = c.Status, c.Message
@@ -154,6 +163,40 @@ func (r *PlanReconciler) observe(ctx context.Context, plan *v1alpha1.Repartition
 		return nil, obs, fmt.Errorf("reading ConfigMap %s/%s: %w", r.Namespace, MIGPartedConfigMap, err)
 	}
 	return targets, obs, nil
+}
+
+// gpusWhole says whether the agent reports every GPU the step changes with a whole layout:
+// its old multiset or its new one, with no MIG mode change pending. Anything else (an
+// instance missing, a mode switch waiting for a reset, no report) counts as half-configured.
+func gpusWhole(step v1alpha1.NodeStep, gpuNode *v1alpha1.GPUNode) bool {
+	for _, change := range step.GPUs {
+		i := slices.IndexFunc(gpuNode.Status.GPUs, func(g v1alpha1.GPUStatus) bool { return g.Index == change.Index })
+		if i < 0 {
+			return false
+		}
+		g := gpuNode.Status.GPUs[i]
+		if g.Error != "" || (g.MIGMode != nil && g.MIGMode.Pending != "" && g.MIGMode.Pending != g.MIGMode.Current) {
+			return false
+		}
+		have := v1alpha1.ProfileCounts{}
+		for _, in := range g.Instances {
+			have[in.Profile]++
+		}
+		if !maps.Equal(have, nonZero(change.From)) && !maps.Equal(have, nonZero(change.To)) {
+			return false
+		}
+	}
+	return true
+}
+
+func nonZero(c v1alpha1.ProfileCounts) v1alpha1.ProfileCounts {
+	out := v1alpha1.ProfileCounts{}
+	for p, n := range c {
+		if n > 0 {
+			out[p] = n
+		}
+	}
+	return out
 }
 
 // targetsOf is the node's complete target: the step's new layouts for the GPUs it changes,
@@ -221,6 +264,9 @@ func (r *PlanReconciler) act(ctx context.Context, plan *v1alpha1.RepartitionPlan
 		if err != nil {
 			return "", err
 		}
+		for _, outcome := range []drain.Outcome{drain.Evicted, drain.Blocked, drain.Refused, drain.Failed} {
+			r.Metrics.CountEvictions(plan.Spec.Policy, string(outcome), res.Count(outcome))
+		}
 		if res.Done() {
 			return "", nil
 		}
@@ -249,6 +295,11 @@ func (r *PlanReconciler) editNode(ctx context.Context, plan *v1alpha1.Repartitio
 	patch := client.MergeFrom(node.DeepCopy())
 	switch action {
 	case rollout.ActionCordon:
+		if node.Spec.Unschedulable && node.Annotations[v1alpha1.AnnotationCordonedBy] != plan.Name {
+			// Remembered on the node too, so that the cordon janitor keeps someone else's
+			// cordon even when this plan is deleted.
+			metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1alpha1.AnnotationWasUnschedulable, "true")
+		}
 		node.Spec.Unschedulable = true
 		metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1alpha1.AnnotationCordonedBy, plan.Name)
 	case rollout.ActionRelabel:
@@ -261,6 +312,7 @@ func (r *PlanReconciler) editNode(ctx context.Context, plan *v1alpha1.Repartitio
 			node.Spec.Unschedulable = false
 		}
 		delete(node.Annotations, v1alpha1.AnnotationCordonedBy)
+		delete(node.Annotations, v1alpha1.AnnotationWasUnschedulable)
 	}
 	return r.Client.Patch(ctx, node, patch)
 }
@@ -270,12 +322,27 @@ func (r *PlanReconciler) editNode(ctx context.Context, plan *v1alpha1.Repartitio
 func (r *PlanReconciler) writeConfig(ctx context.Context, step v1alpha1.NodeStep, targets []planner.GPUTarget) error {
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes); err != nil {
-		return err
+		return fmt.Errorf("listing nodes: %w", err)
 	}
 	var inUse []string
 	for _, n := range nodes.Items {
 		if v := n.Labels[v1alpha1.LabelMIGConfig]; v != "" {
 			inUse = append(inUse, v)
+		}
+	}
+	// Entries written for steps that have not relabelled their node yet are in use too:
+	// with a budget above one, each step's write would otherwise collect the other's entry.
+	var plans v1alpha1.RepartitionPlanList
+	if err := r.Client.List(ctx, &plans); err != nil {
+		return fmt.Errorf("listing plans: %w", err)
+	}
+	for _, p := range plans.Items {
+		if p.Status.Phase == v1alpha1.PlanApproved || p.Status.Phase == v1alpha1.PlanExecuting {
+			for _, s := range p.Spec.Steps {
+				if s.MIGConfigName != "" {
+					inUse = append(inUse, s.MIGConfigName)
+				}
+			}
 		}
 	}
 	cm := &corev1.ConfigMap{}

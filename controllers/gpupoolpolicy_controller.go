@@ -28,6 +28,7 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/metrics"
 	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/planner"
 	"github.com/gpupool/gpupool/internal/rollout"
@@ -60,12 +61,17 @@ type PolicyReconciler struct {
 	Recorder events.EventRecorder
 	// MaxReportAge is how old a GPUNode report may be before its node is not planned.
 	MaxReportAge time.Duration
+	// Metrics receives each pool's demand and stranded slices; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // SetupWithManager watches policies, their plans and everything a plan is computed from.
 func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.MaxReportAge == 0 {
 		r.MaxReportAge = defaultMaxReportAge
+	}
+	if err := setupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
 	}
 	all := handler.EnqueueRequestsFromMapFunc(r.allPolicies)
 	return ctrl.NewControllerManagedBy(mgr).
@@ -115,10 +121,29 @@ func (r *PolicyReconciler) read(ctx context.Context) (*world, error) {
 		pdbs     policyv1.PodDisruptionBudgetList
 		plans    v1alpha1.RepartitionPlanList
 	)
-	for _, l := range []client.ObjectList{&policies, &nodes, &gpuNodes, &pods, &pdbs, &plans} {
+	for _, l := range []client.ObjectList{&policies, &nodes, &gpuNodes, &pdbs, &plans} {
 		if err := r.Client.List(ctx, l); err != nil {
 			return nil, fmt.Errorf("listing %T: %w", l, err)
 		}
+	}
+	// Only pending GPU pods and the pods of GPU nodes matter; the cache's indexes spare a
+	// pass from walking every pod of a large cluster.
+	if err := r.Client.List(ctx, &pods, client.MatchingFields{indexPendingGPU: "true"}); err != nil {
+		return nil, fmt.Errorf("listing pending GPU pods: %w", err)
+	}
+	reported := map[string]bool{}
+	for _, g := range gpuNodes.Items {
+		reported[g.Name] = true
+	}
+	for _, n := range nodes.Items {
+		if !reported[n.Name] && n.Labels[v1alpha1.LabelGPUPresent] != "true" {
+			continue
+		}
+		var onNode corev1.PodList
+		if err := r.Client.List(ctx, &onNode, client.MatchingFields{indexPodNode: n.Name}); err != nil {
+			return nil, fmt.Errorf("listing pods of node %s: %w", n.Name, err)
+		}
+		pods.Items = append(pods.Items, onNode.Items...)
 	}
 	return &world{policies: policies.Items, nodes: nodes.Items, gpuNodes: gpuNodes.Items,
 		pods: pods.Items, pdbs: pdbs.Items, plans: plans.Items}, nil
@@ -130,6 +155,9 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	log := logf.FromContext(ctx)
 	policy := &v1alpha1.GPUPoolPolicy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Metrics.ForgetPolicy(req.Name)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !policy.DeletionTimestamp.IsZero() {
@@ -175,6 +203,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.writeStatus(ctx, policy, status); err != nil {
 		return reconcile.Result{}, err
 	}
+	r.Metrics.ObservePolicy(policy.Name, status)
 	log.V(1).Info("observed pool", "nodes", status.Pool.Nodes, "pending", status.PendingPods,
 		"plan", status.CurrentPlan)
 	// Time alone moves pods past minPendingAge and plans past their TTL.

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/metrics"
 	"github.com/gpupool/gpupool/internal/rollout"
 )
 
@@ -40,6 +42,8 @@ type PlanReconciler struct {
 	// ConfigPropagation is the wait between writing the ConfigMap and flipping the label;
 	// DefaultConfigPropagation when zero.
 	ConfigPropagation time.Duration
+	// Metrics receives plan phases, evictions and node step durations; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // SetupWithManager watches plans, and policies for changes of their approval mode.
@@ -99,6 +103,9 @@ func (r *PlanReconciler) plansOnNode(ctx context.Context, obj client.Object) []r
 func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	plan := &v1alpha1.RepartitionPlan{}
 	if err := r.Client.Get(ctx, req.NamespacedName, plan); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Metrics.ForgetPlan(req.Name)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	policy := &v1alpha1.GPUPoolPolicy{}
@@ -137,6 +144,19 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		}
 		meta.SetStatusCondition(&status.Conditions, cond)
 	}
+	if policy != nil && status.Phase == v1alpha1.PlanApproved && len(status.Nodes) == 0 {
+		why, err := r.revalidate(ctx, plan)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if why != "" {
+			status.Phase = v1alpha1.PlanSuperseded
+			meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse,
+				Reason: rollout.ReasonStale, Message: "cancelled before any disruption: " + why, ObservedGeneration: plan.Generation})
+			changed, d = true, rollout.Decision{Phase: v1alpha1.PlanSuperseded, Reason: rollout.ReasonStale,
+				Message: "cancelled before any disruption: " + why}
+		}
+	}
 	var requeue time.Duration
 	if policy != nil && (status.Phase == v1alpha1.PlanApproved || status.Phase == v1alpha1.PlanExecuting) {
 		after, err := r.execute(ctx, plan, policy, &status, now)
@@ -151,9 +171,10 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			return reconcile.Result{}, fmt.Errorf("writing status of plan %s: %w", plan.Name, err)
 		}
 	}
+	r.Metrics.ObservePlan(plan.Spec.Policy, plan.Name, status.Phase)
 	if changed && d.Reason != "" {
 		eventType := corev1.EventTypeNormal
-		if d.Phase == v1alpha1.PlanExpired || d.Phase == v1alpha1.PlanRejected {
+		if d.Phase == v1alpha1.PlanExpired || d.Phase == v1alpha1.PlanRejected || d.Phase == v1alpha1.PlanSuperseded {
 			eventType = corev1.EventTypeWarning
 		}
 		r.Recorder.Eventf(plan, policyRef(policy), eventType, d.Reason, string(d.Phase), "%s", d.Message)
@@ -176,4 +197,39 @@ func policyRef(policy *v1alpha1.GPUPoolPolicy) runtime.Object {
 		return nil
 	}
 	return policy
+}
+
+// revalidate takes a fresh look at what an approved plan changes, just before its first
+// disruptive step, and says why it must be cancelled ("" when it still holds).
+func (r *PlanReconciler) revalidate(ctx context.Context, plan *v1alpha1.RepartitionPlan) (string, error) {
+	facts := rollout.Facts{GPUs: map[string][]v1alpha1.GPUStatus{}, Pods: map[string]rollout.PodFact{}}
+	var refs []v1alpha1.PodReference
+	for _, step := range plan.Spec.Steps {
+		gpuNode := &v1alpha1.GPUNode{}
+		err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, gpuNode)
+		switch {
+		case err == nil:
+			facts.GPUs[step.Node] = gpuNode.Status.GPUs
+		case !apierrors.IsNotFound(err):
+			return "", fmt.Errorf("reading GPUNode %s: %w", step.Node, err)
+		}
+		for _, e := range step.Evictions {
+			refs = append(refs, e.PodReference)
+		}
+	}
+	refs = append(refs, plan.Spec.Expected.Pods...)
+	for _, ref := range refs {
+		pod := &corev1.Pod{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, pod)
+		switch {
+		case err == nil:
+			if pod.DeletionTimestamp.IsZero() {
+				facts.Pods[ref.Namespace+"/"+ref.Name] = rollout.PodFact{Node: pod.Spec.NodeName,
+					DoNotDisrupt: pod.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true"}
+			}
+		case !apierrors.IsNotFound(err):
+			return "", fmt.Errorf("reading pod %s/%s: %w", ref.Namespace, ref.Name, err)
+		}
+	}
+	return rollout.Revalidate(plan, facts), nil
 }

@@ -2,10 +2,12 @@ package controllers_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -15,6 +17,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/metrics"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
 
@@ -32,32 +35,56 @@ func startPlanController(t *testing.T) (*testenv.Env, *clocktesting.FakeClock) {
 
 func startControllers(t *testing.T, withPolicies bool) (*testenv.Env, *clocktesting.FakeClock) {
 	t.Helper()
-	g := NewWithT(t)
+	env := startEnv(t)
+	clock := clocktesting.NewFakeClock(time.Now())
+	startManager(t, env, clock, withPolicies)
+	return env, clock
+}
+
+// startEnv starts a fresh API server for one test, stopped when the test ends.
+func startEnv(t *testing.T) *testenv.Env {
+	t.Helper()
 	ctrl.SetLogger(zap.New(zap.WriteTo(testWriter{t}), zap.UseDevMode(true)))
 	env, err := testenv.Start()
-	g.Expect(err).NotTo(HaveOccurred())
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = env.Stop() })
-	clock := clocktesting.NewFakeClock(time.Now())
+	return env
+}
+
+// startManager runs gpupool's controllers in a new manager, as a new replica would: the plan
+// and cordon controllers always, the policy controller when asked. stop ends the manager and
+// waits for it (it also runs when the test ends); the registry holds this manager's metrics.
+func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock, withPolicies bool) (stop func(), reg *prometheus.Registry) {
+	t.Helper()
+	g := NewWithT(t)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		// Every test runs its own manager in this process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
 	g.Expect(err).NotTo(HaveOccurred())
+	reg = prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	g.Expect(err).NotTo(HaveOccurred())
 	var recorder events.EventRecorder = mgr.GetEventRecorder("gpupool-policy-controller")
 	if withPolicies {
-		g.Expect((&controllers.PolicyReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder}).
+		g.Expect((&controllers.PolicyReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder, Metrics: m}).
 			SetupWithManager(mgr)).To(Succeed())
 	}
 	g.Expect((&controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder,
-		Namespace: "default", ConfigPropagation: time.Millisecond}).SetupWithManager(mgr)).To(Succeed())
+		Namespace: "default", ConfigPropagation: time.Millisecond, Metrics: m}).SetupWithManager(mgr)).To(Succeed())
+	g.Expect((&controllers.CordonReconciler{Client: mgr.GetClient(), Recorder: recorder}).SetupWithManager(mgr)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		g.Eventually(done).WithTimeout(30 * time.Second).Should(Receive(BeNil()))
-	})
-	return env, clock
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			NewWithT(t).Eventually(done).WithTimeout(30 * time.Second).Should(Receive(BeNil()))
+		})
+	}
+	t.Cleanup(stop)
+	return stop, reg
 }
 
 // testWriter sends the manager's log to the test's log, shown when a test fails.

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,11 +20,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	gpupoolv1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/metrics"
 )
 
 // options are the manager's command-line settings.
@@ -35,6 +38,7 @@ type options struct {
 	leaderElectionNamespace string
 	enableHTTP2             bool
 	namespace               string
+	configPropagation       time.Duration
 }
 
 func main() {
@@ -53,6 +57,8 @@ func main() {
 		"Serve the metrics endpoint over HTTP/2 (off by default: CVE-2023-44487 and CVE-2023-39325).")
 	flag.StringVar(&opts.namespace, "namespace", envOr("POD_NAMESPACE", "gpupool-system"),
 		"Namespace of gpupool's ConfigMaps (the mig-parted config the GPU Operator reads).")
+	flag.DurationVar(&opts.configPropagation, "config-propagation", controllers.DefaultConfigPropagation,
+		"Wait between writing the mig-parted ConfigMap and relabelling a node, so the kubelet can refresh mig-manager's mounted copy.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -121,17 +127,26 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 		return fmt.Errorf("adding ready check: %w", err)
 	}
 
+	m, err := metrics.New(ctrlmetrics.Registry)
+	if err != nil {
+		return err
+	}
 	policies := &controllers.PolicyReconciler{Client: mgr.GetClient(), Clock: clock.RealClock{},
-		Recorder: mgr.GetEventRecorder("gpupool-policy-controller")}
+		Recorder: mgr.GetEventRecorder("gpupool-policy-controller"), Metrics: m}
 	if err := policies.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the policy controller: %w", err)
 	}
 	plans := &controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock.RealClock{},
-		Recorder: mgr.GetEventRecorder("gpupool-plan-controller"), Namespace: opts.namespace}
+		Recorder: mgr.GetEventRecorder("gpupool-plan-controller"), Namespace: opts.namespace, Metrics: m,
+		ConfigPropagation: opts.configPropagation}
 	if err := plans.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the plan controller: %w", err)
 	}
-	log.Info("starting manager", "controllers", []string{"gpupoolpolicy", "repartitionplan"}, "leaderElection", opts.leaderElect,
+	cordons := &controllers.CordonReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("gpupool-cordon-controller")}
+	if err := cordons.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the cordon controller: %w", err)
+	}
+	log.Info("starting manager", "controllers", []string{"gpupoolpolicy", "repartitionplan", "cordon"}, "leaderElection", opts.leaderElect,
 		"metrics", opts.metricsAddr, "probes", opts.probeAddr)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)

@@ -74,7 +74,7 @@ func Pending(pods []corev1.Pod, now time.Time, minPendingAge time.Duration) (req
 	minPendingAge = max(minPendingAge, 0)
 	for i := range pods {
 		pod := &pods[i]
-		if !mentionsGPU(pod) {
+		if !MentionsGPU(pod) {
 			continue
 		}
 		requests := PodRequests(pod)
@@ -133,9 +133,10 @@ func newRequest(pod *corev1.Pod, name types.NamespacedName, since time.Time, gpu
 	return r
 }
 
-// mentionsGPU is a cheap pre-check so that the many pods of a cluster that ask for no GPU
-// never pay for a full request computation.
-func mentionsGPU(pod *corev1.Pod) bool {
+// MentionsGPU reports whether any container (or the pod overhead) names a GPU resource: a
+// cheap pre-check, so that the many pods of a cluster that ask for no GPU never pay for a full
+// request computation, and the key of the controllers' pending-GPU-pod index.
+func MentionsGPU(pod *corev1.Pod) bool {
 	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
 		for i := range cs {
 			if namesGPU(cs[i].Resources.Requests) || namesGPU(cs[i].Resources.Limits) {
