@@ -24,12 +24,23 @@ GOTEST_FLAGS ?= -count=1 -timeout=30m
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+DEMO_ARGS = --bin-dir=$(CONTROL_PLANE_DIR) --manager=$(TOOLS_BIN)/manager --gpusim=$(TOOLS_BIN)/gpusim \
+	--gpupoolctl=$(TOOLS_BIN)/gpupoolctl
+
 ##@ Everyday
 
 .PHONY: demo
-demo: build control-plane ## Run gpupool on a local control plane (DEMO_FLAGS=--keep leaves it up).
-	$(GO) run ./hack/demo --bin-dir=$(CONTROL_PLANE_DIR) --manager=$(TOOLS_BIN)/manager \
-		--gpupoolctl=$(TOOLS_BIN)/gpupoolctl $(DEMO_FLAGS)
+demo: build control-plane ## Run gpupool end to end on a simulated GPU cluster, then clean up (about 2 minutes once built).
+	$(GO) run ./hack/demo $(DEMO_ARGS) $(DEMO_FLAGS)
+
+.PHONY: demo-up
+demo-up: build control-plane ## Like demo, but keep the cluster up for exploration until Ctrl-C or `make demo-down`.
+	$(GO) run ./hack/demo $(DEMO_ARGS) --keep $(DEMO_FLAGS)
+
+.PHONY: demo-down
+demo-down: ## Stop a cluster left up by `make demo-up` (from another terminal).
+	@pid=$$(cat $${TMPDIR:-/tmp}/gpupool-demo.pid 2>/dev/null) && kill -TERM $$pid && echo "stopping the demo (pid $$pid)" \
+		|| echo "no demo is running"
 
 .PHONY: test
 test: generate manifests test-assets ## Run unit, envtest and local-cluster tests (builds the control plane once).

@@ -157,6 +157,15 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 				Message: "cancelled before any disruption: " + why}
 		}
 	}
+	if changed && d.Reason != "" {
+		// Before execution's own Events, so that a plan's events read in order: approved, then
+		// cordoned. A failed status write below repeats it on the retry; Events tolerate that.
+		eventType := corev1.EventTypeNormal
+		if d.Phase == v1alpha1.PlanExpired || d.Phase == v1alpha1.PlanRejected || d.Phase == v1alpha1.PlanSuperseded {
+			eventType = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(plan, policyRef(policy), eventType, d.Reason, string(d.Phase), "%s", d.Message)
+	}
 	var requeue time.Duration
 	if policy != nil && (status.Phase == v1alpha1.PlanApproved || status.Phase == v1alpha1.PlanExecuting) {
 		after, err := r.execute(ctx, plan, policy, &status, now)
@@ -172,13 +181,6 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		}
 	}
 	r.Metrics.ObservePlan(plan.Spec.Policy, plan.Name, status.Phase)
-	if changed && d.Reason != "" {
-		eventType := corev1.EventTypeNormal
-		if d.Phase == v1alpha1.PlanExpired || d.Phase == v1alpha1.PlanRejected || d.Phase == v1alpha1.PlanSuperseded {
-			eventType = corev1.EventTypeWarning
-		}
-		r.Recorder.Eventf(plan, policyRef(policy), eventType, d.Reason, string(d.Phase), "%s", d.Message)
-	}
 	if requeue > 0 {
 		return reconcile.Result{RequeueAfter: requeue}, nil
 	}

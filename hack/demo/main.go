@@ -1,8 +1,9 @@
-// Command demo shows gpupool on a local control plane built from Go modules: it starts etcd,
-// kube-apiserver, kube-controller-manager and kube-scheduler on loopback, installs the CRDs and
-// samples, shows the API server refusing a bad policy, runs the manager, and cleans up.
+// Command demo shows gpupool doing its whole job on a simulated GPU cluster: a local control
+// plane with kwok nodes, the simulated GPU Operator and the manager (test/simcluster); a policy
+// and a workload the all-1g layout cannot serve; the plan gpupool proposes, its approval, its
+// execution step by step, and a before/after table. It cleans up everything it started.
 //
-// `make demo` runs it; `make demo DEMO_FLAGS=--keep` leaves the cluster up until Ctrl-C.
+// `make demo` runs it; `make demo-up` keeps the cluster until Ctrl-C or `make demo-down`.
 package main
 
 import (
@@ -11,17 +12,22 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/gpupool/gpupool/test/localcluster"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/test/simcluster"
 )
 
 // invalidPolicy is what a user might type by mistake: the demo shows it being refused.
@@ -42,28 +48,37 @@ spec:
 type demo struct {
 	binDir     string
 	manager    string
+	gpusim     string
 	gpupoolctl string
-	cluster    *localcluster.Cluster
+	pidFile    string
+	cluster    *simcluster.Cluster
 	step       int
 }
+
+// The simulated cluster: four H200 and two A100-80GB nodes with two GPUs each, every GPU cut
+// into seven 1g slices, as many clusters start out.
+const demoNodes = "4xh200:2:all-1g,2xa100-80gb:2:all-1g"
 
 func main() {
 	var d demo
 	var keep bool
 	flag.StringVar(&d.binDir, "bin-dir", "", "folder with the control-plane binaries (hack/control-plane.sh --print-dir)")
 	flag.StringVar(&d.manager, "manager", "", "path of the built manager binary")
+	flag.StringVar(&d.gpusim, "gpusim", "", "path of the built gpusim binary")
 	flag.StringVar(&d.gpupoolctl, "gpupoolctl", "", "path of the built gpupoolctl binary")
-	flag.BoolVar(&keep, "keep", false, "leave the cluster running until Ctrl-C")
+	flag.BoolVar(&keep, "keep", false, "leave the cluster running until Ctrl-C or `make demo-down`")
+	flag.StringVar(&d.pidFile, "pid-file", filepath.Join(os.TempDir(), "gpupool-demo.pid"),
+		"with --keep, where the demo writes its PID so that `make demo-down` can stop it")
 	flag.Parse()
-	if d.binDir == "" || d.manager == "" || d.gpupoolctl == "" {
-		fmt.Fprintln(os.Stderr, "usage: demo --bin-dir DIR --manager PATH --gpupoolctl PATH [--keep]  (run it with `make demo`)")
+	if d.binDir == "" || d.manager == "" || d.gpusim == "" || d.gpupoolctl == "" {
+		fmt.Fprintln(os.Stderr, "usage: demo --bin-dir DIR --manager PATH --gpusim PATH --gpupoolctl PATH [--keep]  (run it with `make demo`)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := d.run(ctx, keep)
 	if d.cluster != nil {
-		d.say("Stopping the manager and the control plane")
+		d.say("Stopping the manager, gpusim, kwok and the control plane")
 		if stopErr := d.cluster.Stop(); stopErr != nil {
 			err = errors.Join(err, stopErr)
 		}
@@ -71,6 +86,9 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "\ndemo failed: %v\n", err)
+		if d.cluster != nil {
+			fmt.Fprintf(os.Stderr, "logs were in %s/logs\n", d.cluster.Dir)
+		}
 		os.Exit(1)
 	}
 }
@@ -81,26 +99,22 @@ func (d *demo) say(format string, args ...any) {
 }
 
 func (d *demo) run(ctx context.Context, keep bool) error {
-	fmt.Println("gpupool demo: a local Kubernetes control plane on 127.0.0.1, built from pinned Go modules.")
+	began := time.Now()
+	fmt.Println("gpupool demo: a simulated GPU cluster on 127.0.0.1, every part built from pinned Go modules.")
 
-	d.say("Starting etcd, kube-apiserver, kube-controller-manager and kube-scheduler")
-	start := time.Now()
-	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: d.binDir, Progress: indent{}})
+	d.say("Starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok; gpusim; the manager")
+	fmt.Println("   gpusim plays NVIDIA's GPU Operator (mig-manager and device plugin) over go-nvml mock GPUs")
+	fmt.Println("   and runs gpupool's node agent on each simulated node; kwok plays the kubelets.")
+	cluster, err := simcluster.Start(ctx, simcluster.Options{BinDir: d.binDir, Manager: d.manager, GPUSim: d.gpusim,
+		Nodes: demoNodes, Progress: indent{}})
 	if err != nil {
 		return err
 	}
 	d.cluster = cluster
-	fmt.Printf("   ready in %.1fs; kubeconfig: %s\n", time.Since(start).Seconds(), cluster.Kubeconfig)
-	if err := d.kubectl("version"); err != nil {
-		return err
-	}
-
-	d.say("Installing gpupool's CRDs: GPUPoolPolicy, RepartitionPlan, GPUNode")
-	if err := d.kubectl("apply", "--server-side", "-f", "config/crd/bases"); err != nil {
-		return err
-	}
-	if err := d.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-		"crd/gpupoolpolicies.gpupool.io", "crd/repartitionplans.gpupool.io", "crd/gpunodes.gpupool.io"); err != nil {
+	fmt.Printf("   ready in %.1fs; kubeconfig: %s\n", time.Since(began).Seconds(), cluster.Kubeconfig)
+	if err := d.kubectl("get", "nodes", "-o", "custom-columns=NODE:.metadata.name,PRODUCT:.metadata.labels.nvidia\\.com/gpu\\.product,"+
+		"MIG-CONFIG:.metadata.labels.nvidia\\.com/mig\\.config,1G.18GB:.status.allocatable.nvidia\\.com/mig-1g\\.18gb,"+
+		"1G.10GB:.status.allocatable.nvidia\\.com/mig-1g\\.10gb"); err != nil {
 		return err
 	}
 
@@ -110,21 +124,66 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 		return errors.New("the API server accepted an invalid policy")
 	}
 
-	d.say("Applying the samples (config/samples): a policy, a proposed plan and a node report")
-	if err := d.kubectl("apply", "-k", "config/samples"); err != nil {
+	d.say("Applying the pool's policy (hack/demo/manifests/policy.yaml): approval Manual")
+	if err := d.kubectl("apply", "-f", "hack/demo/manifests/policy.yaml"); err != nil {
 		return err
 	}
-	if err := d.kubectl("get", "gpupool", "-o", "wide"); err != nil {
-		return err
-	}
-	fmt.Println("\n   the policy's defaults, filled in by the API server:")
-	if err := d.kubectl("get", "gpupoolpolicy", "training-pool", "-o", "jsonpath={.spec.disruption}{\"\\n\"}{.spec.planning}{\"\\n\"}"); err != nil {
-		return err
-	}
-	fmt.Println("\n   approving is an authorised decision: only subjects allowed the verb 'approve' may do it")
 	if err := d.kubectl("apply", "-k", "config/approval"); err != nil {
 		return err
 	}
+
+	d.say("Submitting a workload mix the all-1g layout cannot serve (hack/demo/manifests/workloads.yaml)")
+	if err := d.kubectl("create", "namespace", "demo"); err != nil {
+		return err
+	}
+	if err := d.kubectl("apply", "-f", "hack/demo/manifests/workloads.yaml"); err != nil {
+		return err
+	}
+	submitted := time.Now()
+	if err := d.waitFor(ctx, "the 1g inference pods to run and the others to be created", time.Minute, func() (bool, error) {
+		pods, err := d.pods(ctx)
+		return err == nil && pods["inference-1g"].running == 10 && pods["training-3g"].pending == 9 &&
+			pods["finetune-2g"].pending == 3, err
+	}); err != nil {
+		return err
+	}
+	before, err := d.settled(ctx)
+	if err != nil {
+		return err
+	}
+	if err := d.kubectl("get", "deployments", "-n", "demo"); err != nil {
+		return err
+	}
+	fmt.Println("   the scheduler says why the others wait:")
+	if err := d.kubectl("get", "events", "-n", "demo", "--field-selector=reason=FailedScheduling", "-o",
+		"custom-columns=MESSAGE:.message", "--sort-by=.lastTimestamp"); err != nil {
+		return err
+	}
+
+	d.say("The policy controller sees the demand and proposes a RepartitionPlan")
+	plan, err := d.waitPlan(ctx)
+	if err != nil {
+		return err
+	}
+	if err := d.kubectl("get", "gpupoolpolicy", "demo-pool", "-o",
+		`jsonpath={range .status.demand[*]}   {.resource}: {.pendingPods} pending, feasible on {.feasibleNodes} of {.eligibleNodes} eligible nodes{"\n"}{end}`); err != nil {
+		return err
+	}
+	if err := d.kubectl("get", "repartitionplans"); err != nil {
+		return err
+	}
+	fmt.Println("   what it changes, node by node (GPUs not listed keep running untouched):")
+	for _, s := range plan.Spec.Steps {
+		for _, g := range s.GPUs {
+			fmt.Printf("     %-18s GPU %d: %s -> %s\n", s.Node, g.Index, counts(g.From), counts(g.To))
+		}
+		for _, e := range s.Evictions {
+			fmt.Printf("     %-18s evicts %s/%s (%s)\n", s.Node, e.Namespace, e.Name, e.Reason)
+		}
+	}
+	fmt.Printf("   it expects to serve %d pending pod(s)\n", len(plan.Spec.Expected.Pods))
+
+	d.say("Approving is a decision only holders of the 'approve' verb may take")
 	if err := d.kubectl("create", "clusterrole", "plan-editor", "--verb=get,list,patch,update",
 		"--resource=repartitionplans.gpupool.io"); err != nil {
 		return err
@@ -132,88 +191,248 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 	if err := d.kubectl("create", "clusterrolebinding", "alice-edits-plans", "--clusterrole=plan-editor", "--user=alice"); err != nil {
 		return err
 	}
-	if err := d.waitRefused(ctx, "--as=alice", "annotate", "--overwrite", "repartitionplan",
-		"training-pool-20261129-1f3e9a7c", "gpupool.io/approve=1f3e9a7c"); err != nil {
+	if err := d.waitRefused(ctx, "--as=alice", "annotate", "--overwrite", "repartitionplan", plan.Name,
+		v1alpha1.AnnotationApprove+"="+plan.Spec.Hash); err != nil {
 		return err
 	}
-	fmt.Println("   an approver (here the cluster admin) approves it, bound to the plan's hash so that an")
-	fmt.Println("   approval never carries over to another plan:")
-	if err := d.kubectl("annotate", "repartitionplan", "training-pool-20261129-1f3e9a7c", "gpupool.io/approve=1f3e9a7c"); err != nil {
+	fmt.Println("   the cluster admin approves it; the approval names the plan's hash, so it can never carry over")
+	fmt.Println("   to another plan:")
+	approved := time.Now()
+	if err := d.kubectl("annotate", "repartitionplan", plan.Name, v1alpha1.AnnotationApprove+"="+plan.Spec.Hash); err != nil {
 		return err
-	}
-	fmt.Println("   and its spec cannot be edited once created:")
-	if err := d.kubectl("patch", "repartitionplan", "training-pool-20261129-1f3e9a7c", "--type=merge",
-		"-p", `{"spec":{"hash":"deadbeef"}}`); err == nil {
-		return errors.New("the API server allowed an edit of a plan's spec")
 	}
 
-	d.say("Starting the gpupool manager (leader election, probes, metrics)")
-	probe, err := freeAddr()
+	d.say("gpupool executes the plan: cordon, drain (Eviction API, PDBs honoured), mig-parted entry, relabel, verify, uncordon")
+	final, err := d.follow(ctx, plan.Name)
 	if err != nil {
 		return err
 	}
-	metrics, err := freeAddr()
+	if final.Status.Phase != v1alpha1.PlanSucceeded {
+		return fmt.Errorf("plan %s ended %s: kubectl describe repartitionplan %s says why", plan.Name, final.Status.Phase, plan.Name)
+	}
+	if err := d.waitFor(ctx, "the pods the plan serves to run", 2*time.Minute, func() (bool, error) {
+		after, err := d.measure(ctx)
+		return err == nil && after.running >= before.running+len(plan.Spec.Expected.Pods), err
+	}); err != nil {
+		return err
+	}
+	after, err := d.settled(ctx)
 	if err != nil {
 		return err
 	}
-	if err := d.cluster.Run("manager", d.manager, "--kubeconfig="+d.cluster.Kubeconfig,
-		"--leader-elect", "--leader-election-namespace=kube-system",
-		"--health-probe-bind-address="+probe, "--metrics-bind-address="+metrics, "--metrics-secure=false"); err != nil {
+	if err := d.kubectl("get", "deployments", "-n", "demo"); err != nil {
 		return err
 	}
-	if err := waitOK(ctx, "http://"+probe+"/readyz", d.cluster.LogPath("manager")); err != nil {
+	if err := d.kubectl("get", "nodes", "-o", "custom-columns=NODE:.metadata.name,SCHEDULABLE:.spec.unschedulable,"+
+		"MIG-CONFIG:.metadata.labels.nvidia\\.com/mig\\.config,STATE:.metadata.labels.nvidia\\.com/mig\\.config\\.state"); err != nil {
 		return err
 	}
-	fmt.Printf("   /readyz answers on %s; log: %s\n", probe, d.cluster.LogPath("manager"))
-	if err := d.waitLease(ctx); err != nil {
-		return err
-	}
-	if err := d.kubectl("get", "lease", "-n", "kube-system", "gpupool-manager.gpupool.io",
-		"-o", "custom-columns=LEASE:.metadata.name,HOLDER:.spec.holderIdentity"); err != nil {
+	fmt.Println("   the events gpupool recorded on the plan:")
+	if err := d.kubectl("get", "events", "--field-selector=involvedObject.name="+plan.Name, "-o",
+		"custom-columns=REASON:.reason,MESSAGE:.message", "--sort-by=.metadata.creationTimestamp"); err != nil {
 		return err
 	}
 
-	d.say("The policy controller observes the pool and reports it in the policy's status")
-	if err := d.kubectl("wait", "--for=condition=Ready", "--timeout=60s", "gpupoolpolicy/training-pool"); err != nil {
-		return err
-	}
-	if err := d.kubectl("get", "gpupoolpolicies"); err != nil {
-		return err
-	}
-	fmt.Println("   its conditions (no GPU node carries the pool's label in this demo cluster yet):")
-	if err := d.kubectl("get", "gpupoolpolicy", "training-pool", "-o",
-		`jsonpath={range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}`); err != nil {
-		return err
-	}
-
-	d.say("The planner, offline: what would gpupool do on a fragmented H200 pool?")
-	fmt.Println("   config/samples/snapshots/fragmented-h200.yaml is what `kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml`")
-	fmt.Println("   prints for three H200 nodes carved into 1g.18gb slices, with pods waiting for 3g and 2g slices:")
-	if err := d.exec("gpupoolctl", d.gpupoolctl, "plan", "-f", "config/samples/snapshots/fragmented-h200.yaml"); err != nil {
-		return err
-	}
-	fmt.Println("   and where only evicting running pods helps (a do-not-disrupt pod is never evicted):")
-	if err := d.exec("gpupoolctl", d.gpupoolctl, "plan", "-f", "config/samples/snapshots/busy-eviction.yaml"); err != nil {
-		return err
-	}
-
-	d.say("What is not there yet")
-	for _, line := range []string{
-		"simulated GPU nodes (kwok + the simulated GPU Operator) and a workload that cannot schedule",
-		"simulated GPU nodes for the policy controller to plan on live (it does so in the envtest suite)",
-		"the plan controller executing approved plans on simulated nodes (it does so in the envtest suite)",
-		"the node agent on the simulated nodes (it publishes GPUNode from NVML today: kubectl apply -k config/agent on real GPU nodes)",
-	} {
-		fmt.Println("   - " + line)
-	}
-	fmt.Println("   The README's status table tracks each of them.")
+	d.say("Before and after")
+	d.table(before, after, countEvictions(final), approved.Sub(submitted), time.Since(approved))
+	fmt.Printf("\n   the whole demo took %s\n", time.Since(began).Round(time.Second))
 
 	if keep {
-		d.say("The cluster stays up until Ctrl-C")
+		d.say("The cluster stays up until Ctrl-C or `make demo-down`")
+		if err := os.WriteFile(d.pidFile, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return fmt.Errorf("writing %s: %w", d.pidFile, err)
+		}
+		defer os.Remove(d.pidFile)
 		fmt.Printf("   export KUBECONFIG=%s\n   export PATH=%s:$PATH\n", d.cluster.Kubeconfig, d.binDir)
+		fmt.Printf("   manager metrics: curl -s http://%s/metrics | grep ^gpupool_\n", d.cluster.ManagerMetrics)
+		fmt.Printf("   logs: %s/logs\n", d.cluster.Dir)
 		<-ctx.Done()
 	}
 	return nil
+}
+
+// deployment counts one Deployment's pods.
+type deployment struct{ running, pending int }
+
+// pods counts the demo's pods per app label.
+func (d *demo) pods(ctx context.Context) (map[string]deployment, error) {
+	var list corev1.PodList
+	if err := d.cluster.Client.List(ctx, &list, client.InNamespace("demo")); err != nil {
+		return nil, err
+	}
+	out := map[string]deployment{}
+	for _, p := range list.Items {
+		if !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		c := out[p.Labels["app"]]
+		switch {
+		case p.Status.Phase == corev1.PodRunning:
+			c.running++
+		case p.Spec.NodeName == "":
+			c.pending++
+		}
+		out[p.Labels["app"]] = c
+	}
+	return out, nil
+}
+
+// snapshot is what the before/after table compares.
+type snapshot struct {
+	pending, running int
+	slices           map[string]v1alpha1.ProfileSlices
+}
+
+func (d *demo) measure(ctx context.Context) (snapshot, error) {
+	s := snapshot{slices: map[string]v1alpha1.ProfileSlices{}}
+	pods, err := d.pods(ctx)
+	if err != nil {
+		return s, err
+	}
+	for _, c := range pods {
+		s.pending += c.pending
+		s.running += c.running
+	}
+	policy := &v1alpha1.GPUPoolPolicy{}
+	if err := d.cluster.Client.Get(ctx, client.ObjectKey{Name: "demo-pool"}, policy); err != nil {
+		return s, client.IgnoreNotFound(err)
+	}
+	for _, ps := range policy.Status.Pool.Slices {
+		s.slices[ps.Profile] = ps
+	}
+	return s, nil
+}
+
+// settled measures once the policy's status counts every running pod's slice: the status lags
+// the pods by one agent report and one reconcile, and the table compares settled numbers.
+func (d *demo) settled(ctx context.Context) (snapshot, error) {
+	var s snapshot
+	err := d.waitFor(ctx, "the policy's status to count the running pods", time.Minute, func() (bool, error) {
+		var err error
+		s, err = d.measure(ctx)
+		used := 0
+		for _, ps := range s.slices {
+			used += int(ps.Used)
+		}
+		return err == nil && used == s.running, err
+	})
+	return s, err
+}
+
+func (d *demo) table(before, after snapshot, evictions int, waited, executed time.Duration) {
+	fmt.Printf("   %-38s %10s %10s\n", "", "before", "after")
+	fmt.Printf("   %-38s %10d %10d\n", "pods running", before.running, after.running)
+	fmt.Printf("   %-38s %10d %10d\n", "pods pending", before.pending, after.pending)
+	profiles := map[string]bool{}
+	for p := range before.slices {
+		profiles[p] = true
+	}
+	for p := range after.slices {
+		profiles[p] = true
+	}
+	for _, p := range slices.Sorted(maps.Keys(profiles)) {
+		b, a := before.slices[p], after.slices[p]
+		fmt.Printf("   %-38s %10s %10s\n", p+" slices used/free (stranded)", sliceCell(b), sliceCell(a))
+	}
+	fmt.Printf("   %-38s %10s %10d\n", "pods evicted", "", evictions)
+	fmt.Printf("   %-38s %10s %10s\n", "submit -> approval (incl. reading)", "", waited.Round(time.Second))
+	fmt.Printf("   %-38s %10s %10s\n", "approval -> plan done, pods running", "", executed.Round(time.Second))
+}
+
+func sliceCell(s v1alpha1.ProfileSlices) string {
+	if s.Total == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d (%d)", s.Used, s.Free, s.Stranded)
+}
+
+// waitPlan waits for the policy's plan to await approval and returns it.
+func (d *demo) waitPlan(ctx context.Context) (*v1alpha1.RepartitionPlan, error) {
+	var plan *v1alpha1.RepartitionPlan
+	err := d.waitFor(ctx, "a RepartitionPlan awaiting approval", 2*time.Minute, func() (bool, error) {
+		var plans v1alpha1.RepartitionPlanList
+		if err := d.cluster.Client.List(ctx, &plans); err != nil {
+			return false, err
+		}
+		for i := range plans.Items {
+			if plans.Items[i].Status.Phase == v1alpha1.PlanAwaitingApproval {
+				plan = &plans.Items[i]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return plan, err
+}
+
+// follow prints every change of the plan's node steps until the plan finishes.
+func (d *demo) follow(ctx context.Context, name string) (*v1alpha1.RepartitionPlan, error) {
+	seen := map[string]string{}
+	var final *v1alpha1.RepartitionPlan
+	start := time.Now()
+	err := d.waitFor(ctx, "plan "+name+" to finish", 4*time.Minute, func() (bool, error) {
+		plan := &v1alpha1.RepartitionPlan{}
+		if err := d.cluster.Client.Get(ctx, client.ObjectKey{Name: name}, plan); err != nil {
+			return false, err
+		}
+		for _, n := range plan.Status.Nodes {
+			line := string(n.State) + ": " + n.Message
+			if seen[n.Node] != line {
+				seen[n.Node] = line
+				fmt.Printf("   %6.1fs  %-16s %s\n", time.Since(start).Seconds(), n.Node, line)
+			}
+		}
+		if key := "plan"; seen[key] != string(plan.Status.Phase) {
+			seen[key] = string(plan.Status.Phase)
+			fmt.Printf("   %6.1fs  plan %s is %s (%s)\n", time.Since(start).Seconds(), name, plan.Status.Phase, plan.Status.Progress)
+		}
+		switch plan.Status.Phase {
+		case v1alpha1.PlanSucceeded, v1alpha1.PlanFailed, v1alpha1.PlanSuperseded, v1alpha1.PlanExpired, v1alpha1.PlanRejected:
+			final = plan
+			return true, nil
+		}
+		return false, nil
+	})
+	return final, err
+}
+
+func countEvictions(plan *v1alpha1.RepartitionPlan) int {
+	n := 0
+	for _, s := range plan.Spec.Steps {
+		n += len(s.Evictions)
+	}
+	return n
+}
+
+func counts(c v1alpha1.ProfileCounts) string {
+	if len(c) == 0 {
+		return "MIG disabled"
+	}
+	parts := make([]string, 0, len(c))
+	for _, p := range slices.Sorted(maps.Keys(c)) {
+		parts = append(parts, fmt.Sprintf("%dx%s", c[p], p))
+	}
+	return strings.Join(parts, " + ")
+}
+
+// waitFor polls check until it is true, failing after timeout with what it waited for.
+func (d *demo) waitFor(ctx context.Context, what string, timeout time.Duration, check func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		ok, err := check()
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w; logs in %s/logs", what, ctx.Err(), d.cluster.Dir)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // exec runs a program and prints its output indented, echoing the command as the user types it.
@@ -274,51 +493,6 @@ func (d *demo) waitRefused(ctx context.Context, args ...string) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-}
-
-func (d *demo) waitLease(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for {
-		out, err := exec.Command(filepath.Join(d.binDir, "kubectl"), "--kubeconfig="+d.cluster.Kubeconfig,
-			"get", "lease", "-n", "kube-system", "gpupool-manager.gpupool.io", "-o", "jsonpath={.spec.holderIdentity}").Output()
-		if err == nil && len(out) > 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the manager did not take its leader Lease: %w; see %s", ctx.Err(), d.cluster.LogPath("manager"))
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-func waitOK(ctx context.Context, url, logPath string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s did not answer 200: %w; see %s", url, ctx.Err(), logPath)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // indent prefixes the cluster's progress lines so they read as part of the current step.

@@ -281,7 +281,8 @@ func (c *Cluster) run(name, path string, args ...string) error {
 	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o755); err != nil {
 		return fmt.Errorf("creating log folder: %w", err)
 	}
-	logFile, err := os.Create(c.LogPath(name))
+	// Appended, so that a process restarted under the same name keeps its earlier log.
+	logFile, err := os.OpenFile(c.LogPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("creating log for %s: %w", name, err)
 	}
@@ -306,6 +307,44 @@ func (c *Cluster) run(name, path string, args ...string) error {
 	}()
 	c.procs = append(c.procs, p)
 	return nil
+}
+
+// Kill ends the newest process run under name with SIGKILL, as a crash would, and waits for
+// it. Tests use it to take a replica down mid-work.
+func (c *Cluster) Kill(name string) error {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		p := c.procs[i]
+		if p.name != name {
+			continue
+		}
+		c.procs = append(c.procs[:i], c.procs[i+1:]...)
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s had already exited: %v; see %s", name, p.err, c.LogPath(name))
+		default:
+		}
+		if err := p.cmd.Process.Kill(); err != nil {
+			return fmt.Errorf("killing %s: %w", name, err)
+		}
+		<-p.done
+		return nil
+	}
+	return fmt.Errorf("no process named %s is running", name)
+}
+
+// Exited reports whether the newest process run under name has exited, and how.
+func (c *Cluster) Exited(name string) (bool, error) {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		if p := c.procs[i]; p.name == name {
+			select {
+			case <-p.done:
+				return true, p.err
+			default:
+				return false, nil
+			}
+		}
+	}
+	return false, fmt.Errorf("no process named %s was run", name)
 }
 
 func (p *process) stop(grace time.Duration) error {

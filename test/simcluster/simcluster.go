@@ -1,0 +1,287 @@
+// Package simcluster runs gpupool end to end with no GPU: the local control plane (etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler), kwok for kubelets, gpupool's CRDs,
+// the simulated GPU Operator (cmd/gpusim, which also runs the node agent per node) and the
+// manager as real processes. The demo and the end-to-end suite share it, so what the demo
+// shows is what the suite tests.
+package simcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testenv"
+	"github.com/gpupool/gpupool/test/localcluster"
+)
+
+// Namespace holds gpupool's ConfigMaps, as in a real installation.
+const Namespace = "gpupool-system"
+
+// MIGConfigMap is the mig-parted ConfigMap the manager writes and the simulated mig-manager reads.
+const MIGConfigMap = "gpupool-mig-parted-config"
+
+// Process names, for logs (Cluster.LogPath) and for killing one.
+const (
+	ManagerProcess = "manager"
+	GPUSimProcess  = "gpusim"
+)
+
+// Options configure a simulated cluster.
+type Options struct {
+	// BinDir holds the control-plane binaries (hack/control-plane.sh --print-dir).
+	BinDir string
+	// Manager and GPUSim are the built cmd/manager and cmd/gpusim binaries.
+	Manager, GPUSim string
+	// Nodes is gpusim's --nodes spec, e.g. "4xh200:2:all-1g,2xa100-80gb:2:all-1g".
+	Nodes string
+	// ManagerArgs are added to the manager's command line.
+	ManagerArgs []string
+	// Progress receives one line per step a user should notice; nil discards them.
+	Progress io.Writer
+}
+
+// Cluster is a running simulated GPU cluster.
+type Cluster struct {
+	*localcluster.Cluster
+	// Client reaches the API server as cluster-admin, with core, apiextensions and gpupool kinds.
+	Client client.Client
+	// ManagerProbe is the manager's health probe address (its /readyz).
+	ManagerProbe string
+	// ManagerMetrics is the manager's plain-HTTP metrics address (its /metrics).
+	ManagerMetrics string
+
+	opts     Options
+	progress io.Writer
+}
+
+// Start brings everything up and returns once the simulated nodes are Ready, every agent has
+// published its GPUNode and the manager is ready. On failure it stops what it started.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	for name, path := range map[string]string{"manager": opts.Manager, "gpusim": opts.GPUSim} {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("%s binary %q not found: run `make build` first", name, path)
+		}
+	}
+	c := &Cluster{opts: opts, progress: opts.Progress}
+	if c.progress == nil {
+		c.progress = io.Discard
+	}
+	lc, err := localcluster.Start(ctx, localcluster.Options{BinDir: opts.BinDir, Components: localcluster.WithKwok,
+		Progress: c.progress})
+	if err != nil {
+		return nil, err
+	}
+	c.Cluster = lc
+	if err := c.start(ctx); err != nil {
+		return nil, errors.Join(err, c.Stop())
+	}
+	return c, nil
+}
+
+func (c *Cluster) start(ctx context.Context) error {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return fmt.Errorf("building the client scheme: %w", err)
+		}
+	}
+	cl, err := client.New(c.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating a client: %w", err)
+	}
+	c.Client = cl
+
+	fmt.Fprintln(c.progress, "installing gpupool's CRDs")
+	if err := c.installCRDs(ctx); err != nil {
+		return err
+	}
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil &&
+		!apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", Namespace, err)
+	}
+
+	fmt.Fprintf(c.progress, "starting the simulated GPU Operator (gpusim --nodes %s)\n", c.opts.Nodes)
+	if err := c.Run(GPUSimProcess, c.opts.GPUSim, "--kubeconfig="+c.Kubeconfig, "--nodes="+c.opts.Nodes,
+		"--create-nodes", "--seed-config", "--configmap="+Namespace+"/"+MIGConfigMap, "--agent-refresh-period=2s"); err != nil {
+		return err
+	}
+	if err := c.waitNodes(ctx); err != nil {
+		return err
+	}
+	return c.StartManager(ctx)
+}
+
+// installCRDs creates gpupool's CRDs from config/crd/bases and waits until they are served.
+func (c *Cluster) installCRDs(ctx context.Context) error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	files, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		return fmt.Errorf("no CRDs in %s/config/crd/bases: run `make manifests`", root)
+	}
+	var names []string
+	for _, f := range files {
+		objs, err := testenv.ReadObjects(f)
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			if err := c.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating CRD %s: %w", o.GetName(), err)
+			}
+			names = append(names, o.GetName())
+		}
+	}
+	return poll(ctx, time.Minute, "gpupool's CRDs to be established", func() (bool, error) {
+		for _, name := range names {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
+				return false, client.IgnoreNotFound(err)
+			}
+			established := false
+			for _, cond := range crd.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					established = true
+				}
+			}
+			if !established {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// waitNodes waits until every simulated node is Ready and its agent has published GPUs.
+func (c *Cluster) waitNodes(ctx context.Context) error {
+	return poll(ctx, 2*time.Minute, "the simulated nodes to be Ready with their GPUs reported", func() (bool, error) {
+		if exited, err := c.Exited(GPUSimProcess); exited {
+			return false, fmt.Errorf("gpusim exited: %v; see %s", err, c.LogPath(GPUSimProcess))
+		}
+		var nodes corev1.NodeList
+		if err := c.Client.List(ctx, &nodes, client.MatchingLabels{v1alpha1.LabelGPUPresent: "true"}); err != nil {
+			return false, err
+		}
+		if len(nodes.Items) == 0 {
+			return false, nil
+		}
+		for _, n := range nodes.Items {
+			ready := false
+			for _, cond := range n.Status.Conditions {
+				ready = ready || (cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue)
+			}
+			report := &v1alpha1.GPUNode{}
+			if err := c.Client.Get(ctx, client.ObjectKey{Name: n.Name}, report); err != nil {
+				return false, client.IgnoreNotFound(err)
+			}
+			if !ready || len(report.Status.GPUs) == 0 {
+				return false, nil
+			}
+		}
+		fmt.Fprintf(c.progress, "%d simulated GPU nodes Ready, each with its GPUNode published by the agent\n", len(nodes.Items))
+		return true, nil
+	})
+}
+
+// StartManager runs the manager process and waits until it is ready. Leader election is off so
+// that a replacement started after KillManager acts at once instead of waiting out a lease.
+func (c *Cluster) StartManager(ctx context.Context) error {
+	probe, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	metrics, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	c.ManagerProbe, c.ManagerMetrics = probe, metrics
+	args := append([]string{"--kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--namespace=" + Namespace,
+		"--health-probe-bind-address=" + probe, "--metrics-bind-address=" + metrics, "--metrics-secure=false",
+		// gpusim reads the ConfigMap from the API server, not from a kubelet-synced volume.
+		"--config-propagation=1s"}, c.opts.ManagerArgs...)
+	fmt.Fprintln(c.progress, "starting the gpupool manager")
+	if err := c.Run(ManagerProcess, c.opts.Manager, args...); err != nil {
+		return err
+	}
+	return poll(ctx, time.Minute, "the manager to be ready", func() (bool, error) {
+		if exited, err := c.Exited(ManagerProcess); exited {
+			return false, fmt.Errorf("the manager exited: %v; see %s", err, c.LogPath(ManagerProcess))
+		}
+		resp, err := http.Get("http://" + probe + "/readyz") //nolint:noctx // loopback probe, bounded by poll
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
+
+// KillManager ends the manager with SIGKILL, as a crashed replica.
+func (c *Cluster) KillManager() error { return c.Kill(ManagerProcess) }
+
+// poll calls check every 250ms until it returns true, fails, or the timeout passes.
+func poll(ctx context.Context, timeout time.Duration, what string, check func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ticker := time.NewTicker(250 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		ok, err := check()
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-ticker.C:
+		}
+	}
+}
+
+// repoRoot is the folder holding go.mod, found upwards from the working directory, so that
+// the demo (run from the root) and tests (run from their package) find config/.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory: run from inside the gpupool checkout")
+		}
+		dir = parent
+	}
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free loopback port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
