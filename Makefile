@@ -24,8 +24,7 @@ GOTEST_FLAGS ?= -count=1 -timeout=30m
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-DEMO_ARGS = --bin-dir=$(CONTROL_PLANE_DIR) --manager=$(TOOLS_BIN)/manager --gpusim=$(TOOLS_BIN)/gpusim \
-	--gpupoolctl=$(TOOLS_BIN)/gpupoolctl
+DEMO_ARGS = --bin-dir=$(CONTROL_PLANE_DIR) --manager=$(TOOLS_BIN)/manager --gpusim=$(TOOLS_BIN)/gpusim
 
 ##@ Everyday
 

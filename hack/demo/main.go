@@ -46,13 +46,12 @@ spec:
 `
 
 type demo struct {
-	binDir     string
-	manager    string
-	gpusim     string
-	gpupoolctl string
-	pidFile    string
-	cluster    *simcluster.Cluster
-	step       int
+	binDir  string
+	manager string
+	gpusim  string
+	pidFile string
+	cluster *simcluster.Cluster
+	step    int
 }
 
 // The simulated cluster: four H200 and two A100-80GB nodes with two GPUs each, every GPU cut
@@ -65,13 +64,12 @@ func main() {
 	flag.StringVar(&d.binDir, "bin-dir", "", "folder with the control-plane binaries (hack/control-plane.sh --print-dir)")
 	flag.StringVar(&d.manager, "manager", "", "path of the built manager binary")
 	flag.StringVar(&d.gpusim, "gpusim", "", "path of the built gpusim binary")
-	flag.StringVar(&d.gpupoolctl, "gpupoolctl", "", "path of the built gpupoolctl binary")
 	flag.BoolVar(&keep, "keep", false, "leave the cluster running until Ctrl-C or `make demo-down`")
 	flag.StringVar(&d.pidFile, "pid-file", filepath.Join(os.TempDir(), "gpupool-demo.pid"),
 		"with --keep, where the demo writes its PID so that `make demo-down` can stop it")
 	flag.Parse()
-	if d.binDir == "" || d.manager == "" || d.gpusim == "" || d.gpupoolctl == "" {
-		fmt.Fprintln(os.Stderr, "usage: demo --bin-dir DIR --manager PATH --gpusim PATH --gpupoolctl PATH [--keep]  (run it with `make demo`)")
+	if d.binDir == "" || d.manager == "" || d.gpusim == "" {
+		fmt.Fprintln(os.Stderr, "usage: demo --bin-dir DIR --manager PATH --gpusim PATH [--keep]  (run it with `make demo`)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -242,7 +240,7 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 		if err := os.WriteFile(d.pidFile, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 			return fmt.Errorf("writing %s: %w", d.pidFile, err)
 		}
-		defer os.Remove(d.pidFile)
+		defer func() { _ = os.Remove(d.pidFile) }()
 		fmt.Printf("   export KUBECONFIG=%s\n   export PATH=%s:$PATH\n", d.cluster.Kubeconfig, d.binDir)
 		fmt.Printf("   manager metrics: curl -s http://%s/metrics | grep ^gpupool_\n", d.cluster.ManagerMetrics)
 		fmt.Printf("   logs: %s/logs\n", d.cluster.Dir)
@@ -433,19 +431,6 @@ func (d *demo) waitFor(ctx context.Context, what string, timeout time.Duration, 
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-}
-
-// exec runs a program and prints its output indented, echoing the command as the user types it.
-func (d *demo) exec(name, path string, args ...string) error {
-	fmt.Printf("   $ %s %s\n", name, strings.Join(args, " "))
-	out, err := exec.Command(path, args...).CombinedOutput()
-	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
-		fmt.Println("     " + line)
-	}
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
-	}
-	return nil
 }
 
 // kubectl runs the kubectl built with the control plane (same version as the API server) and

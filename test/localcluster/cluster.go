@@ -320,7 +320,10 @@ func (c *Cluster) Kill(name string) error {
 		c.procs = append(c.procs[:i], c.procs[i+1:]...)
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s had already exited: %v; see %s", name, p.err, c.LogPath(name))
+			if p.err == nil {
+				return fmt.Errorf("%s had already exited; see %s", name, c.LogPath(name))
+			}
+			return fmt.Errorf("%s had already exited: %w; see %s", name, p.err, c.LogPath(name))
 		default:
 		}
 		if err := p.cmd.Process.Kill(); err != nil {

@@ -172,8 +172,8 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 // waitNodes waits until every simulated node is Ready and its agent has published GPUs.
 func (c *Cluster) waitNodes(ctx context.Context) error {
 	return poll(ctx, 2*time.Minute, "the simulated nodes to be Ready with their GPUs reported", func() (bool, error) {
-		if exited, err := c.Exited(GPUSimProcess); exited {
-			return false, fmt.Errorf("gpusim exited: %v; see %s", err, c.LogPath(GPUSimProcess))
+		if err := c.exitedEarly(GPUSimProcess); err != nil {
+			return false, err
 		}
 		var nodes corev1.NodeList
 		if err := c.Client.List(ctx, &nodes, client.MatchingLabels{v1alpha1.LabelGPUPresent: "true"}); err != nil {
@@ -221,8 +221,8 @@ func (c *Cluster) StartManager(ctx context.Context) error {
 		return err
 	}
 	return poll(ctx, time.Minute, "the manager to be ready", func() (bool, error) {
-		if exited, err := c.Exited(ManagerProcess); exited {
-			return false, fmt.Errorf("the manager exited: %v; see %s", err, c.LogPath(ManagerProcess))
+		if err := c.exitedEarly(ManagerProcess); err != nil {
+			return false, err
 		}
 		resp, err := http.Get("http://" + probe + "/readyz") //nolint:noctx // loopback probe, bounded by poll
 		if err != nil {
@@ -231,6 +231,18 @@ func (c *Cluster) StartManager(ctx context.Context) error {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	})
+}
+
+// exitedEarly says, as an error, that a process which should be running has exited.
+func (c *Cluster) exitedEarly(name string) error {
+	exited, err := c.Exited(name)
+	switch {
+	case !exited:
+		return nil
+	case err != nil:
+		return fmt.Errorf("%s exited: %w; see %s", name, err, c.LogPath(name))
+	}
+	return fmt.Errorf("%s exited; see %s", name, c.LogPath(name))
 }
 
 // KillManager ends the manager with SIGKILL, as a crashed replica.
