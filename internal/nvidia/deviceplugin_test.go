@@ -1,0 +1,80 @@
+package nvidia_test
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
+)
+
+// TestDevicePluginConfigRoundTrips guards that every sharing setting gpupool writes reads back
+// as itself, under a key that names it, so the key alone says what a node shares.
+func TestDevicePluginConfigRoundTrips(t *testing.T) {
+	for _, s := range []v1alpha1.SharingConfig{
+		{Mode: v1alpha1.SharingNone},
+		{Mode: v1alpha1.SharingTimeSlicing, Replicas: 2},
+		{Mode: v1alpha1.SharingTimeSlicing, Replicas: 48},
+		{Mode: v1alpha1.SharingMPS, Replicas: 4},
+	} {
+		g := NewWithT(t)
+		data, err := nvidia.DevicePluginConfig(s)
+		g.Expect(err).NotTo(HaveOccurred())
+		got, err := nvidia.ParseDevicePluginConfig(data)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(Equal(s))
+		name := nvidia.DevicePluginConfigName(s)
+		back, ok := nvidia.ParseDevicePluginConfigName(name)
+		g.Expect(ok).To(BeTrue(), name)
+		g.Expect(back).To(Equal(s))
+	}
+}
+
+// TestDevicePluginConfigIsTheDevicePluginsSchema guards the exact fields k8s-device-plugin reads:
+// a rename to nvidia.com/gpu.shared, one mode, and the mixed MIG strategy gpupool plans with.
+func TestDevicePluginConfigIsTheDevicePluginsSchema(t *testing.T) {
+	g := NewWithT(t)
+	data, err := nvidia.DevicePluginConfig(v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 4})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(data)).To(Equal(`flags:
+  migStrategy: mixed
+sharing:
+  timeSlicing:
+    renameByDefault: true
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+version: v1
+`))
+}
+
+// TestDevicePluginConfigRefusesWhatThePluginWouldNot guards strict reading and the replica bounds.
+func TestDevicePluginConfigRefusesWhatThePluginWouldNot(t *testing.T) {
+	g := NewWithT(t)
+	_, err := nvidia.DevicePluginConfig(v1alpha1.SharingConfig{Mode: v1alpha1.SharingMPS, Replicas: 1})
+	g.Expect(err).To(MatchError(ContainSubstring("replicas must be between 2 and 256")))
+	_, err = nvidia.ParseDevicePluginConfig([]byte("version: v1\nflags: {migStrategy: mixed}\nsharing:\n  timeSlicing: {resources: []}\n  mps: {resources: []}\n"))
+	g.Expect(err).To(MatchError(ContainSubstring("one sharing mode per node")))
+	_, err = nvidia.ParseDevicePluginConfig([]byte("version: v1\nflags: {migStrategy: mixed, typo: 1}\n"))
+	g.Expect(err).To(HaveOccurred(), "unknown fields are errors")
+	for _, name := range []string{"gpupool-ts-1", "gpupool-ts-04", "gpupool-mps-x", "user-config"} {
+		_, ok := nvidia.ParseDevicePluginConfigName(name)
+		g.Expect(ok).To(BeFalse(), name)
+	}
+}
+
+// TestUpdateDevicePluginConfigMapCollectsOnlyUnusedKeysOfOurs guards garbage collection: the
+// user's keys and every key a node still names stay; gpupool-none is always there.
+func TestUpdateDevicePluginConfigMapCollectsOnlyUnusedKeysOfOurs(t *testing.T) {
+	g := NewWithT(t)
+	current := map[string]string{"user-default": "version: v1\n", "gpupool-ts-4": "old", "gpupool-ts-8": "old"}
+	next, err := nvidia.UpdateDevicePluginConfigMap(current,
+		[]v1alpha1.SharingConfig{{Mode: v1alpha1.SharingMPS, Replicas: 2}}, []string{"gpupool-ts-4"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(next).To(HaveKeyWithValue("user-default", "version: v1\n"))
+	g.Expect(next).To(HaveKeyWithValue("gpupool-ts-4", "old"), "in use: kept as it is")
+	g.Expect(next).NotTo(HaveKey("gpupool-ts-8"))
+	g.Expect(next).To(HaveKey("gpupool-none"))
+	g.Expect(next).To(HaveKey("gpupool-mps-2"))
+}
