@@ -3,12 +3,12 @@ package nvidia
 import (
 	"fmt"
 	"maps"
-	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/planner"
 )
 
 // The GPU Operator's device plugin reads a ConfigMap with one config file per key; label
@@ -19,8 +19,6 @@ const (
 	// DevicePluginNone is gpupool's key for exclusive devices, always present so that a node can
 	// be given back to exclusive use.
 	DevicePluginNone = ConfigPrefix + "none"
-	devicePluginTS   = ConfigPrefix + "ts-"
-	devicePluginMPS  = ConfigPrefix + "mps-"
 )
 
 // DevicePluginFile is the part of k8s-device-plugin's config file (schema v1) gpupool writes and
@@ -56,34 +54,13 @@ type ReplicatedResource struct {
 }
 
 // DevicePluginConfigName is the key of a sharing setting: gpupool-none, gpupool-ts-<replicas>
-// or gpupool-mps-<replicas>.
-func DevicePluginConfigName(s v1alpha1.SharingConfig) string {
-	switch s.Mode {
-	case v1alpha1.SharingTimeSlicing:
-		return devicePluginTS + strconv.Itoa(int(s.Replicas))
-	case v1alpha1.SharingMPS:
-		return devicePluginMPS + strconv.Itoa(int(s.Replicas))
-	}
-	return DevicePluginNone
-}
+// or gpupool-mps-<replicas>. The planner names the settings it plans (planner.SharingConfigName).
+func DevicePluginConfigName(s v1alpha1.SharingConfig) string { return planner.SharingConfigName(s) }
 
 // ParseDevicePluginConfigName reads a key written by DevicePluginConfigName; false for keys
 // gpupool does not own.
 func ParseDevicePluginConfigName(name string) (v1alpha1.SharingConfig, bool) {
-	if name == DevicePluginNone {
-		return v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}, true
-	}
-	for prefix, mode := range map[string]v1alpha1.SharingMode{devicePluginTS: v1alpha1.SharingTimeSlicing,
-		devicePluginMPS: v1alpha1.SharingMPS} {
-		if rest, ok := strings.CutPrefix(name, prefix); ok {
-			n, err := strconv.Atoi(rest)
-			if err != nil || n < 2 || n > 256 || strconv.Itoa(n) != rest {
-				return v1alpha1.SharingConfig{}, false
-			}
-			return v1alpha1.SharingConfig{Mode: mode, Replicas: int32(n)}, true
-		}
-	}
-	return v1alpha1.SharingConfig{}, false
+	return planner.ParseSharingConfigName(name)
 }
 
 // DevicePluginConfig renders the config file of a sharing setting. Whole GPUs are shared and

@@ -27,8 +27,13 @@ type class struct {
 	left     int                    // pods not yet served
 	mig      map[string]int64       // requested profile -> count per pod
 	whole    int64                  // whole GPUs per pod
-	shared   bool                   // time-sliced or MPS replicas, not planned yet
-	vec      []int64                // non-GPU requests per resource dimension
+	shared   bool                   // time-sliced or MPS replicas
+	// sharedProfile is the MIG profile whose replicas a shared class asks for; empty for
+	// replicas of whole GPUs (nvidia.com/gpu.shared).
+	sharedProfile string
+	// sharedReplicas is how many replicas one pod of a shared class takes.
+	sharedReplicas int64
+	vec            []int64 // non-GPU requests per resource dimension
 	// slices is the compute slices one pod takes, to break ties toward serving more GPU.
 	slices int
 	// multi is true when one pod needs several instances of a profile or several whole GPUs,
@@ -97,6 +102,8 @@ func groupClasses(reqs []demand.Request, d *dims) []*class {
 					c.slices += int(g.Count) * 7
 				case demand.KindShared:
 					c.shared = true
+					c.sharedProfile = g.Profile
+					c.sharedReplicas += g.Count
 				}
 			}
 			byKey[key] = c

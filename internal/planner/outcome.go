@@ -292,7 +292,7 @@ func (p *planState) unserved(budget int, steps map[*nodeInfo]*proposal, spec *v1
 func (p *planState) explain(c *class, budget int, steps map[*nodeInfo]*proposal, spec *v1alpha1.GPUPoolPolicySpec) (Reason, string) {
 	what := "needs " + c.describe()
 	if c.shared {
-		return ReasonPartitionShape, what + ": time-slicing and MPS replicas are not planned yet; gpupool plans MIG layouts and whole GPUs"
+		return p.explainShared(c, what)
 	}
 	var eligible []*nodeInfo
 	firstMismatch := ""

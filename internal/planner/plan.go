@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -214,12 +215,29 @@ func Plan(in Input) (*Result, error) {
 	res.StrandedBefore = p.stranded(current, standby)
 
 	steps := map[*nodeInfo]*proposal{}
+	shares := map[*nodeInfo]*shareProposal{}
 	if !spec.Planning.Paused {
 		p.greedy(res.Budget, steps)
 		p.standby(res.Budget, steps, standby)
+		used := 0
+		for _, pr := range steps {
+			if pr.changed > 0 {
+				used++
+			}
+		}
+		shares = p.share(res.Budget-used, steps)
 	}
 	res.StrandedAfter = p.stranded(p.finalStates(steps), standby)
 	res.Steps, res.Served = p.steps(steps, res)
+	if len(shares) > 0 {
+		shareSteps, shareServed := p.shareSteps(shares, res)
+		res.Steps = append(res.Steps, shareSteps...)
+		slices.SortFunc(res.Steps, func(a, b Step) int { return strings.Compare(a.Node, b.Node) })
+		res.Served = append(res.Served, shareServed...)
+		slices.SortFunc(res.Served, func(a, b types.NamespacedName) int {
+			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+		})
+	}
 	res.Unserved = p.unserved(res.Budget, steps, spec)
 	return res, nil
 }

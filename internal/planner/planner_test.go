@@ -153,7 +153,7 @@ func TestUnservedReasons(t *testing.T) {
 		{name: "more instances than a node holds", pending: map[string]int64{mig.ResourceName("3g.71gb"): 5}, pol: policy(),
 			reason: planner.ReasonPartitionShape, message: "5 x 3g.71gb exceed what the 2 GPU(s)"},
 		{name: "shared replicas", pending: map[string]int64{"nvidia.com/gpu.shared": 1}, pol: policy(),
-			reason: planner.ReasonPartitionShape, message: "time-slicing and MPS replicas are not planned yet"},
+			reason: planner.ReasonPartitionShape, message: "allows neither time-slicing nor MPS"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -27,7 +27,8 @@ type productInfo struct {
 	compute []int // compute slices per profile position
 	allowed []string
 	wholeOK bool
-	options []option // target layouts the catalog allows, in a fixed order
+	entry   *v1alpha1.CatalogEntry // the catalog entry applied; its sharing choices
+	options []option               // target layouts the catalog allows, in a fixed order
 }
 
 // option is one target layout for a GPU.
@@ -109,7 +110,7 @@ func (c *catalog) info(p *mig.Product, entry *v1alpha1.CatalogEntry) *productInf
 	if pi, ok := c.products[key]; ok {
 		return pi
 	}
-	pi := &productInfo{id: len(c.products), product: p, index: map[string]int{}}
+	pi := &productInfo{id: len(c.products), product: p, index: map[string]int{}, entry: entry}
 	for _, pr := range p.Profiles {
 		pi.index[pr.Name] = len(pi.names)
 		pi.names = append(pi.names, pr.Name)

@@ -43,6 +43,11 @@ func (r *Result) RepartitionPlan(policy *v1alpha1.GPUPoolPolicy, now time.Time) 
 			GPUs:          []v1alpha1.GPUChange{},
 			Disruptive:    len(s.Evictions) > 0,
 		}
+		if s.Sharing != nil {
+			setting := *s.Sharing
+			step.SharingConfig = &setting
+			step.SharingConfigName = SharingConfigName(setting)
+		}
 		for _, g := range s.GPUs {
 			step.GPUs = append(step.GPUs, v1alpha1.GPUChange{Index: int32(g.Index), From: counts(g.From), To: counts(g.To)})
 		}

@@ -96,6 +96,8 @@ type Step struct {
 	Target []GPUTarget
 	// Evictions are the pods that must leave the node first.
 	Evictions []Eviction
+	// Sharing is the node's new device-plugin sharing setting; nil when it does not change.
+	Sharing *v1alpha1.SharingConfig
 }
 
 // GPUTarget is what one GPU should look like once a step is done.

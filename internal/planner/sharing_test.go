@@ -1,0 +1,203 @@
+package planner_test
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/planner"
+)
+
+// sharing sets the H200 catalog entry's sharing choices (nil leaves a mode out).
+func sharing(ts, mps []int32) policyOpt {
+	return func(p *v1alpha1.GPUPoolPolicy) {
+		if len(p.Spec.Catalog) == 0 {
+			catalog("H200", false, "1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb")(p)
+		}
+		sc := &v1alpha1.SharingCatalog{}
+		if ts != nil {
+			sc.TimeSlicing = &v1alpha1.ReplicaChoices{Replicas: ts}
+		}
+		if mps != nil {
+			sc.MPS = &v1alpha1.MPSReplicaChoices{Replicas: mps}
+		}
+		p.Spec.Catalog[0].Sharing = sc
+	}
+}
+
+var oneShare = map[string]int64{"nvidia.com/gpu.shared": 1}
+
+// TestSharingConvertsAnIdleNodeWithTheFewestReplicasThatServeTheDemand guards the sharing
+// decision: an idle node becomes MIG-disabled GPUs shared by time-slicing, with the smallest
+// allowed replica count that serves every pending pod (each pod gets the largest share).
+func TestSharingConvertsAnIdleNodeWithTheFewestReplicasThatServeTheDemand(t *testing.T) {
+	g := NewWithT(t)
+	c := newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7", "1g.18gb:7")
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		c.pending(name, oneShare)
+	}
+	res := c.plan(policy(sharing([]int32{8, 2, 4}, nil)))
+	g.Expect(res.Unserved).To(BeEmpty())
+	g.Expect(res.Served).To(HaveLen(5))
+	g.Expect(res.Steps).To(HaveLen(1))
+	step := res.Steps[0]
+	g.Expect(step.Sharing).To(Equal(&v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 4}),
+		"2 replicas x 2 GPUs serve 4 of 5; 4 serve all")
+	g.Expect(step.GPUs).To(HaveLen(2), "both GPUs leave MIG")
+	for _, tg := range step.Target {
+		g.Expect(tg.MIGEnabled).To(BeFalse())
+	}
+	g.Expect(step.Evictions).To(BeEmpty())
+
+	plan := res.RepartitionPlan(policy(), now)
+	g.Expect(plan.Spec.Steps[0].SharingConfigName).To(Equal("gpupool-ts-4"))
+	g.Expect(plan.Spec.Steps[0].SharingConfig).To(Equal(step.Sharing))
+}
+
+// TestSharingPrefersMPSWhenAllowed guards the mode choice: MPS gives each client its own share
+// of memory and compute, so it wins when the catalog allows it; it is only ever on MIG-disabled
+// GPUs.
+func TestSharingPrefersMPSWhenAllowed(t *testing.T) {
+	g := NewWithT(t)
+	res := newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
+		pending("a", oneShare).pending("b", oneShare).pending("c", oneShare).
+		plan(policy(sharing([]int32{4}, []int32{2, 8})))
+	g.Expect(res.Steps).To(HaveLen(1))
+	g.Expect(res.Steps[0].Sharing).To(Equal(&v1alpha1.SharingConfig{Mode: v1alpha1.SharingMPS, Replicas: 8}))
+	g.Expect(res.Steps[0].Target[0].MIGEnabled).To(BeFalse())
+}
+
+// TestSharingNeverTouchesANodeWithRunningPods guards that sharing never evicts: a node with a
+// pod on any GPU is left alone and the shared pods are told why.
+func TestSharingNeverTouchesANodeWithRunningPods(t *testing.T) {
+	g := NewWithT(t)
+	res := newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7", "1g.18gb:7").
+		running("busy", "gpu-1", 1, "1g.18gb").
+		pending("a", oneShare).
+		plan(policy(sharing([]int32{2}, nil)))
+	g.Expect(res.Steps).To(BeEmpty())
+	g.Expect(res.Unserved).To(HaveLen(1))
+	g.Expect(res.Unserved[0].Reason).To(Equal(planner.ReasonCapacity))
+	g.Expect(res.Unserved[0].Message).To(ContainSubstring("sharing converts only idle nodes"))
+}
+
+// TestSharingIsExplainedWhenItCannotBePlanned guards the reasons of shared pods the planner
+// cannot serve: no sharing in the catalog, and replicas of MIG devices.
+func TestSharingIsExplainedWhenItCannotBePlanned(t *testing.T) {
+	g := NewWithT(t)
+	res := newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7").pending("a", oneShare).plan(policy())
+	g.Expect(res.Unserved).To(HaveLen(1))
+	g.Expect(res.Unserved[0].Reason).To(Equal(planner.ReasonPartitionShape))
+	g.Expect(res.Unserved[0].Message).To(ContainSubstring("set spec.catalog[].sharing"))
+
+	res = newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
+		pending("a", map[string]int64{"nvidia.com/mig-1g.18gb.shared": 1}).plan(policy(sharing([]int32{2}, nil)))
+	g.Expect(res.Unserved).To(HaveLen(1))
+	g.Expect(res.Unserved[0].Message).To(ContainSubstring("time-slicing of MIG devices is not planned yet"))
+}
+
+// TestSharingConfigNamesRoundTrip guards that a config key alone says its setting.
+func TestSharingConfigNamesRoundTrip(t *testing.T) {
+	g := NewWithT(t)
+	for _, s := range []v1alpha1.SharingConfig{{Mode: v1alpha1.SharingNone}, {Mode: v1alpha1.SharingTimeSlicing, Replicas: 2},
+		{Mode: v1alpha1.SharingMPS, Replicas: 48}} {
+		back, ok := planner.ParseSharingConfigName(planner.SharingConfigName(s))
+		g.Expect(ok).To(BeTrue())
+		g.Expect(back).To(Equal(s))
+	}
+	for _, bad := range []string{"gpupool-ts-1", "gpupool-mps-007", "gpupool-ts-", "all-disabled"} {
+		_, ok := planner.ParseSharingConfigName(bad)
+		g.Expect(ok).To(BeFalse(), bad)
+	}
+}
+
+// TestSharingProperties guards, on random pools, the rules the device plugin imposes and the
+// planner's own: sharing only on MIG-disabled GPUs (never MPS on MIG), one setting per node,
+// never on a node with running pods, never more shared pods served on a node than replicas,
+// and never more nodes changed than the budget.
+func TestSharingProperties(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	sharedSteps := 0
+	for iter := range 300 {
+		c := newCluster(t)
+		nodes := 1 + rng.IntN(5)
+		busy := map[string]bool{}
+		gpus := map[string]int{}
+		for n := range nodes {
+			name := "gpu-" + itoa(n)
+			layouts := []string{"1g.18gb:7", "3g.71gb:2", "off"}
+			k := 1 + rng.IntN(2)
+			var ls []string
+			for range k {
+				ls = append(ls, layouts[rng.IntN(len(layouts))])
+			}
+			c.node(name, "NVIDIA-H200", ls...)
+			gpus[name] = k
+			if ls[0] == "1g.18gb:7" && rng.IntN(3) == 0 {
+				c.running("r"+itoa(n), name, 0, "1g.18gb")
+				busy[name] = true
+			}
+		}
+		for p := range rng.IntN(12) {
+			if rng.IntN(2) == 0 {
+				c.pending("s"+itoa(p), map[string]int64{"nvidia.com/gpu.shared": int64(1 + rng.IntN(2))})
+			} else {
+				c.pending("m"+itoa(p), mig1("3g.71gb"))
+			}
+		}
+		var ts, mps []int32
+		if rng.IntN(2) == 0 {
+			ts = []int32{2, 4}
+		}
+		if rng.IntN(2) == 0 {
+			mps = []int32{3}
+		}
+		b := 1 + rng.IntN(3)
+		res := c.plan(policy(sharing(ts, mps), budget(b)))
+		g := NewWithT(t)
+		g.Expect(len(res.Steps)).To(BeNumerically("<=", b), "iteration %d: budget", iter)
+		seen := map[string]bool{}
+		for _, s := range res.Steps {
+			g.Expect(seen).NotTo(HaveKey(s.Node), "iteration %d: one step, so one sharing setting, per node", iter)
+			seen[s.Node] = true
+			if s.Sharing == nil {
+				continue
+			}
+			sharedSteps++
+			g.Expect(busy[s.Node]).To(BeFalse(), "iteration %d: sharing changed %s, which runs a pod", iter, s.Node)
+			g.Expect(s.Evictions).To(BeEmpty())
+			g.Expect(s.Target).To(HaveLen(gpus[s.Node]))
+			for _, tg := range s.Target {
+				g.Expect(tg.MIGEnabled).To(BeFalse(), "iteration %d: %s shares a MIG GPU", iter, s.Sharing.Mode)
+			}
+			if s.Sharing.Mode == v1alpha1.SharingMPS {
+				g.Expect(mps).NotTo(BeNil())
+			} else {
+				g.Expect(ts).NotTo(BeNil())
+			}
+		}
+		// Every served shared pod has a replica: count replicas asked by served shared pods
+		// against the capacity the sharing steps create.
+		capacity := 0
+		for _, s := range res.Steps {
+			if s.Sharing != nil {
+				capacity += int(s.Sharing.Replicas) * gpus[s.Node]
+			}
+		}
+		asked := 0
+		for _, key := range res.Served {
+			if key.Name[0] == 's' {
+				for _, p := range c.pods {
+					if p.Name == key.Name {
+						q := p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu.shared"]
+						asked += int(q.Value())
+					}
+				}
+			}
+		}
+		g.Expect(asked).To(BeNumerically("<=", capacity), "iteration %d: shared pods served beyond the replicas", iter)
+	}
+	NewWithT(t).Expect(sharedSteps).To(BeNumerically(">", 30), "the random pools exercise sharing")
+}
