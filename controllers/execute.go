@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/drain"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/nvidia"
@@ -162,7 +163,40 @@ func (r *PlanReconciler) observe(ctx context.Context, plan *v1alpha1.Repartition
 	case !apierrors.IsNotFound(err):
 		return nil, obs, fmt.Errorf("reading ConfigMap %s/%s: %w", r.Namespace, MIGPartedConfigMap, err)
 	}
+	if step.SharingConfigName != "" {
+		obs.SharingConfig = node.Labels[v1alpha1.LabelDevicePluginConfig]
+		obs.SharingAdvertised, obs.SharedResource = sharingAdvertised(step, targets, node)
+		dp := &corev1.ConfigMap{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: DevicePluginConfigMap}, dp)
+		switch {
+		case err == nil:
+			_, written := dp.Data[step.SharingConfigName]
+			obs.ConfigWritten = obs.ConfigWritten && written
+		case apierrors.IsNotFound(err):
+			obs.ConfigWritten = false
+		default:
+			return nil, obs, fmt.Errorf("reading ConfigMap %s/%s: %w", r.Namespace, DevicePluginConfigMap, err)
+		}
+	}
 	return targets, obs, nil
+}
+
+// sharingAdvertised says whether the node's allocatable shows the step's sharing setting:
+// replicas x MIG-disabled GPUs of nvidia.com/gpu.shared, or none of it when sharing is off.
+// It also names what must be advertised, for the step's message.
+func sharingAdvertised(step v1alpha1.NodeStep, targets []planner.GPUTarget, node *corev1.Node) (bool, string) {
+	whole := 0
+	for _, t := range targets {
+		if !t.MIGEnabled {
+			whole++
+		}
+	}
+	want := int64(0)
+	if s := step.SharingConfig; s != nil && s.Mode != v1alpha1.SharingNone {
+		want = int64(s.Replicas) * int64(whole)
+	}
+	have := demand.Quantity(node.Status.Allocatable, demand.ResourceSharedGPU)
+	return have == want, fmt.Sprintf("%s=%d", demand.ResourceSharedGPU, want)
 }
 
 // gpusWhole says whether the agent reports every GPU the step changes with a whole layout:
@@ -253,7 +287,7 @@ func layoutEqual(a, b v1alpha1.GPULayout) bool {
 func (r *PlanReconciler) act(ctx context.Context, plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep,
 	targets []planner.GPUTarget, action rollout.Action) (string, error) {
 	switch action {
-	case rollout.ActionCordon, rollout.ActionRelabel, rollout.ActionUncordon, rollout.ActionReleaseCordon:
+	case rollout.ActionCordon, rollout.ActionRelabel, rollout.ActionRelabelSharing, rollout.ActionUncordon, rollout.ActionReleaseCordon:
 		return "", r.editNode(ctx, plan, step, action)
 	case rollout.ActionEvict:
 		pods := make([]types.NamespacedName, 0, len(step.Evictions))
@@ -272,7 +306,10 @@ func (r *PlanReconciler) act(ctx context.Context, plan *v1alpha1.RepartitionPlan
 		}
 		return res.Message(), nil
 	case rollout.ActionWriteConfig:
-		return "", r.writeConfig(ctx, step, targets)
+		if err := r.writeConfig(ctx, step, targets); err != nil {
+			return "", err
+		}
+		return "", r.writeSharing(ctx, step)
 	case rollout.ActionExpectLayout:
 		gpuNode := &v1alpha1.GPUNode{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, gpuNode); err != nil {
@@ -304,6 +341,11 @@ func (r *PlanReconciler) editNode(ctx context.Context, plan *v1alpha1.Repartitio
 		metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1alpha1.AnnotationCordonedBy, plan.Name)
 	case rollout.ActionRelabel:
 		nvidia.RequestMIGConfig(node, step.MIGConfigName)
+	case rollout.ActionRelabelSharing:
+		if node.Labels == nil {
+			node.Labels = map[string]string{}
+		}
+		node.Labels[v1alpha1.LabelDevicePluginConfig] = step.SharingConfigName
 	case rollout.ActionUncordon, rollout.ActionReleaseCordon:
 		if node.Annotations[v1alpha1.AnnotationCordonedBy] != plan.Name {
 			return nil
@@ -364,6 +406,60 @@ func (r *PlanReconciler) writeConfig(ctx context.Context, step v1alpha1.NodeStep
 		cm.Data = map[string]string{}
 	}
 	cm.Data[nvidia.ConfigMapKey] = string(data)
+	if create {
+		return r.Client.Create(ctx, cm)
+	}
+	return r.Client.Update(ctx, cm)
+}
+
+// writeSharing adds the step's device-plugin sharing key to gpupool's device-plugin ConfigMap,
+// keeping every key a node's label or a live plan still names and collecting gpupool's others.
+func (r *PlanReconciler) writeSharing(ctx context.Context, step v1alpha1.NodeStep) error {
+	if step.SharingConfig == nil || step.SharingConfigName == "" {
+		return nil
+	}
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	var inUse []string
+	for _, n := range nodes.Items {
+		if v := n.Labels[v1alpha1.LabelDevicePluginConfig]; v != "" {
+			inUse = append(inUse, v)
+		}
+	}
+	var plans v1alpha1.RepartitionPlanList
+	if err := r.Client.List(ctx, &plans); err != nil {
+		return fmt.Errorf("listing plans: %w", err)
+	}
+	for _, p := range plans.Items {
+		if p.Status.Phase == v1alpha1.PlanApproved || p.Status.Phase == v1alpha1.PlanExecuting {
+			for _, s := range p.Spec.Steps {
+				if s.SharingConfigName != "" {
+					inUse = append(inUse, s.SharingConfigName)
+				}
+			}
+		}
+	}
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: DevicePluginConfigMap}, cm)
+	create := apierrors.IsNotFound(err)
+	if err != nil && !create {
+		return fmt.Errorf("reading ConfigMap %s/%s: %w", r.Namespace, DevicePluginConfigMap, err)
+	}
+	if name := nvidia.DevicePluginConfigName(*step.SharingConfig); name != step.SharingConfigName {
+		return fmt.Errorf("step on %s names sharing key %s for %s %d, which gpupool names %s",
+			step.Node, step.SharingConfigName, step.SharingConfig.Mode, step.SharingConfig.Replicas, name)
+	}
+	data, err := nvidia.UpdateDevicePluginConfigMap(cm.Data, []v1alpha1.SharingConfig{*step.SharingConfig}, inUse)
+	if err != nil {
+		return err
+	}
+	if create {
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: DevicePluginConfigMap,
+			Labels: map[string]string{"app.kubernetes.io/name": "gpupool"}}}
+	}
+	cm.Data = data
 	if create {
 		return r.Client.Create(ctx, cm)
 	}

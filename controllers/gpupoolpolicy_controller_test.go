@@ -56,9 +56,16 @@ func gpuNode(t *testing.T, env *testenv.Env, name string, gpus int, labels map[s
 // marked unschedulable ten minutes ago.
 func pendingPod(t *testing.T, env *testenv.Env, name, profile string) *corev1.Pod {
 	t.Helper()
+	return pendingPodAsking(t, env, name, corev1.ResourceName(mig.ResourceName(profile)))
+}
+
+// pendingPodAsking creates a pod asking for one unit of a GPU resource that the scheduler has
+// marked unschedulable ten minutes ago.
+func pendingPodAsking(t *testing.T, env *testenv.Env, name string, resourceName corev1.ResourceName) *corev1.Pod {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
-	res := corev1.ResourceList{corev1.ResourceName(mig.ResourceName(profile)): resource.MustParse("1")}
+	res := corev1.ResourceList{resourceName: resource.MustParse("1")}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10",

@@ -19,12 +19,15 @@ const (
 	ActionCordon Action = "Cordon"
 	// ActionEvict runs one non-blocking eviction pass over the step's evictions.
 	ActionEvict Action = "Evict"
-	// ActionWriteConfig puts the step's immutable mig-parted entry into gpupool's ConfigMap.
+	// ActionWriteConfig puts the step's immutable mig-parted entry into gpupool's ConfigMap,
+	// and its device-plugin sharing key, if it has one, into the device plugin's.
 	ActionWriteConfig Action = "WriteConfig"
 	// ActionExpectLayout sets GPUNode.spec.expectedLayout to the step's target.
 	ActionExpectLayout Action = "ExpectLayout"
 	// ActionRelabel sets nvidia.com/mig.config to the step's config name.
 	ActionRelabel Action = "Relabel"
+	// ActionRelabelSharing sets nvidia.com/device-plugin.config to the step's sharing key.
+	ActionRelabelSharing Action = "RelabelSharing"
 	// ActionUncordon clears spec.unschedulable and gpupool's annotation.
 	ActionUncordon Action = "Uncordon"
 	// ActionReleaseCordon drops gpupool's annotation but leaves the node cordoned, because
@@ -44,8 +47,16 @@ type Observation struct {
 	PodsLeft int
 	// DrainMessage names the pods a PodDisruptionBudget still protects, from the last pass.
 	DrainMessage string
-	// ConfigWritten is true when gpupool's ConfigMap holds the step's config entry.
+	// ConfigWritten is true when gpupool's ConfigMaps hold the step's mig-parted entry and,
+	// when it changes sharing, its device-plugin key.
 	ConfigWritten bool
+	// SharingConfig is the node's nvidia.com/device-plugin.config label.
+	SharingConfig string
+	// SharingAdvertised is true when the node's allocatable shows the step's sharing setting
+	// (replicas x MIG-disabled GPUs of nvidia.com/gpu.shared, or none of it).
+	SharingAdvertised bool
+	// SharedResource names what the device plugin must advertise, for messages.
+	SharedResource string
 	// LayoutExpected is true when GPUNode.spec.expectedLayout equals the step's target.
 	LayoutExpected bool
 	// MIGConfig and MIGState are the node's nvidia.com/mig.config and .state labels.
@@ -171,8 +182,25 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 		return stay(cur, "mig-manager is applying "+step.MIGConfigName, slowLook)
 
 	case v1alpha1.NodeVerifying:
+		if obs.Verified == metav1.ConditionTrue && step.SharingConfigName != "" && !obs.SharingAdvertised {
+			// The layout is right; now the device plugin's sharing. Its key was written with the
+			// mig-parted entry, at least the propagation wait before the MIG relabel.
+			if now.Sub(since) >= t.Configure {
+				return failTouched(cur, now, "the device plugin did not advertise "+obs.SharedResource+" for "+
+					step.SharingConfigName+" within configureTimeout "+t.Configure.String(), obs, t)
+			}
+			if obs.SharingConfig != step.SharingConfigName {
+				return stay(cur, "layout verified; relabelled "+v1alpha1.LabelDevicePluginConfig+"="+step.SharingConfigName,
+					quickLook, ActionRelabelSharing)
+			}
+			return stay(cur, "waiting for the device plugin to advertise "+obs.SharedResource, quickLook)
+		}
 		if obs.Verified == metav1.ConditionTrue {
-			return move(cur, v1alpha1.NodeDone, now, "layout verified", 0, reopen(cur)...)
+			msg := "layout verified"
+			if step.SharingConfigName != "" {
+				msg = "layout and sharing (" + step.SharingConfigName + ") verified"
+			}
+			return move(cur, v1alpha1.NodeDone, now, msg, 0, reopen(cur)...)
 		}
 		if now.Sub(since) >= t.Configure {
 			return failTouched(cur, now, "the agent did not verify the layout within configureTimeout "+t.Configure.String()+

@@ -241,3 +241,57 @@ func TestProgress(t *testing.T) {
 		})
 	}
 }
+
+// TestSharingIsAppliedAfterTheLayoutIsVerified guards the order of a step that changes
+// sharing: the device-plugin label flips only once the agent verified the MIG layout (the
+// key was written with the mig-parted entry), and the node reopens only when the device
+// plugin advertises the replicas; a plugin that never does fails the step.
+func TestSharingIsAppliedAfterTheLayoutIsVerified(t *testing.T) {
+	step := nodeStep
+	step.SharingConfigName = "gpupool-ts-4"
+	step.SharingConfig = &v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 4}
+	layoutOK := verified(configured(cordoned(), step.MIGConfigName, "success"), metav1.ConditionTrue)
+	layoutOK.SharedResource = "nvidia.com/gpu.shared=8"
+	cases := []struct {
+		name    string
+		obs     func(rollout.Observation) rollout.Observation
+		after   time.Duration
+		state   v1alpha1.NodeStepState
+		actions []rollout.Action
+		message string
+	}{
+		{name: "layout not verified yet: no sharing relabel",
+			obs: func(o rollout.Observation) rollout.Observation {
+				o.Verified = metav1.ConditionFalse
+				return o
+			}, state: v1alpha1.NodeVerifying},
+		{name: "verified: flip the device-plugin label", obs: func(o rollout.Observation) rollout.Observation { return o },
+			state: v1alpha1.NodeVerifying, actions: []rollout.Action{rollout.ActionRelabelSharing}},
+		{name: "label flipped: wait for the replicas",
+			obs: func(o rollout.Observation) rollout.Observation {
+				o.SharingConfig = step.SharingConfigName
+				return o
+			}, state: v1alpha1.NodeVerifying, message: "waiting for the device plugin to advertise nvidia.com/gpu.shared=8"},
+		{name: "advertised: done and reopened",
+			obs: func(o rollout.Observation) rollout.Observation {
+				o.SharingConfig, o.SharingAdvertised = step.SharingConfigName, true
+				return o
+			}, state: v1alpha1.NodeDone, actions: []rollout.Action{rollout.ActionUncordon},
+			message: "layout and sharing (gpupool-ts-4) verified"},
+		{name: "never advertised: failed",
+			obs: func(o rollout.Observation) rollout.Observation {
+				o.SharingConfig = step.SharingConfigName
+				return o
+			}, after: 11 * time.Minute, state: v1alpha1.NodeFailed,
+			message: "the device plugin did not advertise nvidia.com/gpu.shared=8 for gpupool-ts-4"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			res := rollout.Step(planName, step, at(v1alpha1.NodeVerifying, false), tc.obs(layoutOK), timeouts, t0.Add(tc.after))
+			g.Expect(res.Status.State).To(Equal(tc.state))
+			g.Expect(res.Actions).To(Equal(tc.actions))
+			g.Expect(res.Status.Message).To(ContainSubstring(tc.message))
+		})
+	}
+}
