@@ -192,7 +192,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, err
 	}
 
-	status := poolStatus(selector, snap, pending, res)
+	status := poolStatus(policy, selector, snap, pending, res)
 	status.CurrentPlan = ""
 	if current != nil {
 		status.CurrentPlan = current.Name

@@ -91,4 +91,10 @@ func TestPendingSharedPodsBecomeASharingPlan(t *testing.T) {
 	g.Expect(plan.Spec.Steps[0].SharingConfigName).To(Equal("gpupool-ts-4"), "2 replicas serve 2 of 3; 4 serve all")
 	g.Expect(plan.Spec.Steps[0].SharingConfig).To(Equal(&v1.SharingConfig{Mode: v1.SharingTimeSlicing, Replicas: 4}))
 	g.Expect(plan.Spec.Expected.Pods).To(HaveLen(3))
+	g.Eventually(func(g Gomega) {
+		got := &v1.GPUPoolPolicy{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
+		g.Expect(got.Status.Demand).To(ConsistOf(v1.ShapeDemand{Resource: "nvidia.com/gpu.shared",
+			PendingPods: 3, EligibleNodes: 1, FeasibleNodes: 1}), "the node may share its GPUs")
+	}).WithTimeout(30 * time.Second).Should(Succeed())
 }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"cmp"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -16,7 +17,7 @@ import (
 // poolStatus summarises the pool for the policy's status: its nodes and GPUs, every MIG
 // profile's instances (used, free, stranded) and the pending demand per resource with how many
 // pool nodes it may run on (eligible) and how many could be carved to host it (feasible).
-func poolStatus(selector labels.Selector, snap *inventory.Snapshot, pending []demand.Request,
+func poolStatus(policy *v1alpha1.GPUPoolPolicy, selector labels.Selector, snap *inventory.Snapshot, pending []demand.Request,
 	res *planner.Result) v1alpha1.GPUPoolPolicyStatus {
 	st := v1alpha1.GPUPoolPolicyStatus{PendingPods: int32(len(pending))}
 	slicesByProfile := map[string]*v1alpha1.ProfileSlices{}
@@ -69,7 +70,7 @@ func poolStatus(selector labels.Selector, snap *inventory.Snapshot, pending []de
 				continue
 			}
 			d.EligibleNodes++
-			if n.Blocker == "" && canHost(n, shape) {
+			if n.Blocker == "" && canHost(policy, n, shape) {
 				d.FeasibleNodes++
 			}
 		}
@@ -110,9 +111,9 @@ func firstAsking(pending []demand.Request, shape demand.ShapeCount) demand.Reque
 	return demand.Request{}
 }
 
-// canHost says whether some GPU of the node could be carved to hold the shape, ignoring who
-// runs there now.
-func canHost(n *inventory.Node, shape demand.ShapeCount) bool {
+// canHost says whether some GPU of the node could be carved, or shared, to hold the shape,
+// ignoring who runs there now.
+func canHost(policy *v1alpha1.GPUPoolPolicy, n *inventory.Node, shape demand.ShapeCount) bool {
 	for _, g := range n.GPUs {
 		if g.Product == nil {
 			continue
@@ -124,6 +125,23 @@ func canHost(n *inventory.Node, shape demand.ShapeCount) bool {
 			}
 		case demand.KindGPU:
 			return true
+		case demand.KindShared:
+			// Whole GPUs are shared when the catalog allows it; replicas of MIG devices are not
+			// planned.
+			return shape.Profile == "" && sharingAllowed(policy, g.ProductName, n.Object.Labels[v1alpha1.LabelGPUProduct], g.Product.Name)
+		}
+	}
+	return false
+}
+
+// sharingAllowed says whether the catalog entry for a product allows time-slicing or MPS; the
+// entry is found as the planner finds it, by case-insensitive substring of any of the names.
+func sharingAllowed(policy *v1alpha1.GPUPoolPolicy, names ...string) bool {
+	for _, e := range policy.Spec.Catalog {
+		for _, n := range names {
+			if n != "" && strings.Contains(strings.ToLower(n), strings.ToLower(e.Product)) {
+				return e.Sharing != nil && (e.Sharing.TimeSlicing != nil || e.Sharing.MPS != nil)
+			}
 		}
 	}
 	return false
