@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/sim"
 )
 
@@ -34,6 +35,10 @@ const (
 // defaultConfigMap is where gpupool's controller writes the mig-parted config: ConfigMap
 // gpupool-mig-parted-config in the manager's default namespace.
 const defaultConfigMap = "gpupool-system/gpupool-mig-parted-config"
+
+// defaultDevicePluginConfigMap is where gpupool's controller writes the device plugin's sharing
+// configs, next to the mig-parted config.
+const defaultDevicePluginConfigMap = "gpupool-system/" + sim.DefaultDevicePluginConfigMapName
 
 func main() {
 	os.Exit(run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stderr, loadConfig))
@@ -55,8 +60,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the control plane (default: $KUBECONFIG, then ~/.kube/config)")
 	nodes := fs.String("nodes", "", "simulated nodes: comma-separated [<count>x]<model>:<gpus>[:<preset>] groups (see above)")
 	configMap := fs.String("configmap", defaultConfigMap, "namespace/name of the ConfigMap holding the mig-parted config (key config.yaml)")
+	devicePluginConfigMap := fs.String("device-plugin-configmap", defaultDevicePluginConfigMap,
+		"namespace/name of the ConfigMap holding the device plugin's configs, one per key; label "+v1alpha1.LabelDevicePluginConfig+" names the key applied on a node")
 	createNodes := fs.Bool("create-nodes", false, "create the Node objects that do not exist yet (labelled as GPU Feature Discovery does, annotated for kwok)")
-	seedConfig := fs.Bool("seed-config", false, "add the nodes' initial presets to the ConfigMap when missing, creating it if needed")
+	seedConfig := fs.Bool("seed-config", false, "add the nodes' initial presets to the ConfigMap when missing, creating it if needed, and create the device plugin ConfigMap (key gpupool-none) when it does not exist")
 	agents := fs.Bool("agents", true, "run gpupool's node agent in-process for every simulated node")
 	agentPeriod := fs.Duration("agent-refresh-period", sim.DefaultAgentRefreshPeriod, "how often the in-process agents re-read NVML")
 	zapOpts := zap.Options{}
@@ -76,9 +83,14 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 		fmt.Fprintf(stderr, "gpusim: --nodes: %v\n", err)
 		return exitUsage
 	}
-	ns, name, ok := strings.Cut(*configMap, "/")
-	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-		fmt.Fprintf(stderr, "gpusim: --configmap %q: want namespace/name\n", *configMap)
+	migConfigMap, err := parseNamespacedName(*configMap)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpusim: --configmap: %v\n", err)
+		return exitUsage
+	}
+	dpConfigMap, err := parseNamespacedName(*devicePluginConfigMap)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpusim: --device-plugin-configmap: %v\n", err)
 		return exitUsage
 	}
 	if *agentPeriod <= 0 {
@@ -97,13 +109,14 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 		return exitFailed
 	}
 	s, err := sim.New(cfg, sim.Options{
-		Nodes:              specs,
-		ConfigMap:          types.NamespacedName{Namespace: ns, Name: name},
-		CreateNodes:        *createNodes,
-		SeedConfig:         *seedConfig,
-		DisableAgents:      !*agents,
-		AgentRefreshPeriod: *agentPeriod,
-		Logger:             logger,
+		Nodes:                 specs,
+		ConfigMap:             migConfigMap,
+		DevicePluginConfigMap: dpConfigMap,
+		CreateNodes:           *createNodes,
+		SeedConfig:            *seedConfig,
+		DisableAgents:         !*agents,
+		AgentRefreshPeriod:    *agentPeriod,
+		Logger:                logger,
 	})
 	if err != nil {
 		log.Error(err, "setting up the simulator")
@@ -119,6 +132,15 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 	}
 	log.Info("stopped", "ran", time.Since(start).Round(time.Second).String())
 	return exitOK
+}
+
+// parseNamespacedName reads a namespace/name flag value.
+func parseNamespacedName(s string) (types.NamespacedName, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("%q: want namespace/name", s)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
 func usage(fs *flag.FlagSet, w io.Writer) {
@@ -140,12 +162,17 @@ Models (aliases, then the canonical name):
 %s
 Presets (initial layout and nvidia.com/mig.config value): %s
 
+The device plugin applies the key of --device-plugin-configmap that a node's label
+%s names: time-slicing or MPS turn whole GPUs into
+nvidia.com/gpu.shared replicas; no label or an unknown key means exclusive devices; MPS on
+a node with MIG devices is refused.
+
 Fault knobs, per node, as annotations:
   %s: comma-separated %s | %s | %s
   %s: a Go duration mig-manager stays pending before applying, e.g. 5s
 
 Flags:
-`, strings.Join(models, "\n"), strings.Join(sim.Presets(), ", "),
+`, strings.Join(models, "\n"), strings.Join(sim.Presets(), ", "), v1alpha1.LabelDevicePluginConfig,
 		sim.AnnotationFault, sim.FaultFailNext, sim.FaultStuckPending, sim.FaultWrongLayout, sim.AnnotationApplyDelay)
 	fs.PrintDefaults()
 }

@@ -46,6 +46,8 @@ func TestCommandLine(t *testing.T) {
 		{"--nodes", "h200"},
 		{"--nodes", "v100:1"},
 		{"--nodes", "h200:1", "--configmap", "no-slash"},
+		{"--nodes", "h200:1", "--device-plugin-configmap", "no-slash"},
+		{"--nodes", "h200:1", "--device-plugin-configmap", "ns/"},
 		{"--nodes", "h200:1", "--agent-refresh-period", "0s"},
 		{"--nodes", "h200:1", "extra"},
 		{"--no-such-flag"},
@@ -59,7 +61,8 @@ func TestCommandLine(t *testing.T) {
 	if code := run(context.Background(), []string{"--help"}, &stderr, noConfig); code != exitOK {
 		t.Errorf("gpusim --help exited %d", code)
 	}
-	for _, want := range []string{"[<count>x]<model>:<gpus>[:<preset>]", "h200", "all-1g", "sim.gpupool.io/fault", "stuck-pending", "sim.gpupool.io/apply-delay", "-create-nodes"} {
+	for _, want := range []string{"[<count>x]<model>:<gpus>[:<preset>]", "h200", "all-1g", "sim.gpupool.io/fault", "stuck-pending", "sim.gpupool.io/apply-delay", "-create-nodes",
+		"-device-plugin-configmap", "gpupool-system/gpupool-device-plugin-config", "nvidia.com/device-plugin.config"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("--help does not mention %q:\n%s", want, stderr.String())
 		}
@@ -69,7 +72,8 @@ func TestCommandLine(t *testing.T) {
 	}
 }
 
-// gpusim creates its nodes, serves them, and exits 0 when its context ends (SIGINT/SIGTERM
+// gpusim creates its nodes, serves them, seeds the mig-parted config and the device plugin's
+// (gpupool-none, only because none existed), and exits 0 when its context ends (SIGINT/SIGTERM
 // in main).
 func TestRunCreatesNodesAndStopsOnCancel(t *testing.T) {
 	if testing.Short() {
@@ -105,6 +109,8 @@ func TestRunCreatesNodesAndStopsOnCancel(t *testing.T) {
 		cm := &corev1.ConfigMap{}
 		g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: "gpupool-system", Name: "gpupool-mig-parted-config"}, cm)).To(Succeed())
 		g.Expect(cm.Data["config.yaml"]).To(ContainSubstring("all-1g"))
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: "gpupool-system", Name: "gpupool-device-plugin-config"}, cm)).To(Succeed())
+		g.Expect(cm.Data).To(HaveKey("gpupool-none"))
 	}).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
 
 	cancel()

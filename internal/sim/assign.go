@@ -56,10 +56,13 @@ func holdsDevices(pod *corev1.Pod) bool {
 }
 
 // syncAssignmentsLocked makes the node's device assignment match the pods that hold devices
-// on it: pods no longer among them release theirs, pods without devices get free ones (in
-// advertisedDevices order), and pods that have devices keep them for their whole life. It
-// returns the pods that asked for more than is free; the real kubelet would reject them, the
-// simulator retries them. n.mu must be held.
+// on it: pods no longer among them release theirs, pods without devices get free ones of what
+// the device plugin advertises now (exclusive devices in advertisedDevices order, shared
+// replicas spread over the GPUs, see pickReplicas), and pods that have devices keep them for
+// their whole life, even when a new sharing setting no longer advertises them: the kubelet
+// does not stop running pods when the device plugin restarts. It returns the pods that asked
+// for more than is free; the real kubelet would reject them, the simulator retries them.
+// n.mu must be held.
 func (n *Node) syncAssignmentsLocked(pods []*corev1.Pod, gpus []GPUState) []types.NamespacedName {
 	live := map[types.NamespacedName]*corev1.Pod{}
 	for _, p := range pods {
@@ -73,13 +76,19 @@ func (n *Node) syncAssignmentsLocked(pods []*corev1.Pod, gpus []GPUState) []type
 		}
 	}
 	taken := map[string]bool{}
+	// replicasInUse counts, per GPU index, the shared replicas pods hold, so new replicas go
+	// to the least shared GPU.
+	replicasInUse := map[int]int{}
 	for _, devs := range n.assigned {
 		for _, d := range devs {
 			taken[d.id] = true
+			if d.resource == ResourceGPUShared {
+				replicasInUse[d.gpu]++
+			}
 		}
 	}
 	free := map[corev1.ResourceName][]device{}
-	for _, d := range advertisedDevices(gpus) {
+	for _, d := range advertisedDevices(gpus, n.sharing) {
 		if !taken[d.id] {
 			free[d.resource] = append(free[d.resource], d)
 		}
@@ -93,26 +102,45 @@ func (n *Node) syncAssignmentsLocked(pods []*corev1.Pod, gpus []GPUState) []type
 		if len(want) == 0 {
 			continue
 		}
-		var got []device
-		enough := true
-		for _, r := range slices.Sorted(maps.Keys(want)) {
-			if int64(len(free[r])) < want[r] {
-				enough = false
-				break
-			}
-			got = append(got, free[r][:want[r]]...)
-		}
-		if !enough {
+		resources := slices.Sorted(maps.Keys(want))
+		if slices.ContainsFunc(resources, func(r corev1.ResourceName) bool { return int64(len(free[r])) < want[r] }) {
 			starved = append(starved, key)
 			continue
 		}
-		for _, r := range slices.Sorted(maps.Keys(want)) {
-			free[r] = free[r][want[r]:]
+		var got []device
+		for _, r := range resources {
+			var picked []device
+			if r == ResourceGPUShared {
+				picked, free[r] = pickReplicas(free[r], int(want[r]), replicasInUse)
+			} else {
+				picked, free[r] = free[r][:want[r]], free[r][want[r]:]
+			}
+			got = append(got, picked...)
 		}
 		n.assigned[key] = got
 	}
 	n.setProcessesLocked(gpus)
 	return starved
+}
+
+// pickReplicas takes k shared replicas from free (ordered by GPU, then replica), each from
+// the GPU whose replicas are least in use, lowest index first on a tie, as the device
+// plugin's preferred allocation for replicated resources spreads pods over the GPUs. It
+// counts the picked replicas into inUse and returns them and the replicas left free.
+func pickReplicas(free []device, k int, inUse map[int]int) (picked, rest []device) {
+	rest = slices.Clone(free)
+	for range k {
+		best := 0
+		for i, d := range rest {
+			if inUse[d.gpu] < inUse[rest[best].gpu] {
+				best = i
+			}
+		}
+		picked = append(picked, rest[best])
+		inUse[rest[best].gpu]++
+		rest = slices.Delete(rest, best, best+1)
+	}
+	return picked, rest
 }
 
 // setProcessesLocked makes NVML report one compute process on every MIG device a pod holds

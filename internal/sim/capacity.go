@@ -1,16 +1,31 @@
 package sim
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
 )
 
 // ResourceGPU is the device plugin's resource for a whole GPU (MIG disabled).
 const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
+
+// ResourceGPUShared is the resource a whole GPU's replicas are advertised as while the device
+// plugin shares whole GPUs (time-slicing or MPS with renameByDefault, as every config gpupool
+// writes asks); nvidia.com/gpu is then not advertised at all.
+const ResourceGPUShared corev1.ResourceName = ResourceGPU + ".shared"
+
+// replicaSeparator joins a GPU's UUID and a replica number in a shared device's ID,
+// "<GPU-UUID>::<n>", as the device plugin names replicas.
+const replicaSeparator = "::"
+
+// errMPSOnMIG is why the device plugin refuses an MPS config on a node with MIG devices.
+var errMPSOnMIG = errors.New("MPS is not supported on MIG devices")
 
 // resourcePrefix starts every resource the NVIDIA device plugin advertises; the simulated
 // device plugin owns exactly these keys of a node's capacity and allocatable.
@@ -55,15 +70,59 @@ type device struct {
 	gpu      int
 }
 
-// advertisedDevices lists what the device plugin advertises under the mixed strategy: each
-// MIG device as nvidia.com/mig-<profile> ("+" written "."), each GPU with MIG disabled as
-// nvidia.com/gpu. A GPU with MIG enabled but no instances advertises nothing. The order
-// (GPU index, then start) is the order devices are handed out in.
-func advertisedDevices(gpus []GPUState) []device {
+// sharesWholeGPUs reports whether a sharing setting replicates whole GPUs; anything but
+// time-slicing or MPS (None, or the zero value) gives devices exclusively.
+func sharesWholeGPUs(s v1alpha1.SharingConfig) bool {
+	return (s.Mode == v1alpha1.SharingTimeSlicing || s.Mode == v1alpha1.SharingMPS) && s.Replicas > 0
+}
+
+// checkSharing is the device plugin's start-up check of a sharing setting against the GPUs it
+// finds. The real plugin refuses to start when MPS is asked for and it enumerates any MIG
+// device ("sharing using MPS is not supported for MIG devices"), whichever resource the MIG
+// device belongs to; it is not a per-GPU refusal. The simulator models that refusal as the
+// whole config rejected: the node stays exclusive (every whole GPU as nvidia.com/gpu, every
+// MIG device as itself) and the caller reports the error. A GPU with MIG enabled but no
+// instances has no MIG device, so it does not stop MPS.
+func checkSharing(gpus []GPUState, s v1alpha1.SharingConfig) error {
+	if s.Mode != v1alpha1.SharingMPS {
+		return nil
+	}
+	for _, g := range gpus {
+		if g.MIGEnabled && len(g.Instances) > 0 {
+			return fmt.Errorf("%w: GPU %d has %d MIG device(s)", errMPSOnMIG, g.Index, len(g.Instances))
+		}
+	}
+	return nil
+}
+
+// replicaID is the device ID of replica i of a shared GPU.
+func replicaID(gpuUUID string, i int) string {
+	return fmt.Sprintf("%s%s%d", gpuUUID, replicaSeparator, i)
+}
+
+// physicalID is the device a device ID stands for: a replica's GPU UUID, any other ID as it is.
+func physicalID(id string) string {
+	gpu, _, _ := strings.Cut(id, replicaSeparator)
+	return gpu
+}
+
+// advertisedDevices lists what the device plugin advertises under the mixed strategy with the
+// given sharing setting (already accepted by checkSharing): each MIG device as
+// nvidia.com/mig-<profile> ("+" written "."), always exclusive; each GPU with MIG disabled as
+// nvidia.com/gpu, or, while whole GPUs are shared, as Replicas devices of nvidia.com/gpu.shared
+// named <GPU-UUID>::<n>. A GPU with MIG enabled but no instances advertises nothing. The order
+// (GPU index, then start or replica) is the order exclusive devices are handed out in.
+func advertisedDevices(gpus []GPUState, sharing v1alpha1.SharingConfig) []device {
 	var out []device
 	for _, g := range gpus {
 		if !g.MIGEnabled {
-			out = append(out, device{resource: ResourceGPU, id: g.UUID, gpu: g.Index})
+			if !sharesWholeGPUs(sharing) {
+				out = append(out, device{resource: ResourceGPU, id: g.UUID, gpu: g.Index})
+				continue
+			}
+			for i := range int(sharing.Replicas) {
+				out = append(out, device{resource: ResourceGPUShared, id: replicaID(g.UUID, i), gpu: g.Index})
+			}
 			continue
 		}
 		for _, in := range g.Instances {
@@ -74,10 +133,13 @@ func advertisedDevices(gpus []GPUState) []device {
 }
 
 // Capacity is the GPU part of a node's capacity (and allocatable) the device plugin reports for
-// the given GPUs. Resources with no device are absent rather than zero.
-func Capacity(gpus []GPUState) corev1.ResourceList {
+// the given GPUs under a sharing setting: nvidia.com/mig-<profile> per MIG device, and for the
+// GPUs with MIG disabled either nvidia.com/gpu (one each) or, shared, nvidia.com/gpu.shared
+// (Replicas each). Resources with no device are absent rather than zero. It does not check the
+// setting: callers run checkSharing first, as the device plugin does when it starts.
+func Capacity(gpus []GPUState, sharing v1alpha1.SharingConfig) corev1.ResourceList {
 	counts := map[corev1.ResourceName]int64{}
-	for _, d := range advertisedDevices(gpus) {
+	for _, d := range advertisedDevices(gpus, sharing) {
 		counts[d.resource]++
 	}
 	out := make(corev1.ResourceList, len(counts))

@@ -1,11 +1,14 @@
 package sim
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpupool/gpupool/api/v1alpha1"
 )
 
 func rl(pairs ...string) corev1.ResourceList {
@@ -30,29 +33,76 @@ func sameResources(a, b corev1.ResourceList) bool {
 }
 
 // The device plugin's mixed strategy: one nvidia.com/mig-<profile> per MIG device ("+"
-// written "."), one nvidia.com/gpu per GPU with MIG disabled, nothing for a MIG-enabled GPU
-// without instances, and no zero-valued keys.
+// written "."), nothing for a MIG-enabled GPU without instances, no zero-valued keys, and for
+// GPUs with MIG disabled either one nvidia.com/gpu each (exclusive) or, shared by
+// time-slicing or MPS with r replicas, r x nvidia.com/gpu.shared each and no nvidia.com/gpu at
+// all, while MIG devices stay exclusive.
 func TestCapacity(t *testing.T) {
+	none := v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}
+	ts4 := v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 4}
+	mps3 := v1alpha1.SharingConfig{Mode: v1alpha1.SharingMPS, Replicas: 3}
+	mixed := []GPUState{
+		{Index: 0, MIGEnabled: true, Instances: []InstanceState{
+			{Profile: "3g.71gb", Start: 0, Size: 4, UUID: "MIG-a"},
+			{Profile: "1g.18gb", Start: 4, Size: 1, UUID: "MIG-b"},
+			{Profile: "1g.18gb", Start: 5, Size: 1, UUID: "MIG-c"},
+			{Profile: "1g.18gb+me", Start: 6, Size: 1, UUID: "MIG-d"}}},
+		{Index: 1},
+	}
+	whole := []GPUState{{Index: 0}, {Index: 1}}
 	for _, tc := range []struct {
-		name string
-		gpus []GPUState
-		want corev1.ResourceList
+		name    string
+		gpus    []GPUState
+		sharing v1alpha1.SharingConfig
+		want    corev1.ResourceList
 	}{
-		{name: "no GPUs", want: rl()},
-		{name: "whole GPUs", gpus: []GPUState{{Index: 0}, {Index: 1}}, want: rl("nvidia.com/gpu", "2")},
-		{name: "MIG enabled, no instances", gpus: []GPUState{{Index: 0, MIGEnabled: true}}, want: rl()},
-		{name: "mixed node", gpus: []GPUState{
-			{Index: 0, MIGEnabled: true, Instances: []InstanceState{
-				{Profile: "3g.71gb", Start: 0, Size: 4, UUID: "MIG-a"},
-				{Profile: "1g.18gb", Start: 4, Size: 1, UUID: "MIG-b"},
-				{Profile: "1g.18gb", Start: 5, Size: 1, UUID: "MIG-c"},
-				{Profile: "1g.18gb+me", Start: 6, Size: 1, UUID: "MIG-d"}}},
-			{Index: 1},
-		}, want: rl("nvidia.com/mig-3g.71gb", "1", "nvidia.com/mig-1g.18gb", "2", "nvidia.com/mig-1g.18gb.me", "1", "nvidia.com/gpu", "1")},
+		{name: "no GPUs", sharing: none, want: rl()},
+		{name: "no GPUs, shared", sharing: ts4, want: rl()},
+		{name: "whole GPUs", gpus: whole, sharing: none, want: rl("nvidia.com/gpu", "2")},
+		{name: "whole GPUs, zero-value sharing is exclusive", gpus: whole, want: rl("nvidia.com/gpu", "2")},
+		{name: "whole GPUs, time-slicing x4", gpus: whole, sharing: ts4, want: rl("nvidia.com/gpu.shared", "8")},
+		{name: "whole GPUs, MPS x3", gpus: whole, sharing: mps3, want: rl("nvidia.com/gpu.shared", "6")},
+		{name: "MIG enabled, no instances", gpus: []GPUState{{Index: 0, MIGEnabled: true}}, sharing: none, want: rl()},
+		{name: "MIG enabled, no instances, shared", gpus: []GPUState{{Index: 0, MIGEnabled: true}}, sharing: ts4, want: rl()},
+		{name: "mixed node", gpus: mixed, sharing: none,
+			want: rl("nvidia.com/mig-3g.71gb", "1", "nvidia.com/mig-1g.18gb", "2", "nvidia.com/mig-1g.18gb.me", "1", "nvidia.com/gpu", "1")},
+		{name: "mixed node, time-slicing x4", gpus: mixed, sharing: ts4,
+			want: rl("nvidia.com/mig-3g.71gb", "1", "nvidia.com/mig-1g.18gb", "2", "nvidia.com/mig-1g.18gb.me", "1", "nvidia.com/gpu.shared", "4")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Capacity(tc.gpus); !sameResources(got, tc.want) {
+			if got := Capacity(tc.gpus, tc.sharing); !sameResources(got, tc.want) {
 				t.Errorf("Capacity = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// The device plugin's start-up check refuses MPS as soon as any GPU has a MIG device, and
+// nothing else: time-slicing on MIG nodes, MPS on whole GPUs, and MPS next to a MIG-enabled GPU
+// without instances (which has no MIG device) are accepted.
+func TestCheckSharing(t *testing.T) {
+	ts := v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 2}
+	mps := v1alpha1.SharingConfig{Mode: v1alpha1.SharingMPS, Replicas: 2}
+	migGPU := GPUState{Index: 1, MIGEnabled: true, Instances: []InstanceState{{Profile: "7g.141gb", Size: 8, UUID: "MIG-a"}}}
+	for _, tc := range []struct {
+		name    string
+		gpus    []GPUState
+		sharing v1alpha1.SharingConfig
+		refused bool
+	}{
+		{name: "exclusive on MIG", gpus: []GPUState{{Index: 0}, migGPU}, sharing: v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}},
+		{name: "time-slicing on MIG", gpus: []GPUState{{Index: 0}, migGPU}, sharing: ts},
+		{name: "MPS on whole GPUs", gpus: []GPUState{{Index: 0}, {Index: 1}}, sharing: mps},
+		{name: "MPS next to MIG enabled without instances", gpus: []GPUState{{Index: 0}, {Index: 1, MIGEnabled: true}}, sharing: mps},
+		{name: "MPS on a node with a MIG device", gpus: []GPUState{{Index: 0}, migGPU}, sharing: mps, refused: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkSharing(tc.gpus, tc.sharing)
+			if tc.refused != (err != nil) {
+				t.Fatalf("checkSharing = %v, want refused %t", err, tc.refused)
+			}
+			if tc.refused && !errors.Is(err, errMPSOnMIG) {
+				t.Errorf("checkSharing = %v, want it to wrap %v", err, errMPSOnMIG)
 			}
 		})
 	}

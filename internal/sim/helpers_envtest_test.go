@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -89,12 +90,14 @@ func startEnv(t *testing.T) *testenv.Env {
 
 // fixture is one running simulator in the shared API server.
 type fixture struct {
-	t     *testing.T
-	g     *WithT
-	env   *testenv.Env
-	c     client.Client
-	sim   *sim.Sim
-	cm    types.NamespacedName
+	t   *testing.T
+	g   *WithT
+	env *testenv.Env
+	c   client.Client
+	sim *sim.Sim
+	cm  types.NamespacedName
+	// dp is the device plugin's ConfigMap, also the test's own.
+	dp    types.NamespacedName
 	nodes []string
 }
 
@@ -108,6 +111,8 @@ func startSim(t *testing.T, o sim.Options) *fixture {
 	f.g.SetDefaultEventuallyPollingInterval(pollInterval)
 	f.cm = types.NamespacedName{Namespace: configNamespace, Name: "cm-" + o.Nodes[0].Name}
 	o.ConfigMap = f.cm
+	f.dp = types.NamespacedName{Namespace: configNamespace, Name: "dp-" + o.Nodes[0].Name}
+	o.DevicePluginConfigMap = f.dp
 	o.CreateNodes = true
 	if o.AgentRefreshPeriod == 0 {
 		o.AgentRefreshPeriod = 200 * time.Millisecond
@@ -147,9 +152,11 @@ func startSim(t *testing.T, o sim.Options) *fixture {
 				}
 			}
 		}
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.cm.Namespace, Name: f.cm.Name}}
-		if err := f.c.Delete(bg, cm); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("deleting ConfigMap %s: %v", f.cm, err)
+		for _, key := range []types.NamespacedName{f.cm, f.dp} {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+			if err := f.c.Delete(bg, cm); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("deleting ConfigMap %s: %v", key, err)
+			}
 		}
 	})
 	for _, name := range f.nodes {
@@ -225,6 +232,96 @@ func (f *fixture) addEntries(entries map[string][]nvidia.DeviceSpec) {
 	}
 	if err != nil {
 		f.t.Fatalf("writing ConfigMap %s: %v", f.cm, err)
+	}
+}
+
+// setDevicePluginConfig makes the device plugin's ConfigMap hold exactly data, creating it if
+// needed.
+func (f *fixture) setDevicePluginConfig(data map[string]string) {
+	f.t.Helper()
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{}
+	err := f.c.Get(ctx, f.dp, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.dp.Namespace, Name: f.dp.Name}, Data: data}
+		err = f.c.Create(ctx, cm)
+	case err == nil:
+		cm.Data = data
+		err = f.c.Update(ctx, cm)
+	}
+	if err != nil {
+		f.t.Fatalf("writing ConfigMap %s: %v", f.dp, err)
+	}
+}
+
+// deleteDevicePluginConfig deletes the device plugin's ConfigMap.
+func (f *fixture) deleteDevicePluginConfig() {
+	f.t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.dp.Namespace, Name: f.dp.Name}}
+	if err := f.c.Delete(context.Background(), cm); err != nil {
+		f.t.Fatalf("deleting ConfigMap %s: %v", f.dp, err)
+	}
+}
+
+// sharingConfigs is the device plugin ConfigMap data gpupool's controller writes for the given
+// settings (gpupool-none always included).
+func (f *fixture) sharingConfigs(settings ...v1alpha1.SharingConfig) map[string]string {
+	f.t.Helper()
+	data, err := nvidia.UpdateDevicePluginConfigMap(nil, settings, nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return data
+}
+
+// label sets (or, with "", removes) a node label.
+func (f *fixture) label(name, key, value string) {
+	f.t.Helper()
+	n := f.node(name)
+	base := n.DeepCopy()
+	if value == "" {
+		delete(n.Labels, key)
+	} else {
+		n.Labels[key] = value
+	}
+	if err := f.c.Patch(context.Background(), n, client.MergeFrom(base)); err != nil {
+		f.t.Fatalf("labelling %s %s=%q: %v", name, key, value, err)
+	}
+}
+
+// gpuResources returns a function reading the node's nvidia.com/ resources in field
+// ("capacity" or "allocatable"), for Eventually; absent keys are absent.
+func (f *fixture) gpuResources(name, field string) func() map[corev1.ResourceName]string {
+	return func() map[corev1.ResourceName]string {
+		n := f.node(name)
+		list := n.Status.Capacity
+		if field == "allocatable" {
+			list = n.Status.Allocatable
+		}
+		out := map[corev1.ResourceName]string{}
+		for r, q := range list {
+			if strings.HasPrefix(string(r), "nvidia.com/") {
+				out[r] = q.String()
+			}
+		}
+		return out
+	}
+}
+
+// gpuPods returns a function reading the pods the GPUNode lists on GPU index.
+func (f *fixture) gpuPods(name string, index int) func() []v1alpha1.PodReference {
+	return func() []v1alpha1.PodReference {
+		n := &v1alpha1.GPUNode{}
+		if err := f.c.Get(context.Background(), types.NamespacedName{Name: name}, n); err != nil {
+			return nil
+		}
+		for _, g := range n.Status.GPUs {
+			if int(g.Index) == index {
+				return g.Pods
+			}
+		}
+		return nil
 	}
 }
 
@@ -357,15 +454,21 @@ func (f *fixture) layoutVerified(name string) func() metav1.Condition {
 }
 
 // events returns a function listing the notes of the events recorded on a node with a reason.
+// Only the events of the node object the test created count: events outlive their node, and a
+// repeated run (go test -count) creates a node of the same name.
 func (f *fixture) events(node, reason string) func() []string {
 	return func() []string {
+		n := &corev1.Node{}
+		if err := f.c.Get(context.Background(), types.NamespacedName{Name: node}, n); err != nil {
+			return nil
+		}
 		var list eventsv1.EventList
 		if err := f.c.List(context.Background(), &list); err != nil {
 			return nil
 		}
 		var out []string
 		for _, e := range list.Items {
-			if e.Regarding.Kind == "Node" && e.Regarding.Name == node && e.Reason == reason {
+			if e.Regarding.Kind == "Node" && e.Regarding.Name == node && e.Regarding.UID == n.UID && e.Reason == reason {
 				out = append(out, e.Note)
 			}
 		}

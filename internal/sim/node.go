@@ -43,6 +43,13 @@ type Node struct {
 	mu       sync.Mutex
 	assigned map[types.NamespacedName][]device
 	faults   Faults
+	// sharing is the setting the device plugin advertises devices under now; assignment hands
+	// out what it advertises. Only the device plugin's part of the reconcile changes it.
+	sharing v1alpha1.SharingConfig
+
+	// devicePlugin is what the simulated device plugin remembers; only the node's reconcile,
+	// which controller-runtime never runs twice at once for one node, touches it.
+	devicePlugin devicePluginMemory
 
 	// migManager is what the simulated mig-manager remembers; it has its own lock because
 	// the informer's event handler records label changes while a reconcile may be applying.
@@ -81,6 +88,7 @@ func NewNode(spec NodeSpec) (*Node, error) {
 		migDevices:    nvmlmock.Install(s),
 		assigned:      map[types.NamespacedName][]device{},
 		faults:        spec.Faults,
+		sharing:       v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone},
 	}
 	for i := range spec.GPUs {
 		table, err := n.readProfiles(i)
@@ -409,17 +417,33 @@ func (n *Node) Owners() map[string][]v1alpha1.PodReference {
 	return n.ownersLocked()
 }
 
+// ownersLocked keys shared replicas by their GPU's UUID, as the agent's PodResources reader
+// strips the "::<n>" suffix, so a pod holding replicas is listed once on its GPU and a GPU
+// shared by several pods lists each of them.
 func (n *Node) ownersLocked() map[string][]v1alpha1.PodReference {
 	out := map[string][]v1alpha1.PodReference{}
 	for _, pod := range slices.SortedFunc(maps.Keys(n.assigned), comparePodKeys) {
+		ref := v1alpha1.PodReference{Namespace: pod.Namespace, Name: pod.Name}
 		for _, d := range n.assigned[pod] {
-			out[d.id] = append(out[d.id], v1alpha1.PodReference{Namespace: pod.Namespace, Name: pod.Name})
+			id := physicalID(d.id)
+			if !slices.Contains(out[id], ref) {
+				out[id] = append(out[id], ref)
+			}
 		}
 	}
 	return out
 }
 
-// Assignments returns the device IDs (GPU-... or MIG-... UUIDs) handed to each pod on the node.
+// Sharing is the setting the simulated device plugin currently advertises the node's whole
+// GPUs under (None until a nvidia.com/device-plugin.config label names a sharing config).
+func (n *Node) Sharing() v1alpha1.SharingConfig {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.sharing
+}
+
+// Assignments returns the device IDs handed to each pod on the node: GPU-... or MIG-... UUIDs
+// for exclusive devices, <GPU-UUID>::<n> for shared replicas.
 func (n *Node) Assignments() map[types.NamespacedName][]string {
 	n.mu.Lock()
 	defer n.mu.Unlock()

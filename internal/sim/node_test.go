@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/nvidia"
 )
@@ -231,5 +232,76 @@ func TestSyncAssignments(t *testing.T) {
 	owners := n.ownersLocked()
 	if len(owners) != 1 || owners[gpus[0].Instances[2].UUID][0].Name != "0-early" {
 		t.Errorf("owners = %v, want only 0-early's device", owners)
+	}
+}
+
+// Shared replicas: a pod asking for nvidia.com/gpu.shared gets replicas named <GPU-UUID>::<n>,
+// spread over the GPUs least shared so far; replicas of one GPU go to different pods; the
+// agent's owners view lists each pod on its GPU's UUID (once, however many replicas it
+// holds); and a pod keeps its replicas when the sharing setting changes under it, while the
+// new setting's replicas are handed out beside them.
+func TestSyncAssignmentsSharedReplicas(t *testing.T) {
+	n := newTestNode(t, "a100-80gb", 2, PresetAllDisabled)
+	gpus := mustGPUs(t, n)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.sharing = v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 2}
+	a := gpuPod("a", "node-a", "nvidia.com/gpu.shared", 1)
+	b := gpuPod("b", "node-a", "nvidia.com/gpu.shared", 2)
+	c := gpuPod("c", "node-a", "nvidia.com/gpu.shared", 1)
+	big := gpuPod("d-big", "node-a", "nvidia.com/gpu.shared", 1)
+	starved := n.syncAssignmentsLocked([]*corev1.Pod{a, b, c, big}, gpus)
+	ids := func(name string) []string {
+		var out []string
+		for _, d := range n.assigned[types.NamespacedName{Namespace: "ns", Name: name}] {
+			out = append(out, d.id)
+		}
+		return out
+	}
+	g0, g1 := gpus[0].UUID, gpus[1].UUID
+	for name, want := range map[string][]string{
+		"a": {g0 + "::0"},
+		"b": {g1 + "::0", g0 + "::1"},
+		"c": {g1 + "::1"},
+	} {
+		if got := ids(name); !reflect.DeepEqual(got, want) {
+			t.Errorf("pod %s got %v, want %v", name, got, want)
+		}
+	}
+	if want := []types.NamespacedName{{Namespace: "ns", Name: "d-big"}}; !reflect.DeepEqual(starved, want) {
+		t.Errorf("starved = %v, want %v (4 replicas, all taken)", starved, want)
+	}
+	ref := func(name string) v1alpha1.PodReference { return v1alpha1.PodReference{Namespace: "ns", Name: name} }
+	wantOwners := map[string][]v1alpha1.PodReference{g0: {ref("a"), ref("b")}, g1: {ref("b"), ref("c")}}
+	if got := n.ownersLocked(); !reflect.DeepEqual(got, wantOwners) {
+		t.Errorf("owners = %v, want %v", got, wantOwners)
+	}
+
+	// The plugin restarts with 4 replicas: a, b and c keep what they hold, whose IDs the new
+	// setting still counts as taken, and d-big gets the least shared GPU's first free one.
+	n.sharing = v1alpha1.SharingConfig{Mode: v1alpha1.SharingMPS, Replicas: 4}
+	if starved := n.syncAssignmentsLocked([]*corev1.Pod{a, b, c, big}, gpus); len(starved) != 0 {
+		t.Errorf("starved = %v after the restart with 4 replicas", starved)
+	}
+	if got, want := ids("d-big"), []string{g0 + "::2"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("pod d-big got %v, want %v", got, want)
+	}
+	if got, want := ids("b"), []string{g1 + "::0", g0 + "::1"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("pod b's replicas moved to %v", got)
+	}
+
+	// Back to exclusive: the pods keep their replicas while they run, and the whole GPUs are
+	// advertised (and handed out) again beside them, as the kubelet knows nothing of sharing.
+	n.sharing = v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}
+	whole := gpuPod("whole", "node-a", "nvidia.com/gpu", 1)
+	n.syncAssignmentsLocked([]*corev1.Pod{a, b, c, big, whole}, gpus)
+	if got := ids("a"); !reflect.DeepEqual(got, []string{g0 + "::0"}) {
+		t.Errorf("pod a lost its replica on the restart: %v", got)
+	}
+	if got := ids("whole"); !reflect.DeepEqual(got, []string{g0}) {
+		t.Errorf("pod whole got %v, want GPU 0", got)
+	}
+	if got := n.podsOnGPUsLocked(map[int]bool{1: true}); !reflect.DeepEqual(got, []types.NamespacedName{{Namespace: "ns", Name: "b"}, {Namespace: "ns", Name: "c"}}) {
+		t.Errorf("pods on GPU 1 = %v, want b and c, whose replicas block a reconfiguration", got)
 	}
 }

@@ -29,15 +29,20 @@ const podNodeNameField = "spec.nodeName"
 // reconciler is the simulated GPU Operator for the nodes it knows. One reconcile per node plays,
 // in order, the kubelet's device manager (hand devices to the pods bound to the node),
 // mig-manager (apply a changed nvidia.com/mig.config) and the device plugin (advertise the
-// current devices). Doing all three in one reconcile keyed by node serialises them per node,
-// as they are on a real node, without locks across controllers.
+// current devices under the sharing config nvidia.com/device-plugin.config names). Doing all
+// three in one reconcile keyed by node serialises them per node, as they are on a real node,
+// without locks across controllers.
 type reconciler struct {
 	client    client.Client
 	apiReader client.Reader
-	recorder  events.EventRecorder
-	nodes     map[string]*Node
-	configMap types.NamespacedName
-	clock     clock.Clock
+	// recorder reports as mig-manager, devicePluginRecorder as the device plugin.
+	recorder             events.EventRecorder
+	devicePluginRecorder events.EventRecorder
+	nodes                map[string]*Node
+	configMap            types.NamespacedName
+	// devicePluginConfigMap holds the device plugin's configs, one per key.
+	devicePluginConfigMap types.NamespacedName
+	clock                 clock.Clock
 	// retryPeriod is how soon pods that could not get devices are tried again.
 	retryPeriod time.Duration
 }
@@ -92,33 +97,6 @@ func (r *reconciler) syncLocked(ctx context.Context, n *Node) ([]GPUState, []typ
 		logf.FromContext(ctx).Info("pods ask for more devices than are free; retrying", "pods", podList(starved))
 	}
 	return gpus, starved, nil
-}
-
-// devicePlugin makes the node's capacity and allocatable advertise the GPUs' current devices.
-// It writes through the status subresource (a status change sent to the main resource is
-// dropped) and only the nvidia.com/ keys, so cpu, memory and pods stay as they are. While
-// mig-manager has the device plugin paused, the node is left alone.
-func (r *reconciler) devicePlugin(ctx context.Context, n *Node, node *corev1.Node) error {
-	if node.Labels[labelDevicePluginDeploy] == pausedValue {
-		return nil
-	}
-	gpus, err := n.GPUs()
-	if err != nil {
-		return fmt.Errorf("device plugin on node %s: %w", n.name, err)
-	}
-	patch := capacityPatch(node.Status, Capacity(gpus))
-	if len(patch) == 0 {
-		return nil
-	}
-	body, err := jsonPatchBody(map[string]any{"status": patch})
-	if err != nil {
-		return err
-	}
-	if err := r.client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
-		return fmt.Errorf("device plugin: patching the capacity of node %s: %w", n.name, err)
-	}
-	logf.FromContext(ctx).Info("advertised devices", "capacity", patch["capacity"])
-	return nil
 }
 
 // nodeEvents queues a reconcile for every event of a simulated node and, on the way, lets

@@ -106,3 +106,30 @@ func seedConfig(ctx context.Context, c client.Client, reader client.Reader, key 
 	}
 	return nil
 }
+
+// seedDevicePluginConfig creates the device plugin's ConfigMap with gpupool's exclusive config
+// (gpupool-none) when it does not exist, as the GPU Operator is deployed with a config the
+// plugin can fall back to. An existing ConfigMap is never changed: its keys are gpupool's
+// controller's, or the user's.
+func seedDevicePluginConfig(ctx context.Context, c client.Client, reader client.Reader, key types.NamespacedName, log logr.Logger) error {
+	err := reader.Get(ctx, key, &corev1.ConfigMap{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("gpusim: looking up the device plugin ConfigMap %s: %w", key, err)
+	}
+	data, err := nvidia.UpdateDevicePluginConfigMap(nil, nil, nil)
+	if err != nil {
+		return fmt.Errorf("gpusim: rendering the device plugin ConfigMap %s: %w", key, err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}, Data: data}
+	if err := c.Create(ctx, cm, client.FieldOwner(FieldManager)); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil // created meanwhile, by gpupool's controller or another simulator
+		}
+		return fmt.Errorf("gpusim: creating the device plugin ConfigMap %s: %w", key, err)
+	}
+	log.Info("seeded the device plugin config", "configMap", key.String(), "keys", slices.Sorted(maps.Keys(data)))
+	return nil
+}

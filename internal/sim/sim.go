@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -64,13 +66,20 @@ type Options struct {
 	// ConfigMap holds the mig-parted config (key config.yaml) mig-manager reads, the one
 	// gpupool's controller writes (gpupool-mig-parted-config in the manager's namespace).
 	ConfigMap types.NamespacedName
+	// DevicePluginConfigMap holds the device plugin's configs, one per key, the one gpupool's
+	// controller writes (gpupool-device-plugin-config in the manager's namespace); label
+	// nvidia.com/device-plugin.config on a node names the key applied there. The zero value
+	// means DefaultDevicePluginConfigMapName in the namespace of ConfigMap.
+	DevicePluginConfigMap types.NamespacedName
 	// CreateNodes creates the Node objects that do not exist yet, labelled as GPU Feature
 	// Discovery and the GPU Operator label GPU nodes and annotated for kwok. Existing nodes
 	// are left as they are; mig-manager then applies their current mig.config at start.
 	CreateNodes bool
 	// SeedConfig adds the nodes' initial presets to the ConfigMap (creating it if needed),
 	// like the default config the GPU Operator ships, so those names are valid entries.
-	// Entries already there are never changed.
+	// Entries already there are never changed. It also creates DevicePluginConfigMap with
+	// gpupool's exclusive config (gpupool-none) when it does not exist, and leaves an existing
+	// one alone.
 	SeedConfig bool
 	// DisableAgents skips running gpupool's node agent for each node, for setups that run
 	// agents themselves.
@@ -101,6 +110,12 @@ func New(cfg *rest.Config, o Options) (*Sim, error) {
 	if o.ConfigMap.Name == "" || o.ConfigMap.Namespace == "" {
 		return nil, errors.New("gpusim: the mig-parted ConfigMap's namespace and name are required")
 	}
+	if o.DevicePluginConfigMap == (types.NamespacedName{}) {
+		o.DevicePluginConfigMap = types.NamespacedName{Namespace: o.ConfigMap.Namespace, Name: DefaultDevicePluginConfigMapName}
+	}
+	if o.DevicePluginConfigMap.Name == "" || o.DevicePluginConfigMap.Namespace == "" {
+		return nil, fmt.Errorf("gpusim: the device plugin ConfigMap %q needs both a namespace and a name", o.DevicePluginConfigMap)
+	}
 	if len(o.Nodes) == 0 {
 		return nil, errors.New("gpusim: no nodes to simulate")
 	}
@@ -130,6 +145,14 @@ func New(cfg *rest.Config, o Options) (*Sim, error) {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+		// The device plugin watches its one ConfigMap; caching every ConfigMap of the cluster
+		// for it would be waste.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {
+				Namespaces: map[string]cache.Config{o.DevicePluginConfigMap.Namespace: {}},
+				Field:      fields.OneTermEqualSelector("metadata.name", o.DevicePluginConfigMap.Name),
+			},
+		}},
 		// Tests run several simulators in one process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	}
@@ -150,18 +173,21 @@ func New(cfg *rest.Config, o Options) (*Sim, error) {
 		return nil, fmt.Errorf("gpusim: indexing pods by node: %w", err)
 	}
 	r := &reconciler{
-		client:      mgr.GetClient(),
-		apiReader:   mgr.GetAPIReader(),
-		recorder:    mgr.GetEventRecorder("gpusim-mig-manager"),
-		nodes:       s.nodes,
-		configMap:   o.ConfigMap,
-		clock:       o.Clock,
-		retryPeriod: o.RetryPeriod,
+		client:                mgr.GetClient(),
+		apiReader:             mgr.GetAPIReader(),
+		recorder:              mgr.GetEventRecorder("gpusim-mig-manager"),
+		devicePluginRecorder:  mgr.GetEventRecorder("gpusim-device-plugin"),
+		nodes:                 s.nodes,
+		configMap:             o.ConfigMap,
+		devicePluginConfigMap: o.DevicePluginConfigMap,
+		clock:                 o.Clock,
+		retryPeriod:           o.RetryPeriod,
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("gpusim").
 		Watches(&corev1.Node{}, r.nodeEvents()).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.nodeForPod)).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.nodesForConfigMap)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r); err != nil {
 		return nil, fmt.Errorf("gpusim: building the controller: %w", err)
@@ -212,8 +238,12 @@ func (s *Sim) Run(ctx context.Context) error {
 		if err := seedConfig(ctx, c, reader, s.opts.ConfigMap, s.order, s.log); err != nil {
 			return err
 		}
+		if err := seedDevicePluginConfig(ctx, c, reader, s.opts.DevicePluginConfigMap, s.log); err != nil {
+			return err
+		}
 	}
-	s.log.Info("simulating GPU nodes", "nodes", len(s.order), "configMap", s.opts.ConfigMap.String(), "agents", !s.opts.DisableAgents)
+	s.log.Info("simulating GPU nodes", "nodes", len(s.order), "configMap", s.opts.ConfigMap.String(),
+		"devicePluginConfigMap", s.opts.DevicePluginConfigMap.String(), "agents", !s.opts.DisableAgents)
 	if err := s.mgr.Start(ctx); err != nil {
 		return fmt.Errorf("gpusim: %w", err)
 	}
@@ -268,7 +298,9 @@ func createNode(ctx context.Context, c client.Client, reader client.Reader, n *N
 	// status patch afterwards, matters under kwok: its node-initialize stage fills in its own
 	// cpu, memory and pods (1k, 1Ti, 1M) on a node that has none yet, and would win the race.
 	capacity := nodeBaseCapacity.DeepCopy()
-	maps.Copy(capacity, Capacity(gpus))
+	// A new node has no device-plugin.config label, so the plugin starts with its exclusive
+	// default.
+	maps.Copy(capacity, Capacity(gpus, v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}))
 	obj.Status.Capacity = capacity
 	obj.Status.Allocatable = capacity.DeepCopy()
 	if err := c.Create(ctx, obj, client.FieldOwner(FieldManager)); err != nil {
