@@ -141,7 +141,7 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 	if err := d.waitFor(ctx, "the 1g inference pods to run and the others to be created", time.Minute, func() (bool, error) {
 		pods, err := d.pods(ctx)
 		return err == nil && pods["inference-1g"].running == 10 && pods["training-3g"].pending == 9 &&
-			pods["finetune-2g"].pending == 3, err
+			pods["finetune-2g"].pending == 3 && pods["notebook-shared"].pending == 6, err
 	}); err != nil {
 		return err
 	}
@@ -175,6 +175,10 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 		for _, g := range s.GPUs {
 			fmt.Printf("     %-18s GPU %d: %s -> %s\n", s.Node, g.Index, counts(g.From), counts(g.To))
 		}
+		if s.SharingConfig != nil {
+			fmt.Printf("     %-18s shares every GPU: %s, %d replicas (device-plugin key %s)\n", s.Node,
+				s.SharingConfig.Mode, s.SharingConfig.Replicas, s.SharingConfigName)
+		}
 		for _, e := range s.Evictions {
 			fmt.Printf("     %-18s evicts %s/%s (%s)\n", s.Node, e.Namespace, e.Name, e.Reason)
 		}
@@ -200,7 +204,7 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 		return err
 	}
 
-	d.say("gpupool executes the plan: cordon, drain (Eviction API, PDBs honoured), mig-parted entry, relabel, verify, uncordon")
+	d.say("gpupool executes the plan: cordon, drain (Eviction API, PDBs honoured), config entries, relabel, verify, uncordon")
 	final, err := d.follow(ctx, plan.Name)
 	if err != nil {
 		return err
@@ -275,10 +279,16 @@ func (d *demo) pods(ctx context.Context) (map[string]deployment, error) {
 	return out, nil
 }
 
+// sharedApp is the demo Deployment whose pods ask for a time-sliced share of a GPU.
+const sharedApp = "notebook-shared"
+
 // snapshot is what the before/after table compares.
 type snapshot struct {
 	pending, running int
-	slices           map[string]v1alpha1.ProfileSlices
+	// sharedRunning counts running pods on shared replicas; sharedReplicas is every node's
+	// advertised nvidia.com/gpu.shared.
+	sharedRunning, sharedReplicas int
+	slices                        map[string]v1alpha1.ProfileSlices
 }
 
 func (d *demo) measure(ctx context.Context) (snapshot, error) {
@@ -290,6 +300,15 @@ func (d *demo) measure(ctx context.Context) (snapshot, error) {
 	for _, c := range pods {
 		s.pending += c.pending
 		s.running += c.running
+	}
+	s.sharedRunning = pods[sharedApp].running
+	var nodes corev1.NodeList
+	if err := d.cluster.Client.List(ctx, &nodes); err != nil {
+		return s, err
+	}
+	for _, n := range nodes.Items {
+		q := n.Status.Allocatable[corev1.ResourceName("nvidia.com/gpu.shared")]
+		s.sharedReplicas += int(q.Value())
 	}
 	policy := &v1alpha1.GPUPoolPolicy{}
 	if err := d.cluster.Client.Get(ctx, client.ObjectKey{Name: "demo-pool"}, policy); err != nil {
@@ -312,7 +331,7 @@ func (d *demo) settled(ctx context.Context) (snapshot, error) {
 		for _, ps := range s.slices {
 			used += int(ps.Used)
 		}
-		return err == nil && used == s.running, err
+		return err == nil && used == s.running-s.sharedRunning, err
 	})
 	return s, err
 }
@@ -332,6 +351,8 @@ func (d *demo) table(before, after snapshot, evictions int, waited, executed tim
 		b, a := before.slices[p], after.slices[p]
 		fmt.Printf("   %-38s %10s %10s\n", p+" slices used/free (stranded)", sliceCell(b), sliceCell(a))
 	}
+	fmt.Printf("   %-38s %10s %10s\n", "gpu.shared replicas used/advertised",
+		fmt.Sprintf("%d/%d", before.sharedRunning, before.sharedReplicas), fmt.Sprintf("%d/%d", after.sharedRunning, after.sharedReplicas))
 	fmt.Printf("   %-38s %10s %10d\n", "pods evicted", "", evictions)
 	fmt.Printf("   %-38s %10s %10s\n", "submit -> approval (incl. reading)", "", waited.Round(time.Second))
 	fmt.Printf("   %-38s %10s %10s\n", "approval -> plan done, pods running", "", executed.Round(time.Second))
