@@ -63,10 +63,14 @@ func Policy(product *mig.Product, approval v1alpha1.ApprovalMode, budget string)
 
 func newGpupoolPlanner(s *sim) *gpupoolPlanner {
 	approval := v1alpha1.ApprovalAutoIdle
-	if s.cfg.Strategy == GpupoolEvict {
+	if s.cfg.Strategy == GpupoolEvict || s.cfg.Strategy == GpupoolShare {
 		approval = v1alpha1.ApprovalAuto
 	}
 	gp := &gpupoolPlanner{s: s, policy: Policy(s.cfg.Product, approval, s.cfg.Budget), byName: map[string]int32{}}
+	if s.cfg.Strategy == GpupoolShare {
+		gp.policy.Spec.Catalog[0].Sharing = &v1alpha1.SharingCatalog{
+			MPS: &v1alpha1.MPSReplicaChoices{Replicas: []int32{sharedReplicas}}}
+	}
 	for _, n := range s.nodes {
 		alloc := corev1.ResourceList{
 			corev1.ResourceCPU:    *resource.NewMilliQuantity(n.spec.CPU, resource.DecimalSI),
@@ -85,9 +89,14 @@ func newGpupoolPlanner(s *sim) *gpupoolPlanner {
 		gp.keys = append(gp.keys, key)
 		gp.byName[p.Name] = int32(i)
 		var g demand.GPURequest
-		if p.Shape.Whole > 0 {
+		switch {
+		case s.sharedShape(p.Shape):
+			g = demand.GPURequest{Resource: demand.ResourceSharedGPU, Kind: demand.KindShared, Count: 1}
+		case s.cfg.Strategy == GpupoolShare && p.Shape.Whole == 0:
+			g = demand.GPURequest{Resource: demand.ResourceGPU, Kind: demand.KindGPU, Count: 1}
+		case p.Shape.Whole > 0:
 			g = demand.GPURequest{Resource: demand.ResourceGPU, Kind: demand.KindGPU, Count: int64(p.Shape.Whole)}
-		} else {
+		default:
 			prof := s.profile[p.Shape.Slices]
 			g = demand.GPURequest{Resource: corev1.ResourceName(mig.ResourceName(prof)), Kind: demand.KindMIG, Profile: prof, Count: 1}
 		}
@@ -112,6 +121,11 @@ func (gp *gpupoolPlanner) snapshot() *inventory.Snapshot {
 	snap := &inventory.Snapshot{DisruptionsAllowed: map[string]int32{}}
 	for ni, n := range s.nodes {
 		node := &inventory.Node{Name: n.spec.Name, Object: gp.objs[ni], Allocatable: gp.alloc[ni]}
+		if shared := n.sharedReplicas(); shared > 0 {
+			// The device plugin advertises the replicas of a shared node.
+			node.Allocatable = gp.alloc[ni].DeepCopy()
+			node.Allocatable[demand.ResourceSharedGPU] = *resource.NewQuantity(int64(shared), resource.DecimalSI)
+		}
 		var cpu, mem int64
 		reqGPU := map[corev1.ResourceName]int64{}
 		for _, p := range n.running {
@@ -145,6 +159,13 @@ func (gp *gpupoolPlanner) snapshot() *inventory.Snapshot {
 			}
 			if sg.wholePod >= 0 {
 				ig.Pods = append(ig.Pods, gp.keys[sg.wholePod])
+			}
+			if sg.replicas > 0 {
+				for _, p := range n.running {
+					if slices.Contains(s.st[p].gpus, int32(g)) {
+						ig.Pods = append(ig.Pods, gp.keys[p])
+					}
+				}
 			}
 			slices.SortFunc(ig.Instances, func(a, b inventory.Instance) int {
 				return cmp.Or(cmp.Compare(a.Placement.Start, b.Placement.Start), cmp.Compare(a.Profile, b.Profile))
@@ -239,6 +260,16 @@ func (gp *gpupoolPlanner) plan() (bool, error) {
 				}
 			}
 			sg.mig, sg.insts = enabled, insts
+			changed = true
+		}
+		if step.Sharing != nil {
+			// The step also left MIG on every GPU of the node; the device plugin now shares them.
+			for g := range n.gpus {
+				if n.gpus[g].mig || !n.gpus[g].idle() {
+					return false, fmt.Errorf("plan at t=%ds shares node %s, whose GPU %d is not an idle MIG-disabled GPU", s.now, step.Node, g)
+				}
+				n.gpus[g].replicas = int(step.Sharing.Replicas)
+			}
 			changed = true
 		}
 	}

@@ -76,7 +76,7 @@ func Goals(title string, sums []Summary) string {
 		return ""
 	}
 	fl := statOf(fluid.Runs, func(x *Result) float64 { return x.ServedPct })
-	for _, st := range []Strategy{GpupoolIdle, GpupoolEvict} {
+	for _, st := range []Strategy{GpupoolIdle, GpupoolEvict, GpupoolShare} {
 		g, ok := by[st]
 		if !ok {
 			continue
@@ -113,6 +113,16 @@ func Goals(title string, sums []Summary) string {
 			fmt.Fprintf(&b, "- evict-and-repack vs no eviction: %+.2f points served for %.1f evictions per 1,000 pods\n", es.mean-is.mean, ev.mean)
 		}
 	}
+	if sh, ok := by[GpupoolShare]; ok {
+		if e, ok := by[GpupoolEvict]; ok {
+			ss := statOf(sh.Runs, func(x *Result) float64 { return x.ServedPct })
+			es := statOf(e.Runs, func(x *Result) float64 { return x.ServedPct })
+			sp := statOf(sh.Runs, func(x *Result) float64 { return 100 * float64(x.Placed) / float64(max(x.GPUPods, 1)) })
+			ep := statOf(e.Runs, func(x *Result) float64 { return 100 * float64(x.Placed) / float64(max(x.GPUPods, 1)) })
+			fmt.Fprintf(&b, "- MPS sharing for fractional pods vs MIG for them (both Auto): %+.2f points served, %+.1f points of pods placed\n",
+				ss.mean-es.mean, sp.mean-ep.mean)
+		}
+	}
 	b.WriteString("\n")
 	return b.String()
 }
@@ -145,6 +155,12 @@ const MethodNotes = `How the replay works:
   already planned plus the pod's profile stay within 7 compute and 8 memory slices; free
   instances are dropped and the GPU rebuilt around the busy ones. A layout the hardware cannot
   place around the busy instances is counted invalid and not applied. No budget, no evictions.
+- gpupool + MPS sharing (the sharing run): pods below 7 slices ask for one nvidia.com/gpu.shared
+  replica and 7-slice single-GPU pods for a whole GPU (MIG off); the policy allows MPS with 7
+  replicas per GPU. The planner turns idle nodes into MIG-disabled shared nodes (it never
+  changes a node that runs pods for sharing) and disables MIG on idle GPUs for whole-GPU pods.
+  A shared GPU takes a pod while its pods' slices stay <= 7 and a replica is free: MPS with each
+  client held to its slices, so served demand is counted as for every other strategy.
 - static all-7g: MIG off; every pod takes whole GPUs (a 1g pod takes a whole GPU).
 - fluid ceiling: a GPU serves any set of single-GPU pods whose slices sum to <= 7; whole-GPU
   pods need that many fully free GPUs on one node.

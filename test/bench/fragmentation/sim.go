@@ -29,7 +29,18 @@ const (
 	CountsOnly Strategy = "counts-only greedy (nos-style)"
 	// Fluid is the ceiling: compute slices only, no geometry.
 	Fluid Strategy = "fluid ceiling"
+	// GpupoolShare is gpupool's planner with approval Auto where fractional pods (below 7
+	// slices) ask for a replica of an MPS-shared GPU (nvidia.com/gpu.shared) instead of a MIG
+	// instance, and single-GPU pods of 7 slices for a whole GPU: nodes are exclusive or shared.
+	GpupoolShare Strategy = "gpupool + MPS sharing (Auto)"
 )
+
+// SharingStrategies are compared in the sharing run.
+var SharingStrategies = []Strategy{GpupoolEvict, GpupoolShare, CountsOnly, Fluid}
+
+// sharedReplicas is the MPS replica count the sharing run's catalog allows: as many clients as
+// a GPU has compute slices, each held to its own slices (the sim checks the slice sum).
+const sharedReplicas = 7
 
 // Strategies lists every strategy in report order.
 var Strategies = []Strategy{GpupoolIdle, GpupoolEvict, CountsOnly, StaticBalanced, Static7g, Fluid}
@@ -95,7 +106,10 @@ type simGPU struct {
 	mig      bool
 	insts    []instance
 	wholePod int32 // pod holding the GPU with MIG off, -1 when none
-	used     int   // fluid: compute slices in use
+	used     int   // fluid, and shared GPUs: compute slices in use
+	// replicas is the GPU's MPS replica count when its node shares, else 0; sharedPods
+	// counts the replicas held.
+	replicas, sharedPods int
 }
 
 func (g *simGPU) idle() bool {
@@ -116,6 +130,15 @@ type simNode struct {
 	memFree int64
 	gpus    []simGPU
 	running []int32
+}
+
+// sharedReplicas is the MPS replicas a shared node advertises, 0 when it does not share.
+func (n *simNode) sharedReplicas() int {
+	total := 0
+	for _, g := range n.gpus {
+		total += g.replicas
+	}
+	return total
 }
 
 type podState struct {
@@ -198,10 +221,15 @@ func (s *sim) migKind() bool {
 
 func (s *sim) dynamic() bool {
 	switch s.cfg.Strategy {
-	case GpupoolIdle, GpupoolEvict, CountsOnly:
+	case GpupoolIdle, GpupoolEvict, CountsOnly, GpupoolShare:
 		return true
 	}
 	return false
+}
+
+// sharedShape says whether a pod asks for a shared replica under the sharing strategy.
+func (s *sim) sharedShape(sh Shape) bool {
+	return s.cfg.Strategy == GpupoolShare && sh.Whole == 0 && sh.Slices < 7
 }
 
 // newSim lays out the cluster for the strategy: dynamic strategies start from all-balanced,
@@ -252,7 +280,7 @@ func newSim(cfg Config, nodes []NodeSpec, pods []PodSpec) (*sim, error) {
 		}
 		return tie[pa] < tie[pb]
 	})
-	if cfg.Strategy == GpupoolIdle || cfg.Strategy == GpupoolEvict {
+	if cfg.Strategy == GpupoolIdle || cfg.Strategy == GpupoolEvict || cfg.Strategy == GpupoolShare {
 		s.gp = newGpupoolPlanner(s)
 	}
 	return s, nil
@@ -425,6 +453,9 @@ func (s *sim) place(p int32) bool {
 func (s *sim) placeOn(p int32, ni int) bool {
 	spec := &s.pods[p]
 	shape := spec.Shape
+	if (s.cfg.Strategy == Static7g || s.cfg.Strategy == GpupoolShare) && shape.Whole == 0 && shape.Slices == 7 {
+		shape = Shape{Whole: 1}
+	}
 	if s.cfg.Strategy == Static7g && shape.Whole == 0 {
 		shape = Shape{Whole: 1}
 	}
@@ -433,10 +464,23 @@ func (s *sim) placeOn(p int32, ni int) bool {
 		return false
 	}
 	var gpus []int32
-	if shape.Whole > 0 {
+	if s.sharedShape(shape) {
 		for g := range n.gpus {
 			gp := &n.gpus[g]
-			if !gp.mig && gp.idle() {
+			if gp.replicas > 0 && gp.sharedPods < gp.replicas && gp.used+shape.Slices <= 7 {
+				gp.used += shape.Slices
+				gp.sharedPods++
+				gpus = []int32{int32(g)}
+				break
+			}
+		}
+		if gpus == nil {
+			return false
+		}
+	} else if shape.Whole > 0 {
+		for g := range n.gpus {
+			gp := &n.gpus[g]
+			if !gp.mig && gp.replicas == 0 && gp.idle() {
 				gpus = append(gpus, int32(g))
 				if len(gpus) == shape.Whole {
 					break
@@ -518,6 +562,11 @@ func (s *sim) unbind(p int32) {
 			gp.used -= spec.Shape.Slices
 			continue
 		}
+		if gp.replicas > 0 {
+			gp.used -= spec.Shape.Slices
+			gp.sharedPods--
+			continue
+		}
 		for k := range gp.insts {
 			if gp.insts[k].pod == p {
 				gp.insts[k].pod = -1
@@ -550,11 +599,15 @@ func (s *sim) evict(p int32) {
 func (s *sim) sample() {
 	var wantMIG [8]bool
 	wantWhole := false
+	minShared := 8
 	for _, p := range s.queue {
 		sh := s.pods[p].Shape
-		if sh.Whole > 0 || s.cfg.Strategy == Static7g {
+		switch {
+		case s.sharedShape(sh):
+			minShared = min(minShared, sh.Slices)
+		case sh.Whole > 0 || s.cfg.Strategy == Static7g || (s.cfg.Strategy == GpupoolShare && sh.Slices == 7):
 			wantWhole = true
-		} else {
+		default:
 			wantMIG[sh.Slices] = true
 		}
 	}
@@ -573,6 +626,11 @@ func (s *sim) sample() {
 			var f, st int64
 			switch {
 			case gp.wholePod >= 0:
+			case gp.replicas > 0:
+				f = int64(7 - gp.used)
+				if minShared > 7-gp.used || gp.sharedPods == gp.replicas {
+					st = f
+				}
 			case s.cfg.Strategy == Fluid:
 				f = int64(7 - gp.used)
 				if minMIG > 7-gp.used && (!wantWhole || gp.used != 0) {
@@ -613,7 +671,7 @@ func (s *sim) sample() {
 
 func (s *sim) plan() (bool, error) {
 	switch s.cfg.Strategy {
-	case GpupoolIdle, GpupoolEvict:
+	case GpupoolIdle, GpupoolEvict, GpupoolShare:
 		return s.gp.plan()
 	case CountsOnly:
 		start := time.Now()

@@ -285,3 +285,42 @@ func TestMixAndBorrowTimes(t *testing.T) {
 		t.Fatalf("Mix = %+v", mix)
 	}
 }
+
+// The sharing strategy turns idle nodes into MPS-shared GPUs for fractional pods and packs them
+// by compute slices: never more than 7 slices or more pods than replicas on a GPU.
+func TestSharingPacksFractionalPodsOnSharedGPUs(t *testing.T) {
+	var pods []PodSpec
+	// Seven 2-slice pods: a shared GPU holds 3 of them (6 of 7 slices), so the two GPUs hold 6
+	// and one waits; a 1-slice pod arriving later still fits the seventh slice of one GPU.
+	for i := range 7 {
+		pods = append(pods, pod("s"+string(rune('a'+i)), 2, 0, 0, 10000))
+	}
+	pods = append(pods, pod("small", 1, 0, 5000, 8000), pod("end", 1, 0, 6000, 9000))
+	s, err := newSim(cfg(t, GpupoolShare), twoNodes(), pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.loop(); err != nil {
+		t.Fatal(err)
+	}
+	running := map[int]int{}
+	for _, n := range s.nodes {
+		for _, g := range n.gpus {
+			if g.replicas != sharedReplicas || g.mig {
+				t.Fatalf("node %s GPU not shared by MPS with MIG off: %+v", n.spec.Name, g)
+			}
+			if g.used > 7 || g.sharedPods > g.replicas {
+				t.Fatalf("node %s GPU over-committed: %d slices, %d pods", n.spec.Name, g.used, g.sharedPods)
+			}
+		}
+		for _, p := range n.running {
+			running[s.pods[p].Shape.Slices]++
+		}
+	}
+	if running[2] != 6 || running[1] != 2 {
+		t.Fatalf("running by slices %v, want six 2-slice pods and the two 1-slice pods", running)
+	}
+	if s.evictions != 0 {
+		t.Fatalf("sharing evicted %d pods", s.evictions)
+	}
+}

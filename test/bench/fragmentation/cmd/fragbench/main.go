@@ -31,6 +31,8 @@ type workload struct {
 	w       frag.Workload
 	cpuOnly int
 	seeds   int
+	// strategies, when set, replace the run's chosen strategies for this workload.
+	strategies []frag.Strategy
 }
 
 func run() error {
@@ -38,6 +40,7 @@ func run() error {
 	list := flag.String("list", "default", "pod list, openb_pod_list_<list>.csv")
 	seeds := flag.Int("seeds", 5, "seeds per workload")
 	driftSeeds := flag.Int("drift-seeds", 5, "seeds for the drift workload (0 skips it)")
+	sharingSeeds := flag.Int("sharing-seeds", 5, "seeds for the sharing run, where fractional pods ask for MPS replicas (0 skips it)")
 	interval := flag.Int64("interval", 60, "simulated seconds between planner calls")
 	sample := flag.Int64("sample", 60, "simulated seconds between free/stranded samples")
 	load := flag.Float64("load", 1.0, "offered GPU load (fraction of capacity) in the measured window; 0 replays one copy at raw timestamps")
@@ -110,6 +113,13 @@ func run() error {
 			p.Name, *list, len(drift)/2+1, len(drift)), product: p, w: frag.Prepare(drift, gpus, *load), seeds: *driftSeeds})
 	}
 
+	if *sharingSeeds > 0 {
+		p := loads[0].product
+		loads = append(loads, workload{title: fmt.Sprintf("%s, list %s, sharing: pods below 7 slices ask for a replica of an "+
+			"MPS-shared GPU (nvidia.com/gpu.shared), 7-slice pods for a whole GPU", p.Name, *list),
+			product: p, w: main, cpuOnly: cpuOnly, seeds: *sharingSeeds, strategies: frag.SharingStrategies})
+	}
+
 	var out strings.Builder
 	if *seeds < 5 || (*driftSeeds > 0 && *driftSeeds < 5) {
 		fmt.Fprintf(&out, "**Reduced run**: %d seeds per configuration and %d for the drift workload (the issue asks for 5), "+
@@ -126,7 +136,11 @@ func run() error {
 		*list, 100*raw.Offered, len(copies), main.Compression, 100*main.Offered, *load, *interval, *budget, *sample)
 
 	for _, w := range loads {
-		if err := runWorkload(&out, w, nodes, chosen, *interval, *sample, *budget, *workers); err != nil {
+		strategies := chosen
+		if w.strategies != nil {
+			strategies = w.strategies
+		}
+		if err := runWorkload(&out, w, nodes, strategies, *interval, *sample, *budget, *workers); err != nil {
 			return err
 		}
 		// A partial report survives a run cut short.
