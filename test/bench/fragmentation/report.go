@@ -164,6 +164,8 @@ const MethodNotes = `How the replay works:
 - static all-7g: MIG off; every pod takes whole GPUs (a 1g pod takes a whole GPU).
 - fluid ceiling: a GPU serves any set of single-GPU pods whose slices sum to <= 7; whole-GPU
   pods need that many fully free GPUs on one node.
+- A replay depends only on its pod list, product, strategy and seed; one that appears in two
+  tables (the sharing run repeats the default list's baselines) is run once.
 - Metrics, over the measured window: served GPU demand = time average of the mapped compute
   slices of running pods / all compute slices (a whole GPU counts 7; a 1g pod on a whole GPU
   counts 1); pods placed = pods arriving in the window placed before the replay ends; pending =

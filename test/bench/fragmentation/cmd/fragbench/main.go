@@ -26,6 +26,9 @@ func main() {
 }
 
 type workload struct {
+	// id names the pod list: workloads with one id replay the same pods, so a replay of one
+	// product, strategy and seed is run once for all of them.
+	id      string
 	title   string
 	product *mig.Product
 	w       frag.Workload
@@ -88,7 +91,7 @@ func run() error {
 		if !ok {
 			return fmt.Errorf("unknown product %q", name)
 		}
-		loads = append(loads, workload{title: fmt.Sprintf("%s, list %s", p.Name, *list), product: p, w: main,
+		loads = append(loads, workload{id: "main", title: fmt.Sprintf("%s, list %s", p.Name, *list), product: p, w: main,
 			cpuOnly: cpuOnly, seeds: *seeds})
 	}
 	if *driftSeeds > 0 {
@@ -109,13 +112,13 @@ func run() error {
 			}
 		}
 		p := loads[0].product
-		loads = append(loads, workload{title: fmt.Sprintf("%s, drift: %s, then from copy %d of %d gpushare100 (even rows) + multigpu50 (odd rows)",
+		loads = append(loads, workload{id: "drift", title: fmt.Sprintf("%s, drift: %s, then from copy %d of %d gpushare100 (even rows) + multigpu50 (odd rows)",
 			p.Name, *list, len(drift)/2+1, len(drift)), product: p, w: frag.Prepare(drift, gpus, *load), seeds: *driftSeeds})
 	}
 
 	if *sharingSeeds > 0 {
 		p := loads[0].product
-		loads = append(loads, workload{title: fmt.Sprintf("%s, list %s, sharing: pods below 7 slices ask for a replica of an "+
+		loads = append(loads, workload{id: "main", title: fmt.Sprintf("%s, list %s, sharing: pods below 7 slices ask for a replica of an "+
 			"MPS-shared GPU (nvidia.com/gpu.shared), 7-slice pods for a whole GPU", p.Name, *list),
 			product: p, w: main, cpuOnly: cpuOnly, seeds: *sharingSeeds, strategies: frag.SharingStrategies})
 	}
@@ -135,12 +138,13 @@ func run() error {
 		"Planner interval %ds, budget maxDisruptedNodes %s, free/stranded sampled every %ds of simulated time in the window.\n\n",
 		*list, 100*raw.Offered, len(copies), main.Compression, 100*main.Offered, *load, *interval, *budget, *sample)
 
+	cache := replays{}
 	for _, w := range loads {
 		strategies := chosen
 		if w.strategies != nil {
 			strategies = w.strategies
 		}
-		if err := runWorkload(&out, w, nodes, strategies, *interval, *sample, *budget, *workers); err != nil {
+		if err := runWorkload(&out, w, nodes, strategies, *interval, *sample, *budget, *workers, cache); err != nil {
 			return err
 		}
 		// A partial report survives a run cut short.
@@ -162,8 +166,19 @@ func run() error {
 	return nil
 }
 
+// replayKey identifies a replay: its result depends on nothing else.
+type replayKey struct {
+	workload, product string
+	strategy          frag.Strategy
+	seed              int
+}
+
+// replays keeps every replay's result, so a workload shown twice (the sharing run repeats the
+// main list's baselines) runs each replay once.
+type replays map[replayKey]*frag.Result
+
 func runWorkload(out *strings.Builder, w workload, nodes []frag.NodeSpec, chosen []frag.Strategy,
-	interval, sample int64, budget string, workers int) error {
+	interval, sample int64, budget string, workers int, cache replays) error {
 	type job struct {
 		si   int
 		seed int
@@ -172,6 +187,7 @@ func runWorkload(out *strings.Builder, w workload, nodes []frag.NodeSpec, chosen
 	for i := range results {
 		results[i] = make([]*frag.Result, w.seeds)
 	}
+	key := func(j job) replayKey { return replayKey{w.id, w.product.Name, chosen[j.si], j.seed} }
 	jobs := make(chan job)
 	errs := make(chan error, len(chosen)*w.seeds)
 	var wg sync.WaitGroup
@@ -195,6 +211,10 @@ func runWorkload(out *strings.Builder, w workload, nodes []frag.NodeSpec, chosen
 	// The slow gpupool replays go first so that the short ones fill the gaps at the end.
 	for si := range chosen {
 		for seed := range w.seeds {
+			if r, ok := cache[key(job{si, seed})]; ok {
+				results[si][seed] = r
+				continue
+			}
 			jobs <- job{si, seed}
 		}
 	}
@@ -203,6 +223,11 @@ func runWorkload(out *strings.Builder, w workload, nodes []frag.NodeSpec, chosen
 	close(errs)
 	if err := <-errs; err != nil {
 		return err
+	}
+	for si := range chosen {
+		for seed := range w.seeds {
+			cache[key(job{si, seed})] = results[si][seed]
+		}
 	}
 	var sums []frag.Summary
 	for si, st := range chosen {
