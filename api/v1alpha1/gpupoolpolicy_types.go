@@ -12,7 +12,9 @@ type ApprovalMode string
 const (
 	// ApprovalManual waits for a human to annotate each plan with gpupool.io/approve.
 	ApprovalManual ApprovalMode = "Manual"
-	// ApprovalAutoIdle applies plans that evict no running pod without asking; others wait.
+	// ApprovalAutoIdle applies plans that evict no running pod without asking, and never plans
+	// an eviction: pending pods that only an eviction would serve are reported unserved with
+	// reason Disruption.
 	ApprovalAutoIdle ApprovalMode = "AutoIdle"
 	// ApprovalAuto applies every plan that stays within the disruption budget.
 	ApprovalAuto ApprovalMode = "Auto"

@@ -318,4 +318,37 @@ var _ = Describe("gpupool on a simulated GPU cluster", func() {
 		Expect(getNode(Default, v2).Spec.Unschedulable).To(BeFalse())
 		Expect(s.pods("big-7g")).To(ContainElement(HaveField("Status.Phase", corev1.PodPending)))
 	})
+	// Guards sharing with the unchanged device plugin: pods asking for a time-sliced share of a
+	// GPU (nvidia.com/gpu.shared) wait on an all-1g node, a plan turns the idle node into
+	// MIG-disabled GPUs with the fewest time-slicing replicas that serve them, and once it is
+	// approved the device plugin advertises the replicas and the pods run.
+	It("turns an idle node into time-sliced GPUs for pending shared pods once approved, and they run", func() {
+		s := newScenario("sharing")
+		node := s.nodes[0]
+		s.createPolicy(func(spec *v1alpha1.GPUPoolPolicySpec) {
+			spec.Catalog[0].Sharing = &v1alpha1.SharingCatalog{TimeSlicing: &v1alpha1.ReplicaChoices{Replicas: []int32{2, 4}}}
+		})
+		s.deploy("notebook", 3, s.inPool(), "nvidia.com/gpu.shared", 1, nil)
+		s.unpauseWhenPending(3)
+		plan := s.waitPlan(time.Minute, v1alpha1.PlanAwaitingApproval)
+		Expect(plan.Spec.Steps).To(HaveLen(1))
+		step := plan.Spec.Steps[0]
+		Expect(step.Node).To(Equal(node))
+		Expect(step.SharingConfigName).To(Equal("gpupool-ts-2"), "2 replicas x 2 GPUs serve 3 pods")
+		Expect(step.SharingConfig).To(Equal(&v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 2}))
+		Expect(evicted(plan)).To(BeEmpty())
+		Expect(s.pods("notebook")).To(HaveEach(HaveField("Spec.NodeName", BeEmpty())), "nothing runs before approval")
+
+		approve(plan)
+		s.waitPhase(plan.Name, v1alpha1.PlanSucceeded, 2*time.Minute)
+		s.waitRunning("notebook", 3, time.Minute)
+		Eventually(func(g Gomega) {
+			n := getNode(g, node)
+			g.Expect(n.Labels).To(HaveKeyWithValue(v1alpha1.LabelDevicePluginConfig, "gpupool-ts-2"))
+			shared := n.Status.Allocatable["nvidia.com/gpu.shared"]
+			g.Expect(shared.Value()).To(Equal(int64(4)))
+			g.Expect(n.Status.Allocatable).NotTo(HaveKey(corev1.ResourceName(mig1g)), "MIG is off on both GPUs")
+			expectOpen(g, node)
+		}).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
+	})
 })

@@ -37,6 +37,7 @@ var scenarioNodes = []struct {
 	{"dnd", 1},
 	{"restart", 1},
 	{"autoidle", 2},
+	{"sharing", 1},
 }
 
 var (
