@@ -24,9 +24,9 @@ import (
 // Keys of device-plugin configs gpupool writes: the key names the setting, so a key can never
 // come to mean another setting.
 const (
-	sharingNoneName = "gpupool-none"
-	sharingTSPrefix = "gpupool-ts-"
-	sharingMPSPrefx = "gpupool-mps-"
+	sharingNoneName  = "gpupool-none"
+	sharingTSPrefix  = "gpupool-ts-"
+	sharingMPSPrefix = "gpupool-mps-"
 )
 
 // SharingConfigName is the immutable device-plugin config key of a sharing setting:
@@ -36,7 +36,7 @@ func SharingConfigName(s v1alpha1.SharingConfig) string {
 	case v1alpha1.SharingTimeSlicing:
 		return sharingTSPrefix + strconv.Itoa(int(s.Replicas))
 	case v1alpha1.SharingMPS:
-		return sharingMPSPrefx + strconv.Itoa(int(s.Replicas))
+		return sharingMPSPrefix + strconv.Itoa(int(s.Replicas))
 	}
 	return sharingNoneName
 }
@@ -49,7 +49,7 @@ func ParseSharingConfigName(name string) (v1alpha1.SharingConfig, bool) {
 	for _, m := range []struct {
 		prefix string
 		mode   v1alpha1.SharingMode
-	}{{sharingTSPrefix, v1alpha1.SharingTimeSlicing}, {sharingMPSPrefx, v1alpha1.SharingMPS}} {
+	}{{sharingTSPrefix, v1alpha1.SharingTimeSlicing}, {sharingMPSPrefix, v1alpha1.SharingMPS}} {
 		if rest, ok := strings.CutPrefix(name, m.prefix); ok {
 			n, err := strconv.Atoi(rest)
 			if err != nil || n < 2 || n > 256 || strconv.Itoa(n) != rest {
