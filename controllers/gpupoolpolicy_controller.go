@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,6 +65,22 @@ type PolicyReconciler struct {
 	MaxReportAge time.Duration
 	// Metrics receives each pool's demand and stranded slices; nil records nothing.
 	Metrics *metrics.Metrics
+
+	mu sync.Mutex
+	// lastPlan is, per policy, the planner's last result and the plan it proposed, so that
+	// while that plan waits for approval inside the stabilisation window the planner does not
+	// run again on every pod event only to be told to keep it.
+	lastPlan map[string]plannedResult
+}
+
+// plannedResult is one planner pass remembered.
+type plannedResult struct {
+	generation int64
+	// frozen lists the nodes the planner was told not to change: a conflict or another plan
+	// taking a node changes what may be planned at all, so it always plans again.
+	frozen string
+	plan   string
+	res    *planner.Result
 }
 
 // SetupWithManager watches policies, their plans and everything a plan is computed from.
@@ -182,15 +200,20 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	pending, _ := demand.Pending(w.pods, now, minAge)
 	pending = inPool(pending, selector, w.nodes)
 
-	res, err := planner.Plan(planner.Input{Snapshot: snap, Pending: pending, Policy: policy,
-		Frozen: frozen, InFlight: inFlight, Now: now})
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("planning policy %s: %w", policy.Name, err)
+	window := durationOr(policy.Spec.Planning.StabilizationWindow, defaultStabilization)
+	young := youngAwaitingPlan(policy, ownPlans(policy, w.plans), now, window)
+	res := r.remembered(policy, young, frozenKey(frozen))
+	if res == nil {
+		if res, err = planner.Plan(planner.Input{Snapshot: snap, Pending: pending, Policy: policy,
+			Frozen: frozen, InFlight: inFlight, Now: now}); err != nil {
+			return reconcile.Result{}, fmt.Errorf("planning policy %s: %w", policy.Name, err)
+		}
 	}
 	current, err := r.propose(ctx, policy, ownPlans(policy, w.plans), res, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	r.remember(policy, current, res, frozenKey(frozen))
 
 	status := poolStatus(policy, selector, snap, pending, res)
 	status.CurrentPlan = ""
@@ -206,8 +229,58 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	r.Metrics.ObservePolicy(policy.Name, status)
 	log.V(1).Info("observed pool", "nodes", status.Pool.Nodes, "pending", status.PendingPods,
 		"plan", status.CurrentPlan)
-	// Time alone moves pods past minPendingAge and plans past their TTL.
-	return reconcile.Result{RequeueAfter: min(minAge, policyRecheckInterval)}, nil
+	// Time alone moves pods past minPendingAge, plans past their TTL and out of the window.
+	after := min(minAge, policyRecheckInterval)
+	if young != nil {
+		after = min(after, max(time.Second, young.CreationTimestamp.Add(window).Sub(now)))
+	}
+	return reconcile.Result{RequeueAfter: after}, nil
+}
+
+// youngAwaitingPlan is the policy's plan that waits for approval and is younger than the
+// stabilisation window: propose keeps such a plan whatever the planner says, unless the demand
+// is gone, which revalidation at approval catches too.
+func youngAwaitingPlan(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan, now time.Time, window time.Duration) *v1alpha1.RepartitionPlan {
+	for i := range plans {
+		if rollout.Gate(&plans[i], policy, now).Phase == v1alpha1.PlanAwaitingApproval &&
+			now.Sub(plans[i].CreationTimestamp.Time) < window {
+			return &plans[i]
+		}
+	}
+	return nil
+}
+
+// remembered returns the planner result that proposed plan, when the policy has not changed
+// since; nil means the planner must run.
+func (r *PolicyReconciler) remembered(policy *v1alpha1.GPUPoolPolicy, plan *v1alpha1.RepartitionPlan, frozen string) *planner.Result {
+	if plan == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.lastPlan[policy.Name]
+	if !ok || last.generation != policy.Generation || last.plan != plan.Name || last.frozen != frozen {
+		return nil
+	}
+	return last.res
+}
+
+// frozenKey is a stable text of the frozen nodes, for comparison.
+func frozenKey(frozen map[string]string) string {
+	return strings.Join(slices.Sorted(maps.Keys(frozen)), ",")
+}
+
+func (r *PolicyReconciler) remember(policy *v1alpha1.GPUPoolPolicy, current *v1alpha1.RepartitionPlan, res *planner.Result, frozen string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lastPlan == nil {
+		r.lastPlan = map[string]plannedResult{}
+	}
+	if current == nil {
+		delete(r.lastPlan, policy.Name)
+		return
+	}
+	r.lastPlan[policy.Name] = plannedResult{generation: policy.Generation, frozen: frozen, plan: current.Name, res: res}
 }
 
 // propose keeps, replaces or retires the policy's unapproved plan so that at most one plan of

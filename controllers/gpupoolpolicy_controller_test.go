@@ -52,6 +52,16 @@ func gpuNode(t *testing.T, env *testenv.Env, name string, gpus int, labels map[s
 	g.Expect(env.Client.Status().Update(ctx, report)).To(Succeed())
 }
 
+// heartbeat plays the agent's periodic report: the GPUNode was observed at the given time.
+func heartbeat(t *testing.T, env *testenv.Env, name string, at time.Time) {
+	t.Helper()
+	g := NewWithT(t)
+	report := &v1.GPUNode{}
+	g.Expect(env.Client.Get(context.Background(), client.ObjectKey{Name: name}, report)).To(Succeed())
+	report.Status.ObservedTime = ptr.To(metav1.NewTime(at))
+	g.Expect(env.Client.Status().Update(context.Background(), report)).To(Succeed())
+}
+
 // pendingPod creates a pod asking for one instance of a MIG profile that the scheduler has
 // marked unschedulable ten minutes ago.
 func pendingPod(t *testing.T, env *testenv.Env, name, profile string) *corev1.Pod {
@@ -115,7 +125,7 @@ func condition(p *v1.GPUPoolPolicy, t string) metav1.Condition {
 // waits for a human; when the demand goes away the unapproved plan is superseded.
 func TestPendingDemandBecomesAPlanAndStaleDemandRetiresIt(t *testing.T) {
 	g := NewWithT(t)
-	env, _ := startPolicyController(t)
+	env, clock := startPolicyController(t)
 	ctx := context.Background()
 	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
 	pod := pendingPod(t, env, "trainer", "3g.71gb")
@@ -150,12 +160,57 @@ func TestPendingDemandBecomesAPlanAndStaleDemandRetiresIt(t *testing.T) {
 		g.Expect(condition(got, v1.ConditionGPUOperatorConfigured).Reason).To(Equal("GPUOperatorNotFound"))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 
+	// Inside the stabilisation window the plan stands; past it, the planner looks again.
+	clock.Step(3 * time.Minute)
+	heartbeat(t, env, "gpu-1", clock.Now())
 	g.Expect(env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		got := &v1.RepartitionPlan{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(&plan), got)).To(Succeed())
 		g.Expect(got.Status.Phase).To(Equal(v1.PlanSuperseded))
 	}).WithTimeout(30*time.Second).Should(Succeed(), "a plan nobody needs any more is retired, not left to be approved")
+}
+
+// TestAPlanAwaitingApprovalStandsThroughTheStabilizationWindow guards the window: while a plan
+// waits for a human and is younger than stabilizationWindow, new demand neither replaces it
+// nor adds a second plan; once the window has passed, the planner runs again and a plan for
+// the whole demand supersedes it.
+func TestAPlanAwaitingApprovalStandsThroughTheStabilizationWindow(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	env, clock := startPolicyController(t)
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	pendingPod(t, env, "trainer", "3g.71gb")
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	first := onlyPlan(t, env)
+
+	pendingPod(t, env, "big", "7g.141gb")
+	g.Eventually(func(g Gomega) {
+		got := &v1.GPUPoolPolicy{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
+		g.Expect(got.Status.PendingPods).To(Equal(int32(2)), "the controller has seen the new demand")
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		var plans v1.RepartitionPlanList
+		g.Expect(env.Client.List(ctx, &plans)).To(Succeed())
+		g.Expect(plans.Items).To(HaveLen(1))
+		g.Expect(plans.Items[0].Name).To(Equal(first.Name))
+		g.Expect(plans.Items[0].Status.Phase).To(Equal(v1.PlanAwaitingApproval))
+	}).WithTimeout(2*time.Second).WithPolling(250*time.Millisecond).Should(Succeed(), "the plan under review stands")
+
+	clock.Step(3 * time.Minute)
+	// The agent keeps reporting; the policy controller ignores reports older than two minutes.
+	heartbeat(t, env, "gpu-1", clock.Now())
+	g.Eventually(func(g Gomega) {
+		got := &v1.RepartitionPlan{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(&first), got)).To(Succeed())
+		g.Expect(got.Status.Phase).To(Equal(v1.PlanSuperseded))
+		var plans v1.RepartitionPlanList
+		g.Expect(env.Client.List(ctx, &plans)).To(Succeed())
+		g.Expect(plans.Items).To(ContainElement(HaveField("Spec.Expected.Pods",
+			ContainElement(v1.PodReference{Namespace: "default", Name: "big"}))))
+	}).WithTimeout(30*time.Second).Should(Succeed(), "past the window the planner serves the new demand")
 }
 
 // TestApprovedPlanIsNeverSuperseded guards that a human's approval cannot be pulled from under
