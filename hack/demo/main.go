@@ -159,7 +159,7 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 	}
 
 	d.say("The policy controller sees the demand and proposes a RepartitionPlan")
-	plan, err := d.waitPlan(ctx)
+	plan, err := d.waitPlan(ctx, before.pending)
 	if err != nil {
 		return err
 	}
@@ -366,16 +366,25 @@ func sliceCell(s v1alpha1.ProfileSlices) string {
 }
 
 // waitPlan waits for the policy's plan to await approval and returns it.
-func (d *demo) waitPlan(ctx context.Context) (*v1alpha1.RepartitionPlan, error) {
+func (d *demo) waitPlan(ctx context.Context, pending int) (*v1alpha1.RepartitionPlan, error) {
 	var plan *v1alpha1.RepartitionPlan
-	err := d.waitFor(ctx, "a RepartitionPlan awaiting approval", 2*time.Minute, func() (bool, error) {
+	superseded := map[string]bool{}
+	err := d.waitFor(ctx, "a RepartitionPlan for every pending pod", 2*time.Minute, func() (bool, error) {
 		var plans v1alpha1.RepartitionPlanList
 		if err := d.cluster.Client.List(ctx, &plans); err != nil {
 			return false, err
 		}
 		for i := range plans.Items {
-			if plans.Items[i].Status.Phase == v1alpha1.PlanAwaitingApproval {
-				plan = &plans.Items[i]
+			p := &plans.Items[i]
+			if p.Status.Phase == v1alpha1.PlanSuperseded && !superseded[p.Name] {
+				superseded[p.Name] = true
+				fmt.Printf("   plan %s, made while pods were still arriving (%d of %d), was superseded\n",
+					p.Name, len(p.Spec.Expected.Pods), pending)
+			}
+			// A plan made while the mix was still arriving covers part of it; the policy keeps it
+			// for the stabilization window, then supersedes it with one for everything.
+			if p.Status.Phase == v1alpha1.PlanAwaitingApproval && len(p.Spec.Expected.Pods) == pending {
+				plan = p
 				return true, nil
 			}
 		}
