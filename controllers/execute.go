@@ -360,56 +360,24 @@ func (r *PlanReconciler) editNode(ctx context.Context, plan *v1alpha1.Repartitio
 }
 
 // writeConfig adds the step's immutable entry to gpupool's mig-parted ConfigMap, keeping every
-// entry a node's label still names and garbage-collecting gpupool's other entries.
+// entry a node's label or a live plan still names and garbage-collecting gpupool's other entries.
 func (r *PlanReconciler) writeConfig(ctx context.Context, step v1alpha1.NodeStep, targets []planner.GPUTarget) error {
-	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &nodes); err != nil {
-		return fmt.Errorf("listing nodes: %w", err)
-	}
-	var inUse []string
-	for _, n := range nodes.Items {
-		if v := n.Labels[v1alpha1.LabelMIGConfig]; v != "" {
-			inUse = append(inUse, v)
-		}
-	}
-	// Entries written for steps that have not relabelled their node yet are in use too:
-	// with a budget above one, each step's write would otherwise collect the other's entry.
-	var plans v1alpha1.RepartitionPlanList
-	if err := r.Client.List(ctx, &plans); err != nil {
-		return fmt.Errorf("listing plans: %w", err)
-	}
-	for _, p := range plans.Items {
-		if p.Status.Phase == v1alpha1.PlanApproved || p.Status.Phase == v1alpha1.PlanExecuting {
-			for _, s := range p.Spec.Steps {
-				if s.MIGConfigName != "" {
-					inUse = append(inUse, s.MIGConfigName)
-				}
-			}
-		}
-	}
-	cm := &corev1.ConfigMap{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: MIGPartedConfigMap}, cm)
-	create := apierrors.IsNotFound(err)
-	if err != nil && !create {
-		return err
-	}
-	data, err := nvidia.UpdateConfig([]byte(cm.Data[nvidia.ConfigMapKey]),
-		map[string][]planner.GPUTarget{step.MIGConfigName: targets}, inUse)
+	inUse, err := r.namesInUse(ctx, v1alpha1.LabelMIGConfig, func(s v1alpha1.NodeStep) string { return s.MIGConfigName })
 	if err != nil {
 		return err
 	}
-	if create {
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: MIGPartedConfigMap,
-			Labels: map[string]string{"app.kubernetes.io/name": "gpupool"}}}
-	}
-	if cm.Data == nil {
-		cm.Data = map[string]string{}
-	}
-	cm.Data[nvidia.ConfigMapKey] = string(data)
-	if create {
-		return r.Client.Create(ctx, cm)
-	}
-	return r.Client.Update(ctx, cm)
+	return r.updateConfigMap(ctx, MIGPartedConfigMap, func(data map[string]string) (map[string]string, error) {
+		next, err := nvidia.UpdateConfig([]byte(data[nvidia.ConfigMapKey]),
+			map[string][]planner.GPUTarget{step.MIGConfigName: targets}, inUse)
+		if err != nil {
+			return nil, err
+		}
+		if data == nil {
+			data = map[string]string{}
+		}
+		data[nvidia.ConfigMapKey] = string(next)
+		return data, nil
+	})
 }
 
 // writeSharing adds the step's device-plugin sharing key to gpupool's device-plugin ConfigMap,
@@ -418,50 +386,74 @@ func (r *PlanReconciler) writeSharing(ctx context.Context, step v1alpha1.NodeSte
 	if step.SharingConfig == nil || step.SharingConfigName == "" {
 		return nil
 	}
+	if name := nvidia.DevicePluginConfigName(*step.SharingConfig); name != step.SharingConfigName {
+		return fmt.Errorf("step on %s names sharing key %s for %s %d, which gpupool names %s",
+			step.Node, step.SharingConfigName, step.SharingConfig.Mode, step.SharingConfig.Replicas, name)
+	}
+	inUse, err := r.namesInUse(ctx, v1alpha1.LabelDevicePluginConfig, func(s v1alpha1.NodeStep) string { return s.SharingConfigName })
+	if err != nil {
+		return err
+	}
+	return r.updateConfigMap(ctx, DevicePluginConfigMap, func(data map[string]string) (map[string]string, error) {
+		return nvidia.UpdateDevicePluginConfigMap(data, []v1alpha1.SharingConfig{*step.SharingConfig}, inUse)
+	})
+}
+
+// namesInUse lists the config names that garbage collection must keep: every value of label on
+// a node, and the name every step of a live plan will set, because with a budget above one a
+// step's write would otherwise collect an entry another step has written but not relabelled yet.
+func (r *PlanReconciler) namesInUse(ctx context.Context, label string, ofStep func(v1alpha1.NodeStep) string) ([]string, error) {
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes); err != nil {
-		return fmt.Errorf("listing nodes: %w", err)
+		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	var inUse []string
 	for _, n := range nodes.Items {
-		if v := n.Labels[v1alpha1.LabelDevicePluginConfig]; v != "" {
+		if v := n.Labels[label]; v != "" {
 			inUse = append(inUse, v)
 		}
 	}
 	var plans v1alpha1.RepartitionPlanList
 	if err := r.Client.List(ctx, &plans); err != nil {
-		return fmt.Errorf("listing plans: %w", err)
+		return nil, fmt.Errorf("listing plans: %w", err)
 	}
 	for _, p := range plans.Items {
 		if p.Status.Phase == v1alpha1.PlanApproved || p.Status.Phase == v1alpha1.PlanExecuting {
 			for _, s := range p.Spec.Steps {
-				if s.SharingConfigName != "" {
-					inUse = append(inUse, s.SharingConfigName)
+				if v := ofStep(s); v != "" {
+					inUse = append(inUse, v)
 				}
 			}
 		}
 	}
+	return inUse, nil
+}
+
+// updateConfigMap creates or updates one of gpupool's ConfigMaps with the data next computes
+// from the current data (nil when the ConfigMap does not exist yet).
+func (r *PlanReconciler) updateConfigMap(ctx context.Context, name string, next func(map[string]string) (map[string]string, error)) error {
 	cm := &corev1.ConfigMap{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: DevicePluginConfigMap}, cm)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: name}, cm)
 	create := apierrors.IsNotFound(err)
 	if err != nil && !create {
-		return fmt.Errorf("reading ConfigMap %s/%s: %w", r.Namespace, DevicePluginConfigMap, err)
+		return fmt.Errorf("reading ConfigMap %s/%s: %w", r.Namespace, name, err)
 	}
-	if name := nvidia.DevicePluginConfigName(*step.SharingConfig); name != step.SharingConfigName {
-		return fmt.Errorf("step on %s names sharing key %s for %s %d, which gpupool names %s",
-			step.Node, step.SharingConfigName, step.SharingConfig.Mode, step.SharingConfig.Replicas, name)
-	}
-	data, err := nvidia.UpdateDevicePluginConfigMap(cm.Data, []v1alpha1.SharingConfig{*step.SharingConfig}, inUse)
+	data, err := next(cm.Data)
 	if err != nil {
-		return err
+		return fmt.Errorf("ConfigMap %s/%s: %w", r.Namespace, name, err)
 	}
 	if create {
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: DevicePluginConfigMap,
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: name,
 			Labels: map[string]string{"app.kubernetes.io/name": "gpupool"}}}
 	}
 	cm.Data = data
 	if create {
-		return r.Client.Create(ctx, cm)
+		err = r.Client.Create(ctx, cm)
+	} else {
+		err = r.Client.Update(ctx, cm)
 	}
-	return r.Client.Update(ctx, cm)
+	if err != nil {
+		return fmt.Errorf("writing ConfigMap %s/%s: %w", r.Namespace, name, err)
+	}
+	return nil
 }

@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -67,7 +66,7 @@ func TestE2E(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	suiteCtx, cancelSuite = context.WithCancel(context.Background())
-	root, err := repoRoot()
+	root, err := simcluster.RepoRoot()
 	Expect(err).NotTo(HaveOccurred())
 
 	out, err := exec.Command("bash", filepath.Join(root, "hack", "control-plane.sh"), "--print-dir").Output()
@@ -153,24 +152,6 @@ var _ = AfterSuite(func() {
 		Expect(syscall.Kill(pid, 0)).To(MatchError(syscall.ESRCH), "process %d still running after Stop", pid)
 	}
 })
-
-// repoRoot is the folder holding go.mod, above the package's folder.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
 
 // copyDir copies the plain files of src into dst.
 func copyDir(src, dst string) error {

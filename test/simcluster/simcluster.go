@@ -128,7 +128,7 @@ func (c *Cluster) start(ctx context.Context) error {
 
 // installCRDs creates gpupool's CRDs from config/crd/bases and waits until they are served.
 func (c *Cluster) installCRDs(ctx context.Context) error {
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -270,9 +270,9 @@ func poll(ctx context.Context, timeout time.Duration, what string, check func() 
 	}
 }
 
-// repoRoot is the folder holding go.mod, found upwards from the working directory, so that
-// the demo (run from the root) and tests (run from their package) find config/.
-func repoRoot() (string, error) {
+// RepoRoot is the folder holding go.mod, found upwards from the working directory, so that
+// the demo (run from the root) and tests (run from their package) find config/ and hack/.
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
