@@ -3,11 +3,13 @@ package nvidia
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/planner"
 )
 
@@ -64,17 +66,23 @@ func ParseDevicePluginConfigName(name string) (v1alpha1.SharingConfig, bool) {
 }
 
 // DevicePluginConfig renders the config file of a sharing setting. Whole GPUs are shared and
-// renamed to nvidia.com/gpu.shared; MIG devices stay exclusive.
+// renamed to nvidia.com/gpu.shared. Time-slicing also shares every MIG device, renamed to
+// nvidia.com/mig-<profile>.shared; it lists every profile gpupool knows, so that one key means
+// one content on every node. MPS, which the device plugin refuses on MIG devices, shares whole
+// GPUs only.
 func DevicePluginConfig(s v1alpha1.SharingConfig) ([]byte, error) {
 	f := DevicePluginFile{Version: ConfigVersion, Flags: DevicePluginFlags{MIGStrategy: "mixed"}}
-	shared := &ReplicatedResources{RenameByDefault: true,
-		Resources: []ReplicatedResource{{Name: "nvidia.com/gpu", Replicas: s.Replicas}}}
+	wholeGPUs := []ReplicatedResource{{Name: "nvidia.com/gpu", Replicas: s.Replicas}}
 	switch s.Mode {
 	case v1alpha1.SharingNone, "":
 	case v1alpha1.SharingTimeSlicing:
-		f.Sharing = &DevicePluginShare{TimeSlicing: shared}
+		resources := wholeGPUs
+		for _, name := range migResources() {
+			resources = append(resources, ReplicatedResource{Name: name, Replicas: s.Replicas})
+		}
+		f.Sharing = &DevicePluginShare{TimeSlicing: &ReplicatedResources{RenameByDefault: true, Resources: resources}}
 	case v1alpha1.SharingMPS:
-		f.Sharing = &DevicePluginShare{MPS: shared}
+		f.Sharing = &DevicePluginShare{MPS: &ReplicatedResources{RenameByDefault: true, Resources: wholeGPUs}}
 	default:
 		return nil, fmt.Errorf("unknown sharing mode %q", s.Mode)
 	}
@@ -86,6 +94,19 @@ func DevicePluginConfig(s v1alpha1.SharingConfig) ([]byte, error) {
 		return nil, fmt.Errorf("rendering the device plugin config: %w", err)
 	}
 	return out, nil
+}
+
+// migResources are the device plugin's resource names of every MIG profile of every built-in
+// product, sorted: a time-slicing config lists them all.
+func migResources() []string {
+	var out []string
+	for _, p := range mig.Products() {
+		for _, pr := range p.Profiles {
+			out = append(out, mig.ResourceName(pr.Name))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // ParseDevicePluginConfig reads a config file strictly and says which sharing setting it

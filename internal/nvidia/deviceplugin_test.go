@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/nvidia"
@@ -32,21 +33,32 @@ func TestDevicePluginConfigRoundTrips(t *testing.T) {
 }
 
 // TestDevicePluginConfigIsTheDevicePluginsSchema guards the exact fields k8s-device-plugin reads:
-// a rename to nvidia.com/gpu.shared, one mode, and the mixed MIG strategy gpupool plans with.
+// renames to .shared, one mode, and the mixed MIG strategy gpupool plans with; time-slicing
+// shares MIG devices too, MPS (which the plugin refuses on MIG devices) only whole GPUs.
 func TestDevicePluginConfigIsTheDevicePluginsSchema(t *testing.T) {
 	g := NewWithT(t)
-	data, err := nvidia.DevicePluginConfig(v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 4})
+	data, err := nvidia.DevicePluginConfig(v1alpha1.SharingConfig{Mode: v1alpha1.SharingMPS, Replicas: 4})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(data)).To(Equal(`flags:
   migStrategy: mixed
 sharing:
-  timeSlicing:
+  mps:
     renameByDefault: true
     resources:
     - name: nvidia.com/gpu
       replicas: 4
 version: v1
 `))
+	data, err = nvidia.DevicePluginConfig(v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 4})
+	g.Expect(err).NotTo(HaveOccurred())
+	var f nvidia.DevicePluginFile
+	g.Expect(yaml.UnmarshalStrict(data, &f)).To(Succeed())
+	g.Expect(f.Sharing.TimeSlicing.RenameByDefault).To(BeTrue())
+	g.Expect(f.Sharing.TimeSlicing.Resources).To(ContainElements(
+		nvidia.ReplicatedResource{Name: "nvidia.com/gpu", Replicas: 4},
+		nvidia.ReplicatedResource{Name: "nvidia.com/mig-1g.18gb", Replicas: 4},
+		nvidia.ReplicatedResource{Name: "nvidia.com/mig-3g.40gb", Replicas: 4}))
+	g.Expect(f.Sharing.TimeSlicing.Resources[0].Name).To(Equal("nvidia.com/gpu"))
 }
 
 // TestDevicePluginConfigRefusesWhatThePluginWouldNot guards strict reading and the replica bounds.
