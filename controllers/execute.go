@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -182,21 +183,43 @@ func (r *PlanReconciler) observe(ctx context.Context, plan *v1alpha1.Repartition
 }
 
 // sharingAdvertised says whether the node's allocatable shows the step's sharing setting:
-// replicas x MIG-disabled GPUs of nvidia.com/gpu.shared, or none of it when sharing is off.
-// It also names what must be advertised, for the step's message.
+// replicas x MIG-disabled GPUs of nvidia.com/gpu.shared and, under time-slicing, replicas x
+// instances of nvidia.com/mig-<profile>.shared; none of them when sharing is off. It also
+// names what must be advertised, for the step's message.
 func sharingAdvertised(step v1alpha1.NodeStep, targets []planner.GPUTarget, node *corev1.Node) (bool, string) {
-	whole := 0
+	want := map[corev1.ResourceName]int64{demand.ResourceSharedGPU: 0}
+	replicas := int64(0)
+	if s := step.SharingConfig; s != nil && s.Mode != v1alpha1.SharingNone {
+		replicas = int64(s.Replicas)
+	}
+	timeSliced := step.SharingConfig != nil && step.SharingConfig.Mode == v1alpha1.SharingTimeSlicing
 	for _, t := range targets {
 		if !t.MIGEnabled {
-			whole++
+			want[demand.ResourceSharedGPU] += replicas
+			continue
+		}
+		for p, n := range t.Layout {
+			name := corev1.ResourceName(mig.ResourceName(p) + ".shared")
+			want[name] += 0 // listed, so that an exclusive MIG device is checked to advertise no replica
+			if timeSliced {
+				want[name] += replicas * int64(n)
+			}
 		}
 	}
-	want := int64(0)
-	if s := step.SharingConfig; s != nil && s.Mode != v1alpha1.SharingNone {
-		want = int64(s.Replicas) * int64(whole)
+	ok := true
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if demand.Quantity(node.Status.Allocatable, name) != want[name] {
+			ok = false
+		}
+		if want[name] > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", name, want[name]))
+		}
 	}
-	have := demand.Quantity(node.Status.Allocatable, demand.ResourceSharedGPU)
-	return have == want, fmt.Sprintf("%s=%d", demand.ResourceSharedGPU, want)
+	if len(parts) == 0 {
+		parts = []string{"no shared replicas"}
+	}
+	return ok, strings.Join(parts, ", ")
 }
 
 // gpusWhole says whether the agent reports every GPU the step changes with a whole layout:

@@ -126,21 +126,27 @@ func canHost(policy *v1alpha1.GPUPoolPolicy, n *inventory.Node, shape demand.Sha
 		case demand.KindGPU:
 			return true
 		case demand.KindShared:
-			// Whole GPUs are shared when the catalog allows it; replicas of MIG devices are not
-			// planned.
-			return shape.Profile == "" && sharingAllowed(policy, g.ProductName, n.Object.Labels[v1alpha1.LabelGPUProduct], g.Product.Name)
+			// Whole GPUs are shared by MPS or time-slicing, MIG devices by time-slicing only.
+			names := []string{g.ProductName, n.Object.Labels[v1alpha1.LabelGPUProduct], g.Product.Name}
+			if shape.Profile == "" {
+				return sharingAllowed(policy, false, names...)
+			}
+			if _, ok := g.Product.Profile(shape.Profile); ok && sharingAllowed(policy, true, names...) {
+				return true
+			}
 		}
 	}
 	return false
 }
 
-// sharingAllowed says whether the catalog entry for a product allows time-slicing or MPS; the
-// entry is found as the planner finds it, by case-insensitive substring of any of the names.
-func sharingAllowed(policy *v1alpha1.GPUPoolPolicy, names ...string) bool {
+// sharingAllowed says whether the catalog entry for a product allows time-slicing, or MPS when
+// whole GPUs are shared (MPS does not share MIG devices); the entry is found as the planner finds
+// it, by case-insensitive substring of any of the names.
+func sharingAllowed(policy *v1alpha1.GPUPoolPolicy, migDevices bool, names ...string) bool {
 	for _, e := range policy.Spec.Catalog {
 		for _, n := range names {
 			if n != "" && strings.Contains(strings.ToLower(n), strings.ToLower(e.Product)) {
-				return e.Sharing != nil && (e.Sharing.TimeSlicing != nil || e.Sharing.MPS != nil)
+				return e.Sharing != nil && (e.Sharing.TimeSlicing != nil || (!migDevices && e.Sharing.MPS != nil))
 			}
 		}
 	}

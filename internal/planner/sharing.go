@@ -14,10 +14,11 @@ import (
 )
 
 // Sharing is planned per node, because NVIDIA's device plugin applies one sharing setting to
-// every GPU of a node (label nvidia.com/device-plugin.config). This first version shares whole
-// GPUs only: it turns idle nodes whose product the catalog allows to share into MIG-disabled
-// GPUs advertised as nvidia.com/gpu.shared replicas, for pending pods that ask for them.
-// Time-slicing of MIG devices (nvidia.com/mig-<profile>.shared) is explained as not planned.
+// every GPU of a node (label nvidia.com/device-plugin.config), together with the node's MIG
+// layout. For pending pods asking for replicas of whole GPUs (nvidia.com/gpu.shared) an idle
+// node becomes MIG-disabled GPUs shared by MPS or time-slicing; for replicas of a MIG device
+// (nvidia.com/mig-<profile>.shared) it becomes GPUs carved into as many instances of that
+// profile as fit, shared by time-slicing (the device plugin refuses MPS on MIG devices).
 // Only idle nodes are converted: a node whose GPUs run pods is never changed for sharing, so
 // sharing never evicts, and no running shared pod is disturbed by a change of replicas.
 
@@ -64,25 +65,23 @@ func ParseSharingConfigName(name string) (v1alpha1.SharingConfig, bool) {
 // shareProposal is a node the sharing pass converts.
 type shareProposal struct {
 	setting v1alpha1.SharingConfig
-	served  []int // per class
+	// layout is every GPU's MIG layout when MIG devices are shared; nil for MIG-disabled GPUs.
+	layout mig.Layout
+	served []int // per class
 }
 
-// sharedGPUs says whether a class asks for replicas of whole GPUs, the only sharing planned.
+// sharedGPUs says whether a class asks for replicas of whole GPUs.
 func (c *class) sharedGPUs() bool { return c.shared && c.sharedProfile == "" }
 
-// share converts idle nodes for pending shared-GPU pods, within what is left of the budget
-// after the MIG pass, and returns the nodes it converts.
+// sharedMIG says whether a class asks for replicas of a MIG device.
+func (c *class) sharedMIG() bool { return c.shared && c.sharedProfile != "" }
+
+// share converts idle nodes for pending shared pods, within what is left of the budget after
+// the MIG pass, and returns the nodes it converts. A node serves one kind of share: replicas
+// of whole GPUs, or replicas of one MIG profile, the kind of the first pending class (in
+// serving order) that may run there.
 func (p *planState) share(budgetLeft int, taken map[*nodeInfo]*proposal) map[*nodeInfo]*shareProposal {
 	out := map[*nodeInfo]*shareProposal{}
-	var classes []*class
-	for _, c := range p.classes {
-		if c.sharedGPUs() && c.left > 0 {
-			classes = append(classes, c)
-		}
-	}
-	if len(classes) == 0 {
-		return out
-	}
 	for _, ni := range p.nodes {
 		if budgetLeft <= 0 {
 			break
@@ -90,40 +89,120 @@ func (p *planState) share(budgetLeft int, taken map[*nodeInfo]*proposal) map[*no
 		if pr := taken[ni]; pr != nil && pr.changed > 0 {
 			continue
 		}
-		choices := shareChoices(ni)
-		if len(choices) == 0 || !p.shareable(ni) {
+		if !p.shareable(ni) {
 			continue
 		}
-		// How many replicas this node could use: the eligible pods that fit its CPU and memory.
-		free := slices.Clone(ni.free)
-		want := 0
-		for _, c := range classes {
-			if !p.eligible(ni, c) {
-				continue
-			}
+		if sp := p.shareNode(ni); sp != nil {
+			out[ni] = sp
+			budgetLeft--
+		}
+	}
+	return out
+}
+
+// shareNode decides how one idle node would share, and takes the pods it serves; nil when no
+// pending shared pod may use it.
+func (p *planState) shareNode(ni *nodeInfo) *shareProposal {
+	var lead *class
+	for _, c := range p.classes {
+		if c.shared && c.left > 0 && p.eligible(ni, c) && p.shareLayout(ni, c) != nil {
+			lead = c
+			break
+		}
+	}
+	if lead == nil {
+		return nil
+	}
+	layout := p.shareLayout(ni, lead)
+	devices := len(ni.gpus) // replicas per device times devices is the node's capacity
+	choices := shareChoices(ni)
+	if lead.sharedMIG() {
+		perGPU := 0
+		for _, n := range layout {
+			perGPU += n
+		}
+		devices = len(ni.gpus) * perGPU
+		choices = slices.DeleteFunc(choices, func(c v1alpha1.SharingConfig) bool { return c.Mode != v1alpha1.SharingTimeSlicing })
+		choices = append(choices, timeSlicingChoices(ni)...)
+		choices = slices.CompactFunc(choices, func(a, b v1alpha1.SharingConfig) bool { return a == b })
+	} else {
+		layout = nil
+	}
+	if len(choices) == 0 {
+		return nil
+	}
+	same := func(c *class) bool {
+		return c.shared && c.left > 0 && c.sharedProfile == lead.sharedProfile && p.eligible(ni, c)
+	}
+	// How many replicas this node could use: the eligible pods that fit its CPU and memory.
+	free := slices.Clone(ni.free)
+	want := 0
+	for _, c := range p.classes {
+		if same(c) {
 			want += fitCount(free, c.vec, c.left) * int(c.sharedReplicas)
 		}
-		if want == 0 {
+	}
+	if want == 0 {
+		return nil
+	}
+	setting := pickReplicas(choices, want, devices)
+	capacity := int(setting.Replicas) * devices
+	sp := &shareProposal{setting: setting, layout: layout, served: make([]int, len(p.classes))}
+	free = slices.Clone(ni.free)
+	for _, c := range p.classes {
+		if !same(c) || capacity <= 0 {
 			continue
 		}
-		setting := pickReplicas(choices, want, len(ni.gpus))
-		capacity := int(setting.Replicas) * len(ni.gpus)
-		sp := &shareProposal{setting: setting, served: make([]int, len(p.classes))}
-		free = slices.Clone(ni.free)
-		for _, c := range classes {
-			if !p.eligible(ni, c) || capacity <= 0 {
-				continue
-			}
-			n := min(fitCount(free, c.vec, c.left), capacity/int(c.sharedReplicas))
-			for d := range free {
-				free[d] -= int64(n) * c.vec[d]
-			}
-			capacity -= n * int(c.sharedReplicas)
-			sp.served[c.id] = n
-			c.left -= n
+		n := min(fitCount(free, c.vec, c.left), capacity/int(c.sharedReplicas))
+		for d := range free {
+			free[d] -= int64(n) * c.vec[d]
 		}
-		out[ni] = sp
-		budgetLeft--
+		capacity -= n * int(c.sharedReplicas)
+		sp.served[c.id] = n
+		c.left -= n
+	}
+	return sp
+}
+
+// shareLayout is the MIG layout every GPU of a node takes to serve a shared class: empty (MIG
+// disabled) for replicas of whole GPUs when the catalog allows sharing; for replicas of a MIG
+// profile, the allowed layout with the most instances of it when the catalog allows
+// time-slicing; nil when the node cannot serve the class.
+func (p *planState) shareLayout(ni *nodeInfo, c *class) mig.Layout {
+	if c.sharedGPUs() {
+		if len(shareChoices(ni)) == 0 {
+			return nil
+		}
+		return mig.Layout{}
+	}
+	if len(timeSlicingChoices(ni)) == 0 {
+		return nil
+	}
+	pr, ok := ni.prod.product.Profile(c.sharedProfile)
+	if !ok {
+		return nil
+	}
+	var best mig.Layout
+	for _, o := range ni.prod.options {
+		if !o.disabled && o.layout[pr.Name] > best[pr.Name] {
+			best = o.layout
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	// Only the shared profile: other instances would be stranded, their resource renamed.
+	return mig.Layout{pr.Name: best[pr.Name]}
+}
+
+// timeSlicingChoices are the catalog's time-slicing settings for a node's product.
+func timeSlicingChoices(ni *nodeInfo) []v1alpha1.SharingConfig {
+	if ni.prod == nil || ni.prod.entry == nil || ni.prod.entry.Sharing == nil || ni.prod.entry.Sharing.TimeSlicing == nil {
+		return nil
+	}
+	var out []v1alpha1.SharingConfig
+	for _, r := range sorted(ni.prod.entry.Sharing.TimeSlicing.Replicas) {
+		out = append(out, v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: r})
 	}
 	return out
 }
@@ -207,18 +286,27 @@ func (p *planState) shareSteps(shares map[*nodeInfo]*shareProposal, res *Result)
 		}
 		setting := sp.setting
 		step := Step{Node: ni.node.Name, Product: ni.prod.product.Name, Sharing: &setting}
+		enabled := sp.layout != nil
 		for _, gi := range ni.gpus {
-			if gi.gpu.MIGEnabled {
-				from := gi.gpu.Layout()
-				step.GPUs = append(step.GPUs, GPUChange{Index: gi.gpu.Index, From: from, To: mig.Layout{}})
+			from, to := gi.gpu.Layout(), sp.layout.Clone()
+			if to == nil {
+				to = mig.Layout{}
+			}
+			if gi.gpu.MIGEnabled != enabled || !from.Equal(to) {
+				step.GPUs = append(step.GPUs, GPUChange{Index: gi.gpu.Index, From: from, To: to})
+				for name, n := range to {
+					res.SlicesGained[name] += n
+				}
 				for name, n := range from {
 					res.SlicesGained[name] -= n
-					if res.SlicesGained[name] == 0 {
-						delete(res.SlicesGained, name)
-					}
 				}
 			}
-			step.Target = append(step.Target, GPUTarget{Index: gi.gpu.Index, MIGEnabled: false, Layout: mig.Layout{}})
+			step.Target = append(step.Target, GPUTarget{Index: gi.gpu.Index, MIGEnabled: enabled, Layout: to})
+		}
+		for name, n := range res.SlicesGained {
+			if n == 0 {
+				delete(res.SlicesGained, name)
+			}
 		}
 		for _, c := range p.classes {
 			total[c.id] += sp.served[c.id]
@@ -230,22 +318,22 @@ func (p *planState) shareSteps(shares map[*nodeInfo]*shareProposal, res *Result)
 
 // explainShared says why pending shared pods stay unserved.
 func (p *planState) explainShared(c *class, what string) (Reason, string) {
-	if !c.sharedGPUs() {
-		return ReasonPartitionShape, what + ": time-slicing of MIG devices is not planned yet; gpupool shares whole GPUs (nvidia.com/gpu.shared)"
-	}
 	allowed, eligible := 0, 0
 	for _, ni := range p.nodes {
 		if !p.eligible(ni, c) {
 			continue
 		}
 		eligible++
-		if len(shareChoices(ni)) > 0 {
+		if ni.prod != nil && p.shareLayout(ni, c) != nil {
 			allowed++
 		}
 	}
 	switch {
 	case eligible == 0:
 		return ReasonNotInPool, what + ": no node of the pool matches the pod's node selector, affinity or tolerations"
+	case allowed == 0 && c.sharedMIG():
+		return ReasonPartitionShape, what + ": no GPU this pod may use has " + c.sharedProfile + " in the policy's catalog " +
+			"with time-slicing allowed (MPS does not share MIG devices; set spec.catalog[].sharing.timeSlicing)"
 	case allowed == 0:
 		return ReasonPartitionShape, what + ": the policy's catalog allows neither time-slicing nor MPS on the GPUs this pod may use " +
 			"(set spec.catalog[].sharing)"

@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/planner"
 )
 
@@ -93,9 +94,30 @@ func TestSharingIsExplainedWhenItCannotBePlanned(t *testing.T) {
 	g.Expect(res.Unserved[0].Message).To(ContainSubstring("set spec.catalog[].sharing"))
 
 	res = newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
-		pending("a", map[string]int64{"nvidia.com/mig-1g.18gb.shared": 1}).plan(policy(sharing([]int32{2}, nil)))
+		pending("a", map[string]int64{"nvidia.com/mig-1g.18gb.shared": 1}).plan(policy(sharing(nil, []int32{2})))
 	g.Expect(res.Unserved).To(HaveLen(1))
-	g.Expect(res.Unserved[0].Message).To(ContainSubstring("time-slicing of MIG devices is not planned yet"))
+	g.Expect(res.Unserved[0].Reason).To(Equal(planner.ReasonPartitionShape))
+	g.Expect(res.Unserved[0].Message).To(ContainSubstring("MPS does not share MIG devices"))
+}
+
+// TestSharingOfMIGDevicesCarvesTheProfileAndTimeSlicesIt guards sharing MIG devices: an idle
+// node is carved into as many instances of the requested profile as fit and time-sliced with
+// the fewest replicas that serve the demand; MPS is never chosen for MIG devices.
+func TestSharingOfMIGDevicesCarvesTheProfileAndTimeSlicesIt(t *testing.T) {
+	g := NewWithT(t)
+	res := newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
+		pending("a", map[string]int64{"nvidia.com/mig-3g.71gb.shared": 1}).
+		pending("b", map[string]int64{"nvidia.com/mig-3g.71gb.shared": 1}).
+		pending("c", map[string]int64{"nvidia.com/mig-3g.71gb.shared": 1}).
+		plan(policy(sharing([]int32{2, 4}, []int32{2})))
+	g.Expect(res.Unserved).To(BeEmpty())
+	g.Expect(res.Served).To(HaveLen(3))
+	g.Expect(res.Steps).To(HaveLen(1))
+	step := res.Steps[0]
+	g.Expect(step.Sharing).To(Equal(&v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 2}),
+		"two 3g instances x 2 replicas serve 3 pods")
+	g.Expect(step.Target).To(ConsistOf(planner.GPUTarget{Index: 0, MIGEnabled: true, Layout: mig.Layout{"3g.71gb": 2}}))
+	g.Expect(step.GPUs).To(HaveLen(1))
 }
 
 // TestSharingConfigNamesRoundTrip guards that a config key alone says its setting.
@@ -141,9 +163,12 @@ func TestSharingProperties(t *testing.T) {
 			}
 		}
 		for p := range rng.IntN(12) {
-			if rng.IntN(2) == 0 {
+			switch rng.IntN(3) {
+			case 0:
 				c.pending("s"+itoa(p), map[string]int64{"nvidia.com/gpu.shared": int64(1 + rng.IntN(2))})
-			} else {
+			case 1:
+				c.pending("t"+itoa(p), map[string]int64{"nvidia.com/mig-3g.71gb.shared": 1})
+			default:
 				c.pending("m"+itoa(p), mig1("3g.71gb"))
 			}
 		}
@@ -170,7 +195,11 @@ func TestSharingProperties(t *testing.T) {
 			g.Expect(s.Evictions).To(BeEmpty())
 			g.Expect(s.Target).To(HaveLen(gpus[s.Node]))
 			for _, tg := range s.Target {
-				g.Expect(tg.MIGEnabled).To(BeFalse(), "iteration %d: %s shares a MIG GPU", iter, s.Sharing.Mode)
+				if s.Sharing.Mode == v1alpha1.SharingMPS {
+					g.Expect(tg.MIGEnabled).To(BeFalse(), "iteration %d: MPS on a MIG GPU", iter)
+				}
+				g.Expect(len(tg.Layout)).To(BeNumerically("<=", 1), "iteration %d: a shared node carves one profile", iter)
+				g.Expect(tg.Layout).To(Equal(s.Target[0].Layout), "iteration %d: one layout, one setting per node", iter)
 			}
 			if s.Sharing.Mode == v1alpha1.SharingMPS {
 				g.Expect(mps).NotTo(BeNil())
@@ -183,16 +212,21 @@ func TestSharingProperties(t *testing.T) {
 		capacity := 0
 		for _, s := range res.Steps {
 			if s.Sharing != nil {
-				capacity += int(s.Sharing.Replicas) * gpus[s.Node]
+				devices := gpus[s.Node]
+				if n := s.Target[0].Layout["3g.71gb"]; n > 0 {
+					devices *= n
+				}
+				capacity += int(s.Sharing.Replicas) * devices
 			}
 		}
 		asked := 0
 		for _, key := range res.Served {
-			if key.Name[0] == 's' {
+			if key.Name[0] == 's' || key.Name[0] == 't' {
 				for _, p := range c.pods {
 					if p.Name == key.Name {
 						q := p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu.shared"]
-						asked += int(q.Value())
+						r := p.Spec.Containers[0].Resources.Requests["nvidia.com/mig-3g.71gb.shared"]
+						asked += int(q.Value() + r.Value())
 					}
 				}
 			}
