@@ -12,6 +12,7 @@ import (
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
@@ -96,5 +97,39 @@ func TestPendingSharedPodsBecomeASharingPlan(t *testing.T) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
 		g.Expect(got.Status.Demand).To(ConsistOf(v1.ShapeDemand{Resource: "nvidia.com/gpu.shared",
 			PendingPods: 3, EligibleNodes: 1, FeasibleNodes: 1}), "the node may share its GPUs")
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+}
+
+// TestSharingOfMIGDevicesWaitsForTheInstancesReplicas guards the MIG side of a sharing step:
+// after the layout is verified the node reopens only when the device plugin advertises
+// replicas x instances of nvidia.com/mig-<profile>.shared.
+func TestSharingOfMIGDevicesWaitsForTheInstancesReplicas(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	env, _ := startPlanController(t)
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	autoPolicy(t, env)
+	setting := v1.SharingConfig{Mode: v1.SharingTimeSlicing, Replicas: 2}
+	plan := makePlan(t, env, "pool-a-20261129-6b6b6b6b", "6b6b6b6b6b6b6b6b", v1.NodeStep{Node: "gpu-1",
+		MIGConfigName: "gpupool-6b6b6b6b6b", SharingConfig: &setting, SharingConfigName: "gpupool-ts-2",
+		GPUs: []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 7}, To: v1.ProfileCounts{"3g.71gb": 2}}}})
+	g.Eventually(func(g Gomega) {
+		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-6b6b6b6b6b"))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	reportGPU0(t, env, "gpu-1", mig.Layout{"3g.71gb": 2})
+	applyAsOperatorAndAgent(t, env, "gpu-1")
+	g.Eventually(func(g Gomega) {
+		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(v1.LabelDevicePluginConfig, "gpupool-ts-2"))
+		g.Expect(getPlan(g, env, plan).Status.Nodes[0].Message).To(ContainSubstring("nvidia.com/mig-3g.71gb.shared=4"))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Expect(getNode(g, env, "gpu-1").Spec.Unschedulable).To(BeTrue())
+
+	node := getNode(g, env, "gpu-1")
+	node.Status.Allocatable["nvidia.com/mig-3g.71gb.shared"] = resource.MustParse("4")
+	node.Status.Capacity["nvidia.com/mig-3g.71gb.shared"] = resource.MustParse("4")
+	g.Expect(env.Client.Status().Update(ctx, node)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(getPlan(g, env, plan).Status.Phase).To(Equal(v1.PlanSucceeded))
+		g.Expect(getNode(g, env, "gpu-1").Spec.Unschedulable).To(BeFalse())
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 }
