@@ -216,6 +216,11 @@ func (p *planState) steps(chosen map[*nodeInfo]*proposal, res *Result) ([]Step, 
 			continue
 		}
 		step := Step{Node: ni.node.Name, Product: ni.prod.product.Name}
+		if sharesNow(ni) {
+			// A node re-carved for exclusive demand stops sharing, or its new devices would be
+			// advertised as shared replicas that the pods it is changed for cannot use.
+			step.Sharing = &v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}
+		}
 		for i, gi := range ni.gpus {
 			to, enabled := gi.gpu.Layout(), gi.gpu.MIGEnabled
 			if pr.choice[i] != keep {

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/mig"
 )
 
@@ -207,6 +206,16 @@ func timeSlicingChoices(ni *nodeInfo) []v1alpha1.SharingConfig {
 	return out
 }
 
+// sharesNow says whether the device plugin advertises shared replicas on the node now.
+func sharesNow(ni *nodeInfo) bool {
+	for name, q := range ni.node.Allocatable {
+		if strings.HasSuffix(string(name), ".shared") && !q.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
 // shareable says whether the sharing pass may convert a node: it may be changed, every GPU has
 // a known product and nothing runs on any of its GPUs, and it does not already share (its
 // replicas are then the scheduler's to hand out).
@@ -214,7 +223,7 @@ func (p *planState) shareable(ni *nodeInfo) bool {
 	if ni.blocker != "" || !ni.schedulable || ni.prod == nil || len(ni.gpus) == 0 {
 		return false
 	}
-	if demand.Quantity(ni.node.Allocatable, demand.ResourceSharedGPU) > 0 {
+	if sharesNow(ni) {
 		return false
 	}
 	for _, gi := range ni.gpus {

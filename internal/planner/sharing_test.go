@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
@@ -234,4 +235,17 @@ func TestSharingProperties(t *testing.T) {
 		g.Expect(asked).To(BeNumerically("<=", capacity), "iteration %d: shared pods served beyond the replicas", iter)
 	}
 	NewWithT(t).Expect(sharedSteps).To(BeNumerically(">", 30), "the random pools exercise sharing")
+}
+
+// TestRecarvingASharedNodeStopsSharing guards the way back: a shared node whose idle GPUs the
+// MIG pass re-carves for exclusive demand gets sharing None in the same step, so its new MIG
+// devices are not advertised as replicas the pending pods cannot use.
+func TestRecarvingASharedNodeStopsSharing(t *testing.T) {
+	g := NewWithT(t)
+	c := newCluster(t).node("gpu-1", "NVIDIA-H200", "off", "off")
+	c.nodes[0].Status.Allocatable["nvidia.com/gpu.shared"] = resource.MustParse("8")
+	res := c.pending("a", mig1("3g.71gb")).plan(policy(sharing([]int32{4}, nil)))
+	g.Expect(res.Steps).To(HaveLen(1))
+	g.Expect(res.Steps[0].Sharing).To(Equal(&v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}))
+	g.Expect(res.RepartitionPlan(policy(), now).Spec.Steps[0].SharingConfigName).To(Equal("gpupool-none"))
 }
