@@ -164,8 +164,10 @@ Presets (initial layout and nvidia.com/mig.config value): %s
 
 The device plugin applies the key of --device-plugin-configmap that a node's label
 %s names: time-slicing or MPS turn whole GPUs into
-nvidia.com/gpu.shared replicas; no label or an unknown key means exclusive devices; MPS on
-a node with MIG devices is refused.
+nvidia.com/gpu.shared replicas, and time-slicing also turns each MIG device into
+nvidia.com/mig-<profile>.shared replicas (nvidia.com/mig-<profile> is then not advertised);
+no label or an unknown key means exclusive devices; MPS on a node with MIG devices is
+refused.
 
 Fault knobs, per node, as annotations:
   %s: comma-separated %s | %s | %s

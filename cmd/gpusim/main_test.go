@@ -39,7 +39,9 @@ func (s *syncBuffer) String() string {
 func noConfig(string) (*rest.Config, error) { return nil, errors.New("no cluster in this test") }
 
 // Bad command lines exit with the usage code before any cluster is contacted, and --help
-// documents the --nodes syntax, the models, the presets and the fault annotations.
+// documents the --nodes syntax, the models, the presets, the fault annotations and what the
+// device plugin's sharing configs advertise (shared whole GPUs and, with time-slicing, shared
+// MIG devices).
 func TestCommandLine(t *testing.T) {
 	for _, args := range [][]string{
 		{},
@@ -62,7 +64,8 @@ func TestCommandLine(t *testing.T) {
 		t.Errorf("gpusim --help exited %d", code)
 	}
 	for _, want := range []string{"[<count>x]<model>:<gpus>[:<preset>]", "h200", "all-1g", "sim.gpupool.io/fault", "stuck-pending", "sim.gpupool.io/apply-delay", "-create-nodes",
-		"-device-plugin-configmap", "gpupool-system/gpupool-device-plugin-config", "nvidia.com/device-plugin.config"} {
+		"-device-plugin-configmap", "gpupool-system/gpupool-device-plugin-config", "nvidia.com/device-plugin.config",
+		"nvidia.com/gpu.shared", "nvidia.com/mig-<profile>.shared"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("--help does not mention %q:\n%s", want, stderr.String())
 		}

@@ -58,9 +58,9 @@ func holdsDevices(pod *corev1.Pod) bool {
 // syncAssignmentsLocked makes the node's device assignment match the pods that hold devices
 // on it: pods no longer among them release theirs, pods without devices get free ones of what
 // the device plugin advertises now (exclusive devices in advertisedDevices order, shared
-// replicas spread over the GPUs, see pickReplicas), and pods that have devices keep them for
-// their whole life, even when a new sharing setting no longer advertises them: the kubelet
-// does not stop running pods when the device plugin restarts. It returns the pods that asked
+// replicas of GPUs or MIG devices spread over the devices, see pickReplicas), and pods that
+// have devices keep them for their whole life, even when a new sharing setting no longer
+// advertises them: the kubelet does not stop running pods when the device plugin restarts. It returns the pods that asked
 // for more than is free; the real kubelet would reject them, the simulator retries them.
 // n.mu must be held.
 func (n *Node) syncAssignmentsLocked(pods []*corev1.Pod, gpus []GPUState) []types.NamespacedName {
@@ -76,14 +76,14 @@ func (n *Node) syncAssignmentsLocked(pods []*corev1.Pod, gpus []GPUState) []type
 		}
 	}
 	taken := map[string]bool{}
-	// replicasInUse counts, per GPU index, the shared replicas pods hold, so new replicas go
-	// to the least shared GPU.
-	replicasInUse := map[int]int{}
+	// replicasInUse counts, per shared GPU or MIG device (its UUID), the replicas pods hold,
+	// so new replicas go to the least shared device.
+	replicasInUse := map[string]int{}
 	for _, devs := range n.assigned {
 		for _, d := range devs {
 			taken[d.id] = true
-			if d.resource == ResourceGPUShared {
-				replicasInUse[d.gpu]++
+			if d.isReplica() {
+				replicasInUse[physicalID(d.id)]++
 			}
 		}
 	}
@@ -110,7 +110,7 @@ func (n *Node) syncAssignmentsLocked(pods []*corev1.Pod, gpus []GPUState) []type
 		var got []device
 		for _, r := range resources {
 			var picked []device
-			if r == ResourceGPUShared {
+			if free[r][0].isReplica() {
 				picked, free[r] = pickReplicas(free[r], int(want[r]), replicasInUse)
 			} else {
 				picked, free[r] = free[r][:want[r]], free[r][want[r]:]
@@ -123,43 +123,47 @@ func (n *Node) syncAssignmentsLocked(pods []*corev1.Pod, gpus []GPUState) []type
 	return starved
 }
 
-// pickReplicas takes k shared replicas from free (ordered by GPU, then replica), each from
-// the GPU whose replicas are least in use, lowest index first on a tie, as the device
-// plugin's preferred allocation for replicated resources spreads pods over the GPUs. It
-// counts the picked replicas into inUse and returns them and the replicas left free.
-func pickReplicas(free []device, k int, inUse map[int]int) (picked, rest []device) {
+// pickReplicas takes k shared replicas from free (ordered by GPU, then instance start, then
+// replica), each from the GPU or MIG device whose replicas are least in use, first in that
+// order on a tie, as the device plugin's preferred allocation for replicated resources
+// spreads pods over the devices. It counts the picked replicas into inUse (keyed by the
+// device's UUID) and returns them and the replicas left free.
+func pickReplicas(free []device, k int, inUse map[string]int) (picked, rest []device) {
 	rest = slices.Clone(free)
 	for range k {
 		best := 0
 		for i, d := range rest {
-			if inUse[d.gpu] < inUse[rest[best].gpu] {
+			if inUse[physicalID(d.id)] < inUse[physicalID(rest[best].id)] {
 				best = i
 			}
 		}
 		picked = append(picked, rest[best])
-		inUse[rest[best].gpu]++
+		inUse[physicalID(rest[best].id)]++
 		rest = slices.Delete(rest, best, best+1)
 	}
 	return picked, rest
 }
 
-// setProcessesLocked makes NVML report one compute process on every MIG device a pod holds
-// and none on the others, so the agent's Busy flag follows the assignment.
+// setProcessesLocked makes NVML report one compute process per pod on every MIG device a pod
+// holds, exclusively or as a time-sliced replica, and none on the others, so the agent's Busy
+// flag follows the assignment.
 func (n *Node) setProcessesLocked(gpus []GPUState) {
-	owner := map[string]types.NamespacedName{}
-	for key, devs := range n.assigned {
-		for _, d := range devs {
-			owner[d.id] = key
+	owners := map[string][]types.NamespacedName{}
+	for _, key := range slices.SortedFunc(maps.Keys(n.assigned), comparePodKeys) {
+		for _, d := range n.assigned[key] {
+			id := physicalID(d.id)
+			if !slices.Contains(owners[id], key) {
+				owners[id] = append(owners[id], key)
+			}
 		}
 	}
 	for _, g := range gpus {
 		for _, in := range g.Instances {
-			key, busy := owner[in.UUID]
-			if !busy {
-				n.migDevices.SetProcesses(in.UUID, nil)
-				continue
+			var procs []nvml.ProcessInfo
+			for _, key := range owners[in.UUID] {
+				procs = append(procs, nvml.ProcessInfo{Pid: fakePID(key), UsedGpuMemory: 1 << 30})
 			}
-			n.migDevices.SetProcesses(in.UUID, []nvml.ProcessInfo{{Pid: fakePID(key), UsedGpuMemory: 1 << 30}})
+			n.migDevices.SetProcesses(in.UUID, procs)
 		}
 	}
 }

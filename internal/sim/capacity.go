@@ -18,10 +18,17 @@ const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
 // ResourceGPUShared is the resource a whole GPU's replicas are advertised as while the device
 // plugin shares whole GPUs (time-slicing or MPS with renameByDefault, as every config gpupool
 // writes asks); nvidia.com/gpu is then not advertised at all.
-const ResourceGPUShared corev1.ResourceName = ResourceGPU + ".shared"
+const ResourceGPUShared corev1.ResourceName = ResourceGPU + sharedSuffix
 
-// replicaSeparator joins a GPU's UUID and a replica number in a shared device's ID,
-// "<GPU-UUID>::<n>", as the device plugin names replicas.
+// sharedSuffix is what renameByDefault appends to a shared resource's name:
+// nvidia.com/gpu.shared, nvidia.com/mig-<profile>.shared.
+const sharedSuffix = ".shared"
+
+// sharedResource is the name a resource's replicas are advertised under while it is shared.
+func sharedResource(r corev1.ResourceName) corev1.ResourceName { return r + sharedSuffix }
+
+// replicaSeparator joins a device's UUID and a replica number in a shared device's ID,
+// "<GPU-UUID>::<n>" or "<MIG-UUID>::<n>", as the device plugin names replicas.
 const replicaSeparator = "::"
 
 // errMPSOnMIG is why the device plugin refuses an MPS config on a node with MIG devices.
@@ -76,6 +83,15 @@ func sharesWholeGPUs(s v1alpha1.SharingConfig) bool {
 	return (s.Mode == v1alpha1.SharingTimeSlicing || s.Mode == v1alpha1.SharingMPS) && s.Replicas > 0
 }
 
+// sharesMIGDevices reports whether a sharing setting replicates MIG devices too: only
+// time-slicing does. gpupool's time-slicing configs list nvidia.com/gpu and every
+// nvidia.com/mig-<profile> resource, so the simulator treats time-slicing as sharing every MIG
+// resource rather than reading the config's resource list. MPS shares whole GPUs only (and is
+// refused on a node with MIG devices, see checkSharing).
+func sharesMIGDevices(s v1alpha1.SharingConfig) bool {
+	return s.Mode == v1alpha1.SharingTimeSlicing && s.Replicas > 0
+}
+
 // checkSharing is the device plugin's start-up check of a sharing setting against the GPUs it
 // finds. The real plugin refuses to start when MPS is asked for and it enumerates any MIG
 // device ("sharing using MPS is not supported for MIG devices"), whichever resource the MIG
@@ -95,48 +111,61 @@ func checkSharing(gpus []GPUState, s v1alpha1.SharingConfig) error {
 	return nil
 }
 
-// replicaID is the device ID of replica i of a shared GPU.
-func replicaID(gpuUUID string, i int) string {
-	return fmt.Sprintf("%s%s%d", gpuUUID, replicaSeparator, i)
+// replicaID is the device ID of replica i of a shared GPU or MIG device.
+func replicaID(uuid string, i int) string {
+	return fmt.Sprintf("%s%s%d", uuid, replicaSeparator, i)
 }
 
-// physicalID is the device a device ID stands for: a replica's GPU UUID, any other ID as it is.
+// physicalID is the device a device ID stands for: a replica's GPU or MIG device UUID, any
+// other ID as it is.
 func physicalID(id string) string {
-	gpu, _, _ := strings.Cut(id, replicaSeparator)
-	return gpu
+	uuid, _, _ := strings.Cut(id, replicaSeparator)
+	return uuid
 }
+
+// isReplica reports whether the device is a replica of a shared GPU or MIG device.
+func (d device) isReplica() bool { return strings.Contains(d.id, replicaSeparator) }
 
 // advertisedDevices lists what the device plugin advertises under the mixed strategy with the
-// given sharing setting (already accepted by checkSharing): each MIG device as
-// nvidia.com/mig-<profile> ("+" written "."), always exclusive; each GPU with MIG disabled as
-// nvidia.com/gpu, or, while whole GPUs are shared, as Replicas devices of nvidia.com/gpu.shared
-// named <GPU-UUID>::<n>. A GPU with MIG enabled but no instances advertises nothing. The order
-// (GPU index, then start or replica) is the order exclusive devices are handed out in.
+// given sharing setting (already accepted by checkSharing). Exclusively, each MIG device is
+// nvidia.com/mig-<profile> ("+" written ".") and each GPU with MIG disabled nvidia.com/gpu.
+// While whole GPUs are shared (time-slicing or MPS), each GPU with MIG disabled is instead
+// Replicas devices of nvidia.com/gpu.shared named <GPU-UUID>::<n>; while MIG devices are shared
+// (time-slicing only), each MIG device is Replicas devices of nvidia.com/mig-<profile>.shared
+// named <MIG-UUID>::<n>, and the unshared name is not advertised at all (renameByDefault). A
+// GPU with MIG enabled but no instances advertises nothing. The order (GPU index, then start,
+// then replica) is the order exclusive devices are handed out in.
 func advertisedDevices(gpus []GPUState, sharing v1alpha1.SharingConfig) []device {
 	var out []device
+	add := func(r corev1.ResourceName, uuid string, gpu int, shared bool) {
+		if !shared {
+			out = append(out, device{resource: r, id: uuid, gpu: gpu})
+			return
+		}
+		for i := range int(sharing.Replicas) {
+			out = append(out, device{resource: sharedResource(r), id: replicaID(uuid, i), gpu: gpu})
+		}
+	}
 	for _, g := range gpus {
 		if !g.MIGEnabled {
-			if !sharesWholeGPUs(sharing) {
-				out = append(out, device{resource: ResourceGPU, id: g.UUID, gpu: g.Index})
-				continue
-			}
-			for i := range int(sharing.Replicas) {
-				out = append(out, device{resource: ResourceGPUShared, id: replicaID(g.UUID, i), gpu: g.Index})
-			}
+			add(ResourceGPU, g.UUID, g.Index, sharesWholeGPUs(sharing))
 			continue
 		}
 		for _, in := range g.Instances {
-			out = append(out, device{resource: corev1.ResourceName(mig.ResourceName(in.Profile)), id: in.UUID, gpu: g.Index})
+			add(corev1.ResourceName(mig.ResourceName(in.Profile)), in.UUID, g.Index, sharesMIGDevices(sharing))
 		}
 	}
 	return out
 }
 
 // Capacity is the GPU part of a node's capacity (and allocatable) the device plugin reports for
-// the given GPUs under a sharing setting: nvidia.com/mig-<profile> per MIG device, and for the
-// GPUs with MIG disabled either nvidia.com/gpu (one each) or, shared, nvidia.com/gpu.shared
-// (Replicas each). Resources with no device are absent rather than zero. It does not check the
-// setting: callers run checkSharing first, as the device plugin does when it starts.
+// the given GPUs under a sharing setting. Exclusive: nvidia.com/mig-<profile> per MIG device
+// and nvidia.com/gpu per GPU with MIG disabled. Time-slicing with r replicas: r x
+// nvidia.com/mig-<profile>.shared per MIG device and r x nvidia.com/gpu.shared per GPU with MIG
+// disabled, and none of the unshared names. MPS with r replicas: r x nvidia.com/gpu.shared per
+// GPU with MIG disabled, MIG devices exclusive. Resources with no device are absent rather
+// than zero. It does not check the setting: callers run checkSharing first, as the device
+// plugin does when it starts.
 func Capacity(gpus []GPUState, sharing v1alpha1.SharingConfig) corev1.ResourceList {
 	counts := map[corev1.ResourceName]int64{}
 	for _, d := range advertisedDevices(gpus, sharing) {

@@ -32,11 +32,12 @@ func sameResources(a, b corev1.ResourceList) bool {
 	return true
 }
 
-// The device plugin's mixed strategy: one nvidia.com/mig-<profile> per MIG device ("+"
-// written "."), nothing for a MIG-enabled GPU without instances, no zero-valued keys, and for
-// GPUs with MIG disabled either one nvidia.com/gpu each (exclusive) or, shared by
-// time-slicing or MPS with r replicas, r x nvidia.com/gpu.shared each and no nvidia.com/gpu at
-// all, while MIG devices stay exclusive.
+// The device plugin's mixed strategy: exclusive, one nvidia.com/mig-<profile> per MIG device
+// ("+" written ".") and one nvidia.com/gpu per GPU with MIG disabled; nothing for a MIG-enabled
+// GPU without instances and no zero-valued keys. Time-slicing with r replicas renames and
+// shares every device: r x nvidia.com/mig-<profile>.shared per MIG device and r x
+// nvidia.com/gpu.shared per whole GPU, and none of the unshared names. MPS with r replicas
+// shares whole GPUs only (r x nvidia.com/gpu.shared) and leaves MIG devices exclusive.
 func TestCapacity(t *testing.T) {
 	none := v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}
 	ts4 := v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 4}
@@ -50,6 +51,12 @@ func TestCapacity(t *testing.T) {
 		{Index: 1},
 	}
 	whole := []GPUState{{Index: 0}, {Index: 1}}
+	all3g := []GPUState{
+		{Index: 0, MIGEnabled: true, Instances: []InstanceState{
+			{Profile: "3g.71gb", Start: 0, Size: 4, UUID: "MIG-a"}, {Profile: "3g.71gb", Start: 4, Size: 4, UUID: "MIG-b"}}},
+		{Index: 1, MIGEnabled: true, Instances: []InstanceState{
+			{Profile: "3g.71gb", Start: 0, Size: 4, UUID: "MIG-c"}, {Profile: "3g.71gb", Start: 4, Size: 4, UUID: "MIG-d"}}},
+	}
 	for _, tc := range []struct {
 		name    string
 		gpus    []GPUState
@@ -66,8 +73,16 @@ func TestCapacity(t *testing.T) {
 		{name: "MIG enabled, no instances, shared", gpus: []GPUState{{Index: 0, MIGEnabled: true}}, sharing: ts4, want: rl()},
 		{name: "mixed node", gpus: mixed, sharing: none,
 			want: rl("nvidia.com/mig-3g.71gb", "1", "nvidia.com/mig-1g.18gb", "2", "nvidia.com/mig-1g.18gb.me", "1", "nvidia.com/gpu", "1")},
-		{name: "mixed node, time-slicing x4", gpus: mixed, sharing: ts4,
-			want: rl("nvidia.com/mig-3g.71gb", "1", "nvidia.com/mig-1g.18gb", "2", "nvidia.com/mig-1g.18gb.me", "1", "nvidia.com/gpu.shared", "4")},
+		{name: "mixed node, time-slicing x4 shares MIG devices too", gpus: mixed, sharing: ts4,
+			want: rl("nvidia.com/mig-3g.71gb.shared", "4", "nvidia.com/mig-1g.18gb.shared", "8", "nvidia.com/mig-1g.18gb.me.shared", "4",
+				"nvidia.com/gpu.shared", "4")},
+		{name: "mixed node, MPS x3 shares whole GPUs only", gpus: mixed, sharing: mps3,
+			want: rl("nvidia.com/mig-3g.71gb", "1", "nvidia.com/mig-1g.18gb", "2", "nvidia.com/mig-1g.18gb.me", "1", "nvidia.com/gpu.shared", "3")},
+		{name: "all-3g", gpus: all3g, sharing: none, want: rl("nvidia.com/mig-3g.71gb", "4")},
+		{name: "all-3g, time-slicing x2", gpus: all3g, sharing: v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 2},
+			want: rl("nvidia.com/mig-3g.71gb.shared", "8")},
+		{name: "all-3g, time-slicing with no replicas is exclusive", gpus: all3g,
+			sharing: v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing}, want: rl("nvidia.com/mig-3g.71gb", "4")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Capacity(tc.gpus, tc.sharing); !sameResources(got, tc.want) {

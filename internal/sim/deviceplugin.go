@@ -87,9 +87,11 @@ func (r *reconciler) readSharing(ctx context.Context, name string) (v1alpha1.Sha
 // sent to the main resource is dropped) and only the nvidia.com/ keys, so cpu, memory and pods
 // stay as they are. While mig-manager has the device plugin paused, the node is left alone.
 //
-// A config that does not parse leaves the node as it is and records a Warning, as a plugin
-// that crashes on start advertises nothing new. MPS on a node with MIG devices is refused as a
-// whole (see checkSharing): every device is advertised exclusively and a Warning says why.
+// Time-slicing shares whole GPUs and MIG devices alike (nvidia.com/gpu.shared,
+// nvidia.com/mig-<profile>.shared), MPS whole GPUs only (see advertisedDevices). A config that
+// does not parse leaves the node as it is and records a Warning, as a plugin that crashes on
+// start advertises nothing new. MPS on a node with MIG devices is refused as a whole (see
+// checkSharing): every device is advertised exclusively and a Warning says why.
 func (r *reconciler) devicePlugin(ctx context.Context, n *Node, node *corev1.Node) error {
 	if node.Labels[labelDevicePluginDeploy] == pausedValue {
 		return nil

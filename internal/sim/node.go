@@ -417,9 +417,9 @@ func (n *Node) Owners() map[string][]v1alpha1.PodReference {
 	return n.ownersLocked()
 }
 
-// ownersLocked keys shared replicas by their GPU's UUID, as the agent's PodResources reader
-// strips the "::<n>" suffix, so a pod holding replicas is listed once on its GPU and a GPU
-// shared by several pods lists each of them.
+// ownersLocked keys shared replicas by their GPU's or MIG device's UUID, as the agent's
+// PodResources reader strips the "::<n>" suffix, so a pod holding replicas is listed once on
+// its GPU or MIG device, and a device shared by several pods lists each of them.
 func (n *Node) ownersLocked() map[string][]v1alpha1.PodReference {
 	out := map[string][]v1alpha1.PodReference{}
 	for _, pod := range slices.SortedFunc(maps.Keys(n.assigned), comparePodKeys) {
@@ -434,8 +434,8 @@ func (n *Node) ownersLocked() map[string][]v1alpha1.PodReference {
 	return out
 }
 
-// Sharing is the setting the simulated device plugin currently advertises the node's whole
-// GPUs under (None until a nvidia.com/device-plugin.config label names a sharing config).
+// Sharing is the setting the simulated device plugin currently advertises the node's devices
+// under (None until a nvidia.com/device-plugin.config label names a sharing config).
 func (n *Node) Sharing() v1alpha1.SharingConfig {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -443,7 +443,7 @@ func (n *Node) Sharing() v1alpha1.SharingConfig {
 }
 
 // Assignments returns the device IDs handed to each pod on the node: GPU-... or MIG-... UUIDs
-// for exclusive devices, <GPU-UUID>::<n> for shared replicas.
+// for exclusive devices, <GPU-UUID>::<n> or <MIG-UUID>::<n> for shared replicas.
 func (n *Node) Assignments() map[types.NamespacedName][]string {
 	n.mu.Lock()
 	defer n.mu.Unlock()

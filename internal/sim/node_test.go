@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -304,4 +305,125 @@ func TestSyncAssignmentsSharedReplicas(t *testing.T) {
 	if got := n.podsOnGPUsLocked(map[int]bool{1: true}); !reflect.DeepEqual(got, []types.NamespacedName{{Namespace: "ns", Name: "b"}, {Namespace: "ns", Name: "c"}}) {
 		t.Errorf("pods on GPU 1 = %v, want b and c, whose replicas block a reconfiguration", got)
 	}
+}
+
+// Time-sliced MIG devices: a pod asking for nvidia.com/mig-<profile>.shared gets replicas named
+// <MIG-UUID>::<n> of instances of that profile, least used instance first (GPU, then start, on
+// a tie); replicas of one instance go to different pods; the agent's owners view and NVML's
+// processes list each pod on its MIG device's UUID; a replica holder blocks mig-manager from
+// changing that GPU; and back to exclusive, the pod keeps its replica while the instance is
+// advertised (and handed out) as nvidia.com/mig-<profile> again, until the pod ends.
+func TestSyncAssignmentsSharedMIGReplicas(t *testing.T) {
+	n := newTestNode(t, "h200", 2, PresetAll3g)
+	gpus := mustGPUs(t, n)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.sharing = v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 2}
+	const res = corev1.ResourceName("nvidia.com/mig-3g.71gb.shared")
+	a := gpuPod("a", "node-a", res, 1)
+	b := gpuPod("b", "node-a", res, 3)
+	c := gpuPod("c", "node-a", res, 4)
+	d := gpuPod("d", "node-a", res, 5)
+	starved := n.syncAssignmentsLocked([]*corev1.Pod{a, b, c, d}, gpus)
+	if want := []types.NamespacedName{{Namespace: "ns", Name: "d"}}; !reflect.DeepEqual(starved, want) {
+		t.Errorf("starved = %v, want %v (8 replicas, 8 wanted before d)", starved, want)
+	}
+	ids := func(name string) []string {
+		var out []string
+		for _, d := range n.assigned[types.NamespacedName{Namespace: "ns", Name: name}] {
+			out = append(out, d.id)
+		}
+		return out
+	}
+	m := [][]string{uuids(gpus[0]), uuids(gpus[1])}
+	for name, want := range map[string][]string{
+		"a": {m[0][0] + "::0"},
+		"b": {m[0][1] + "::0", m[1][0] + "::0", m[1][1] + "::0"},
+		"c": {m[0][0] + "::1", m[0][1] + "::1", m[1][0] + "::1", m[1][1] + "::1"},
+	} {
+		if got := ids(name); !reflect.DeepEqual(got, want) {
+			t.Errorf("pod %s got %v, want %v", name, got, want)
+		}
+	}
+	for _, dev := range n.assigned[types.NamespacedName{Namespace: "ns", Name: "a"}] {
+		if dev.resource != res || dev.gpu != 0 {
+			t.Errorf("pod a holds %+v, want a replica of %s on GPU 0", dev, res)
+		}
+	}
+	ref := func(name string) v1alpha1.PodReference { return v1alpha1.PodReference{Namespace: "ns", Name: name} }
+	wantOwners := map[string][]v1alpha1.PodReference{
+		m[0][0]: {ref("a"), ref("c")}, m[0][1]: {ref("b"), ref("c")},
+		m[1][0]: {ref("b"), ref("c")}, m[1][1]: {ref("b"), ref("c")},
+	}
+	if got := n.ownersLocked(); !reflect.DeepEqual(got, wantOwners) {
+		t.Errorf("owners = %v, want %v", got, wantOwners)
+	}
+	if got := migProcesses(t, n, 0, m[0][0]); got != 2 {
+		t.Errorf("NVML lists %d processes on %s, want one per pod (a, c)", got, m[0][0])
+	}
+
+	// c ends: its replicas are freed, and a new pod gets the least used instance's.
+	c.Status.Phase = corev1.PodSucceeded
+	e := gpuPod("e", "node-a", res, 1)
+	n.syncAssignmentsLocked([]*corev1.Pod{a, b, c, e}, gpus)
+	if got, want := ids("e"), []string{m[0][0] + "::1"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("pod e got %v, want %v (the first instance with one holder, c's replica freed)", got, want)
+	}
+
+	// Back to exclusive: a, b and e keep their replicas, and the instances are advertised and
+	// handed out as nvidia.com/mig-3g.71gb again beside them.
+	n.sharing = v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}
+	excl := gpuPod("excl", "node-a", "nvidia.com/mig-3g.71gb", 1)
+	n.syncAssignmentsLocked([]*corev1.Pod{a, b, e, excl}, gpus)
+	if got := ids("a"); !reflect.DeepEqual(got, []string{m[0][0] + "::0"}) {
+		t.Errorf("pod a lost its replica on the restart: %v", got)
+	}
+	if got := ids("excl"); !reflect.DeepEqual(got, []string{m[0][0]}) {
+		t.Errorf("pod excl got %v, want the first 3g instance", got)
+	}
+	if got, want := n.podsOnGPUsLocked(map[int]bool{1: true}), []types.NamespacedName{{Namespace: "ns", Name: "b"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("pods on GPU 1 = %v, want %v, whose replicas block a reconfiguration", got, want)
+	}
+
+	// The pods end: every replica and every process is released.
+	for _, p := range []*corev1.Pod{a, b, e, excl} {
+		p.Status.Phase = corev1.PodSucceeded
+	}
+	n.syncAssignmentsLocked([]*corev1.Pod{a, b, e, excl}, gpus)
+	if len(n.assigned) != 0 || len(n.ownersLocked()) != 0 {
+		t.Errorf("assigned = %v after every pod ended, want none", n.assigned)
+	}
+	if got := migProcesses(t, n, 0, m[0][0]); got != 0 {
+		t.Errorf("NVML lists %d processes on %s after every pod ended, want none", got, m[0][0])
+	}
+}
+
+// migProcesses is how many compute processes NVML lists on the MIG device of GPU gpu with
+// UUID uuid, read as the node agent reads them.
+func migProcesses(t *testing.T, n *Node, gpu int, uuid string) int {
+	t.Helper()
+	d, err := n.device(gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count, ret := d.GetMaxMigDeviceCount()
+	if ret != nvml.SUCCESS {
+		t.Fatalf("GetMaxMigDeviceCount: %s", ret.Error())
+	}
+	for k := range count {
+		md, ret := d.GetMigDeviceHandleByIndex(k)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		if id, _ := md.GetUUID(); id != uuid {
+			continue
+		}
+		procs, ret := md.GetComputeRunningProcesses()
+		if ret != nvml.SUCCESS {
+			t.Fatalf("GetComputeRunningProcesses(%s): %s", uuid, ret.Error())
+		}
+		return len(procs)
+	}
+	t.Fatalf("GPU %d has no MIG device %s", gpu, uuid)
+	return 0
 }
