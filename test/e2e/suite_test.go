@@ -37,6 +37,7 @@ var scenarioNodes = []struct {
 	{"restart", 1},
 	{"autoidle", 2},
 	{"sharing", 1},
+	{"migsharing", 1},
 }
 
 var (
