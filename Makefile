@@ -29,7 +29,7 @@ DEMO_ARGS = --bin-dir=$(CONTROL_PLANE_DIR) --manager=$(TOOLS_BIN)/manager --gpus
 ##@ Everyday
 
 .PHONY: demo
-demo: build control-plane ## Run gpupool end to end on a simulated GPU cluster, then clean up (about 2 minutes once built).
+demo: build control-plane ## Run gpupool end to end on a simulated GPU cluster, then clean up (under a minute once built).
 	$(GO) run ./hack/demo $(DEMO_ARGS) $(DEMO_FLAGS)
 
 .PHONY: demo-up
