@@ -158,6 +158,10 @@ func (ni *nodeInfo) fits(p *planState, c *class, st *state, limit int) int {
 	if c.whole > 0 {
 		n = min(n, st.whole/int(c.whole))
 	}
+	if n <= 0 {
+		// Most classes do not fit a state's GPUs; skip the resource divisions for them.
+		return 0
+	}
 	for d, per := range c.vec {
 		if per > 0 {
 			n = min(n, saturate(st.vec[d]/per))

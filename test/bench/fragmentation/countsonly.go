@@ -87,9 +87,11 @@ func (s *sim) countsOnly() bool {
 	changed := false
 	for k, pl := range plans {
 		s.proposed++
-		gp := &s.nodes[k.node].gpus[k.gpu]
+		node := s.nodes[k.node]
+		gp := &node.gpus[k.gpu]
 		if pl.off {
 			gp.mig, gp.insts = false, nil
+			node.recount()
 			changed = true
 			continue
 		}
@@ -120,6 +122,7 @@ func (s *sim) countsOnly() bool {
 			}
 		}
 		gp.mig, gp.insts = true, insts
+		node.recount()
 		changed = true
 	}
 	return changed

@@ -262,6 +262,7 @@ func (gp *gpupoolPlanner) plan() (bool, error) {
 			sg.mig, sg.insts = enabled, insts
 			changed = true
 		}
+		n.recount()
 		if step.Sharing != nil {
 			// The step also left MIG on every GPU of the node; the device plugin now shares them.
 			for g := range n.gpus {

@@ -100,6 +100,9 @@ type instance struct {
 	start   int
 	size    int
 	pod     int32 // -1 when free
+	// canon is true when profile is the canonical profile of its compute size, the only one a
+	// trace pod of that size asks for.
+	canon bool
 }
 
 type simGPU struct {
@@ -130,6 +133,25 @@ type simNode struct {
 	memFree int64
 	gpus    []simGPU
 	running []int32
+	// freeCanon counts free canonical instances per compute size, so that the scheduler skips
+	// a node with nothing for a pod's shape without walking its GPUs: the scheduler runs for
+	// every pending pod at every event and dominated the replay's time.
+	freeCanon [8]int
+}
+
+// recount recomputes a node's free canonical instances after its layouts changed.
+func (n *simNode) recount() {
+	n.freeCanon = [8]int{}
+	for g := range n.gpus {
+		if !n.gpus[g].mig {
+			continue
+		}
+		for _, in := range n.gpus[g].insts {
+			if in.pod < 0 && in.canon {
+				n.freeCanon[in.compute]++
+			}
+		}
+	}
 }
 
 // sharedReplicas is the MPS replicas a shared node advertises, 0 when it does not share.
@@ -263,6 +285,7 @@ func newSim(cfg Config, nodes []NodeSpec, pods []PodSpec) (*sim, error) {
 				n.gpus[g].insts = s.instances(placed)
 			}
 		}
+		n.recount()
 		s.totalSlices += int64(7 * ns.GPUs)
 		s.nodes = append(s.nodes, n)
 	}
@@ -290,7 +313,8 @@ func (s *sim) instances(placed []mig.Instance) []instance {
 	out := make([]instance, len(placed))
 	for i, in := range placed {
 		pr, _ := s.cfg.Product.Profile(in.Profile)
-		out[i] = instance{profile: in.Profile, compute: pr.ComputeSlices, start: in.Placement.Start, size: in.Placement.Size, pod: -1}
+		out[i] = instance{profile: in.Profile, compute: pr.ComputeSlices, start: in.Placement.Start, size: in.Placement.Size, pod: -1,
+			canon: in.Profile == s.profile[pr.ComputeSlices]}
 	}
 	return out
 }
@@ -509,7 +533,9 @@ func (s *sim) placeOn(p int32, ni int) bool {
 			return false
 		}
 	} else {
-		want := s.profile[shape.Slices]
+		if n.freeCanon[shape.Slices] == 0 {
+			return false
+		}
 	search:
 		for g := range n.gpus {
 			gp := &n.gpus[g]
@@ -517,8 +543,9 @@ func (s *sim) placeOn(p int32, ni int) bool {
 				continue
 			}
 			for k := range gp.insts {
-				if gp.insts[k].pod < 0 && gp.insts[k].profile == want {
-					gp.insts[k].pod = p
+				if in := &gp.insts[k]; in.pod < 0 && in.canon && in.compute == shape.Slices {
+					in.pod = p
+					n.freeCanon[shape.Slices]--
 					gpus = []int32{int32(g)}
 					break search
 				}
@@ -568,8 +595,11 @@ func (s *sim) unbind(p int32) {
 			continue
 		}
 		for k := range gp.insts {
-			if gp.insts[k].pod == p {
-				gp.insts[k].pod = -1
+			if in := &gp.insts[k]; in.pod == p {
+				in.pod = -1
+				if in.canon {
+					n.freeCanon[in.compute]++
+				}
 			}
 		}
 	}
