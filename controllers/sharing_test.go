@@ -14,6 +14,7 @@ import (
 	"github.com/gpupool/gpupool/controllers"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/nvidia"
+	"github.com/gpupool/gpupool/internal/testenv"
 )
 
 // TestSharingStepFlipsTheDevicePluginLabelAfterTheLayoutAndWaitsForReplicas guards the sharing
@@ -60,10 +61,7 @@ func TestSharingStepFlipsTheDevicePluginLabelAfterTheLayoutAndWaitsForReplicas(t
 	}).WithTimeout(2*time.Second).WithPolling(250*time.Millisecond).Should(Succeed(), "no reopening before the replicas show")
 
 	// The device plugin advertises 4 replicas of the one GPU.
-	node := getNode(g, env, "gpu-1")
-	node.Status.Allocatable["nvidia.com/gpu.shared"] = resource.MustParse("4")
-	node.Status.Capacity["nvidia.com/gpu.shared"] = resource.MustParse("4")
-	g.Expect(env.Client.Status().Update(ctx, node)).To(Succeed())
+	advertise(t, env, "gpu-1", "nvidia.com/gpu.shared", "4")
 	g.Eventually(func(g Gomega) {
 		got := getPlan(g, env, plan)
 		g.Expect(got.Status.Phase).To(Equal(v1.PlanSucceeded))
@@ -105,7 +103,6 @@ func TestPendingSharedPodsBecomeASharingPlan(t *testing.T) {
 // replicas x instances of nvidia.com/mig-<profile>.shared.
 func TestSharingOfMIGDevicesWaitsForTheInstancesReplicas(t *testing.T) {
 	g := NewWithT(t)
-	ctx := context.Background()
 	env, _ := startPlanController(t)
 	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
 	autoPolicy(t, env)
@@ -124,12 +121,19 @@ func TestSharingOfMIGDevicesWaitsForTheInstancesReplicas(t *testing.T) {
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Expect(getNode(g, env, "gpu-1").Spec.Unschedulable).To(BeTrue())
 
-	node := getNode(g, env, "gpu-1")
-	node.Status.Allocatable["nvidia.com/mig-3g.71gb.shared"] = resource.MustParse("4")
-	node.Status.Capacity["nvidia.com/mig-3g.71gb.shared"] = resource.MustParse("4")
-	g.Expect(env.Client.Status().Update(ctx, node)).To(Succeed())
+	advertise(t, env, "gpu-1", "nvidia.com/mig-3g.71gb.shared", "4")
 	g.Eventually(func(g Gomega) {
 		g.Expect(getPlan(g, env, plan).Status.Phase).To(Equal(v1.PlanSucceeded))
 		g.Expect(getNode(g, env, "gpu-1").Spec.Unschedulable).To(BeFalse())
 	}).WithTimeout(30 * time.Second).Should(Succeed())
+}
+
+// advertise plays the device plugin: the node's capacity and allocatable show quantity of resource.
+func advertise(t *testing.T, env *testenv.Env, name, resourceName, quantity string) {
+	t.Helper()
+	g := NewWithT(t)
+	node := getNode(g, env, name)
+	node.Status.Allocatable[corev1.ResourceName(resourceName)] = resource.MustParse(quantity)
+	node.Status.Capacity[corev1.ResourceName(resourceName)] = resource.MustParse(quantity)
+	g.Expect(env.Client.Status().Update(context.Background(), node)).To(Succeed())
 }

@@ -20,7 +20,7 @@ import (
 const (
 	// DevicePluginNone is gpupool's key for exclusive devices, always present so that a node can
 	// be given back to exclusive use.
-	DevicePluginNone = ConfigPrefix + "none"
+	DevicePluginNone = planner.SharingNoneConfigName
 )
 
 // DevicePluginFile is the part of k8s-device-plugin's config file (schema v1) gpupool writes and
@@ -58,12 +58,6 @@ type ReplicatedResource struct {
 // DevicePluginConfigName is the key of a sharing setting: gpupool-none, gpupool-ts-<replicas>
 // or gpupool-mps-<replicas>. The planner names the settings it plans (planner.SharingConfigName).
 func DevicePluginConfigName(s v1alpha1.SharingConfig) string { return planner.SharingConfigName(s) }
-
-// ParseDevicePluginConfigName reads a key written by DevicePluginConfigName; false for keys
-// gpupool does not own.
-func ParseDevicePluginConfigName(name string) (v1alpha1.SharingConfig, bool) {
-	return planner.ParseSharingConfigName(name)
-}
 
 // DevicePluginConfig renders the config file of a sharing setting. Whole GPUs are shared and
 // renamed to nvidia.com/gpu.shared. Time-slicing also shares every MIG device, renamed to

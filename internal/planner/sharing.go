@@ -24,9 +24,10 @@ import (
 // Keys of device-plugin configs gpupool writes: the key names the setting, so a key can never
 // come to mean another setting.
 const (
-	sharingNoneName  = "gpupool-none"
-	sharingTSPrefix  = "gpupool-ts-"
-	sharingMPSPrefix = "gpupool-mps-"
+	// SharingNoneConfigName is the key of exclusive devices.
+	SharingNoneConfigName = "gpupool-none"
+	sharingTSPrefix       = "gpupool-ts-"
+	sharingMPSPrefix      = "gpupool-mps-"
 )
 
 // SharingConfigName is the immutable device-plugin config key of a sharing setting:
@@ -38,12 +39,12 @@ func SharingConfigName(s v1alpha1.SharingConfig) string {
 	case v1alpha1.SharingMPS:
 		return sharingMPSPrefix + strconv.Itoa(int(s.Replicas))
 	}
-	return sharingNoneName
+	return SharingNoneConfigName
 }
 
 // ParseSharingConfigName reads a key SharingConfigName wrote; false for any other key.
 func ParseSharingConfigName(name string) (v1alpha1.SharingConfig, bool) {
-	if name == sharingNoneName {
+	if name == SharingNoneConfigName {
 		return v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}, true
 	}
 	for _, m := range []struct {

@@ -576,3 +576,38 @@ func describePlan(p *v1alpha1.RepartitionPlan) string {
 	}
 	return b.String()
 }
+
+// timeSlicedPlan gives the scenario a policy that allows time-slicing with 2 or 4 replicas,
+// deploys pods asking for one replica of resource each, and returns the one-node plan proposed
+// for them, checking that it evicts nobody and that nothing runs before approval.
+func (s *scenario) timeSlicedPlan(app, resource string, pods int32) *v1alpha1.RepartitionPlan {
+	s.createPolicy(func(spec *v1alpha1.GPUPoolPolicySpec) {
+		spec.Catalog[0].Sharing = &v1alpha1.SharingCatalog{TimeSlicing: &v1alpha1.ReplicaChoices{Replicas: []int32{2, 4}}}
+	})
+	s.deploy(app, pods, s.inPool(), resource, 1, nil)
+	s.unpauseWhenPending(pods)
+	plan := s.waitPlan(time.Minute, v1alpha1.PlanAwaitingApproval)
+	Expect(plan.Spec.Steps).To(HaveLen(1))
+	Expect(plan.Spec.Steps[0].Node).To(Equal(s.nodes[0]))
+	Expect(evicted(plan)).To(BeEmpty())
+	Expect(s.pods(app)).To(HaveEach(HaveField("Spec.NodeName", BeEmpty())), "nothing runs before approval")
+	return plan
+}
+
+// runApproved approves a sharing plan and waits until it succeeded, the pods run, and the node,
+// reopened under the plan's device-plugin key, advertises replicas of shared and none of the
+// exclusive resource it renamed.
+func (s *scenario) runApproved(plan *v1alpha1.RepartitionPlan, app string, pods int, shared string, replicas int64, renamed string) {
+	approve(plan)
+	s.waitPhase(plan.Name, v1alpha1.PlanSucceeded, 2*time.Minute)
+	s.waitRunning(app, pods, time.Minute)
+	node := plan.Spec.Steps[0].Node
+	Eventually(func(g Gomega) {
+		n := getNode(g, node)
+		g.Expect(n.Labels).To(HaveKeyWithValue(v1alpha1.LabelDevicePluginConfig, plan.Spec.Steps[0].SharingConfigName))
+		q := n.Status.Allocatable[corev1.ResourceName(shared)]
+		g.Expect(q.Value()).To(Equal(replicas))
+		g.Expect(n.Status.Allocatable).NotTo(HaveKey(corev1.ResourceName(renamed)))
+		expectOpen(g, node)
+	}).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
+}

@@ -324,60 +324,24 @@ var _ = Describe("gpupool on a simulated GPU cluster", func() {
 	// approved the device plugin advertises the replicas and the pods run.
 	It("turns an idle node into time-sliced GPUs for pending shared pods once approved, and they run", func() {
 		s := newScenario("sharing")
-		node := s.nodes[0]
-		s.createPolicy(func(spec *v1alpha1.GPUPoolPolicySpec) {
-			spec.Catalog[0].Sharing = &v1alpha1.SharingCatalog{TimeSlicing: &v1alpha1.ReplicaChoices{Replicas: []int32{2, 4}}}
-		})
-		s.deploy("notebook", 3, s.inPool(), "nvidia.com/gpu.shared", 1, nil)
-		s.unpauseWhenPending(3)
-		plan := s.waitPlan(time.Minute, v1alpha1.PlanAwaitingApproval)
-		Expect(plan.Spec.Steps).To(HaveLen(1))
+		plan := s.timeSlicedPlan("notebook", "nvidia.com/gpu.shared", 3)
 		step := plan.Spec.Steps[0]
-		Expect(step.Node).To(Equal(node))
 		Expect(step.SharingConfigName).To(Equal("gpupool-ts-2"), "2 replicas x 2 GPUs serve 3 pods")
 		Expect(step.SharingConfig).To(Equal(&v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 2}))
-		Expect(evicted(plan)).To(BeEmpty())
-		Expect(s.pods("notebook")).To(HaveEach(HaveField("Spec.NodeName", BeEmpty())), "nothing runs before approval")
-
-		approve(plan)
-		s.waitPhase(plan.Name, v1alpha1.PlanSucceeded, 2*time.Minute)
-		s.waitRunning("notebook", 3, time.Minute)
-		Eventually(func(g Gomega) {
-			n := getNode(g, node)
-			g.Expect(n.Labels).To(HaveKeyWithValue(v1alpha1.LabelDevicePluginConfig, "gpupool-ts-2"))
-			shared := n.Status.Allocatable["nvidia.com/gpu.shared"]
-			g.Expect(shared.Value()).To(Equal(int64(4)))
-			g.Expect(n.Status.Allocatable).NotTo(HaveKey(corev1.ResourceName(mig1g)), "MIG is off on both GPUs")
-			expectOpen(g, node)
-		}).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
+		Expect(step.GPUs).To(HaveEach(HaveField("To", BeEmpty())), "MIG goes off on both GPUs")
+		s.runApproved(plan, "notebook", 3, "nvidia.com/gpu.shared", 4, mig1g)
 	})
+
 	// Guards time-slicing of MIG devices: pods asking for a share of a 3g instance
 	// (nvidia.com/mig-3g.71gb.shared) wait on an all-1g node; the approved plan carves the GPUs
 	// into 3g instances and time-slices them, and the pods run on the replicas.
 	It("carves and time-slices 3g instances for pending pods asking for a share of one, once approved, and they run", func() {
 		s := newScenario("migsharing")
-		node := s.nodes[0]
-		s.createPolicy(func(spec *v1alpha1.GPUPoolPolicySpec) {
-			spec.Catalog[0].Sharing = &v1alpha1.SharingCatalog{TimeSlicing: &v1alpha1.ReplicaChoices{Replicas: []int32{2, 4}}}
-		})
-		s.deploy("shared-3g", 5, s.inPool(), "nvidia.com/mig-3g.71gb.shared", 1, nil)
-		s.unpauseWhenPending(5)
-		plan := s.waitPlan(time.Minute, v1alpha1.PlanAwaitingApproval)
-		Expect(plan.Spec.Steps).To(HaveLen(1))
+		plan := s.timeSlicedPlan("shared-3g", "nvidia.com/mig-3g.71gb.shared", 5)
 		step := plan.Spec.Steps[0]
 		Expect(step.SharingConfigName).To(Equal("gpupool-ts-2"), "2 GPUs x 2 instances x 2 replicas serve 5 pods")
 		Expect(step.GPUs).To(ConsistOf(
 			HaveField("To", v1alpha1.ProfileCounts{"3g.71gb": 2}), HaveField("To", v1alpha1.ProfileCounts{"3g.71gb": 2})))
-
-		approve(plan)
-		s.waitPhase(plan.Name, v1alpha1.PlanSucceeded, 2*time.Minute)
-		s.waitRunning("shared-3g", 5, time.Minute)
-		Eventually(func(g Gomega) {
-			n := getNode(g, node)
-			shared := n.Status.Allocatable["nvidia.com/mig-3g.71gb.shared"]
-			g.Expect(shared.Value()).To(Equal(int64(8)))
-			g.Expect(n.Status.Allocatable).NotTo(HaveKey(corev1.ResourceName(mig3g)), "the 3g devices are renamed to .shared")
-			expectOpen(g, node)
-		}).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
+		s.runApproved(plan, "shared-3g", 5, "nvidia.com/mig-3g.71gb.shared", 8, mig3g)
 	})
 })
