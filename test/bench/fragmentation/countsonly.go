@@ -15,8 +15,10 @@ type gpuKey struct{ node, gpu int }
 // and 8 memory slices, ignoring where the instances sit. Free instances are dropped and the
 // layout is rebuilt around the busy ones; when the hardware cannot place the result (a busy
 // instance blocks the slots the sums promised) the layout is counted invalid and not applied.
-// It never evicts. It reports whether it changed any GPU.
+// It never evicts. Under CountsOnlyIdle it changes idle GPUs only. It reports whether it
+// changed any GPU.
 func (s *sim) countsOnly() bool {
+	idleOnly := s.cfg.Strategy == CountsOnlyIdle
 	plans := map[gpuKey]*gpuPlan{}
 	cpu := make([]int64, len(s.nodes))
 	mem := make([]int64, len(s.nodes))
@@ -67,7 +69,7 @@ func (s *sim) countsOnly() bool {
 			for g := range n.gpus {
 				k := gpuKey{ni, g}
 				gp := &n.gpus[g]
-				if pl := plans[k]; pl != nil && pl.off || gp.wholePod >= 0 || !gp.mig && !gp.idle() {
+				if pl := plans[k]; pl != nil && pl.off || gp.wholePod >= 0 || !gp.mig && !gp.idle() || idleOnly && !gp.idle() {
 					continue
 				}
 				c, m := usage(k)

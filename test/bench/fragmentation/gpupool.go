@@ -62,11 +62,11 @@ func Policy(product *mig.Product, approval v1alpha1.ApprovalMode, budget string)
 }
 
 func newGpupoolPlanner(s *sim) *gpupoolPlanner {
-	approval := v1alpha1.ApprovalAutoIdle
-	if s.cfg.Strategy == GpupoolEvict || s.cfg.Strategy == GpupoolShare {
-		approval = v1alpha1.ApprovalAuto
+	approval := v1alpha1.ApprovalAuto
+	if s.cfg.Strategy.autoIdle() {
+		approval = v1alpha1.ApprovalAutoIdle
 	}
-	gp := &gpupoolPlanner{s: s, policy: Policy(s.cfg.Product, approval, s.cfg.Budget), byName: map[string]int32{}}
+	gp := &gpupoolPlanner{s: s, policy: Policy(s.cfg.Product, approval, s.cfg.Strategy.budgetFor(s.cfg.Budget)), byName: map[string]int32{}}
 	if s.cfg.Strategy == GpupoolShare {
 		gp.policy.Spec.Catalog[0].Sharing = &v1alpha1.SharingCatalog{
 			MPS: &v1alpha1.MPSReplicaChoices{Replicas: []int32{sharedReplicas}}}
@@ -213,7 +213,7 @@ func (gp *gpupoolPlanner) plan() (bool, error) {
 	}
 	changed := false
 	for _, step := range res.Steps {
-		if s.cfg.Strategy == GpupoolIdle && len(step.Evictions) > 0 {
+		if s.cfg.Strategy.autoIdle() && len(step.Evictions) > 0 {
 			s.skipped++
 			continue
 		}

@@ -1,6 +1,7 @@
 package fragmentation
 
 import (
+	"cmp"
 	"container/heap"
 	"fmt"
 	"math/rand/v2"
@@ -21,12 +22,20 @@ const (
 	GpupoolIdle Strategy = "gpupool (AutoIdle, no evictions)"
 	// GpupoolEvict is gpupool's planner with approval Auto: evictions within the budget.
 	GpupoolEvict Strategy = "gpupool (Auto, evictions)"
+	// GpupoolIdleAll and GpupoolEvictAll are the same with maxDisruptedNodes 100%: every node
+	// may change in one plan, as the counts-only planner, which has no budget, may.
+	GpupoolIdleAll  Strategy = "gpupool (AutoIdle, no evictions, maxDisruptedNodes 100%)"
+	GpupoolEvictAll Strategy = "gpupool (Auto, evictions, maxDisruptedNodes 100%)"
 	// StaticBalanced is mig-parted's all-balanced layout on every GPU, never changed.
 	StaticBalanced Strategy = "static all-balanced"
 	// Static7g is MIG off: every pod takes whole GPUs.
 	Static7g Strategy = "static all-7g (MIG off)"
 	// CountsOnly is a nos-style greedy planner that checks slice sums, not placements.
 	CountsOnly Strategy = "counts-only greedy (nos-style)"
+	// CountsOnlyIdle is the same planner changing idle GPUs only, as it would have to when
+	// mig-parted applies its layouts: mig-parted destroys every instance of a GPU whose layout
+	// changes, so instances cannot be added next to a running pod without evicting it.
+	CountsOnlyIdle Strategy = "counts-only greedy, idle GPUs only (nos-style on mig-parted)"
 	// Fluid is the ceiling: compute slices only, no geometry.
 	Fluid Strategy = "fluid ceiling"
 	// GpupoolShare is gpupool's planner with approval Auto where fractional pods (below 7
@@ -43,7 +52,41 @@ var SharingStrategies = []Strategy{GpupoolEvict, GpupoolShare, CountsOnly, Fluid
 const sharedReplicas = 7
 
 // Strategies lists every strategy in report order.
-var Strategies = []Strategy{GpupoolIdle, GpupoolEvict, CountsOnly, StaticBalanced, Static7g, Fluid}
+var Strategies = []Strategy{GpupoolIdle, GpupoolEvict, GpupoolIdleAll, GpupoolEvictAll, CountsOnly, CountsOnlyIdle,
+	StaticBalanced, Static7g, Fluid}
+
+// Gpupool says whether the strategy is gpupool's planner.
+func (st Strategy) Gpupool() bool {
+	switch st {
+	case GpupoolIdle, GpupoolEvict, GpupoolIdleAll, GpupoolEvictAll, GpupoolShare:
+		return true
+	}
+	return false
+}
+
+// Label is the strategy's name in a report whose gpupool policy has the given budget: the
+// strategies that take the run's budget say which.
+func (st Strategy) Label(budget string) string {
+	switch st {
+	case GpupoolIdle, GpupoolEvict, GpupoolShare:
+		name := string(st)
+		return name[:len(name)-1] + ", maxDisruptedNodes " + budget + ")"
+	}
+	return string(st)
+}
+
+// budgetFor is the maxDisruptedNodes the strategy's policy gets in a run whose budget is
+// given.
+func (st Strategy) budgetFor(budget string) string {
+	if st == GpupoolIdleAll || st == GpupoolEvictAll {
+		return "100%"
+	}
+	return budget
+}
+
+// autoIdle says whether the strategy's policy has approval AutoIdle, under which a step with
+// evictions is never applied.
+func (st Strategy) autoIdle() bool { return st == GpupoolIdle || st == GpupoolIdleAll }
 
 // Config is one replay.
 type Config struct {
@@ -73,13 +116,15 @@ type Result struct {
 	ServedPct float64
 	// MeanPending and P95Pending are seconds from arrival to first placement, placed pods only.
 	MeanPending, P95Pending float64
-	// FreePct and StrandedPct are hourly samples averaged: compute slices no pod holds, and
-	// the part of them no pending pod could use in the current layout (zero when nothing pends).
-	FreePct, StrandedPct float64
-	Evictions            int
-	PlannerCalls         int
-	PlannerMean          time.Duration
-	PlannerP95           time.Duration
+	// FreePct, StrandedPct and StrandedCPUPct are samples averaged: compute slices no pod
+	// holds; the part of them the layout keeps from every pending pod whose CPU and memory fit
+	// their node; and the part on nodes whose free CPU and memory no pending pod fits (both
+	// zero while nothing pends).
+	FreePct, StrandedPct, StrandedCPUPct float64
+	Evictions                            int
+	PlannerCalls                         int
+	PlannerMean                          time.Duration
+	PlannerP95                           time.Duration
 	// Proposed and Invalid count GPU layouts a planner proposed and those it could not apply
 	// (the hardware cannot place them, or mig.Product.Place refused them).
 	Proposed, Invalid int
@@ -223,14 +268,16 @@ type sim struct {
 	servedInt   float64
 	freeSum     float64
 	strandedSum float64
-	samples     int
-	evictions   int
-	plannerDur  []time.Duration
-	proposed    int
-	invalid     int
-	violations  int
-	skipped     int
-	gp          *gpupoolPlanner
+	// strandedCPUSum adds up free slices on nodes no pending pod's CPU and memory fit.
+	strandedCPUSum float64
+	samples        int
+	evictions      int
+	plannerDur     []time.Duration
+	proposed       int
+	invalid        int
+	violations     int
+	skipped        int
+	gp             *gpupoolPlanner
 }
 
 func (s *sim) migKind() bool {
@@ -243,10 +290,10 @@ func (s *sim) migKind() bool {
 
 func (s *sim) dynamic() bool {
 	switch s.cfg.Strategy {
-	case GpupoolIdle, GpupoolEvict, CountsOnly, GpupoolShare:
+	case CountsOnly, CountsOnlyIdle:
 		return true
 	}
-	return false
+	return s.cfg.Strategy.Gpupool()
 }
 
 // sharedShape says whether a pod asks for a shared replica under the sharing strategy.
@@ -303,7 +350,7 @@ func newSim(cfg Config, nodes []NodeSpec, pods []PodSpec) (*sim, error) {
 		}
 		return tie[pa] < tie[pb]
 	})
-	if cfg.Strategy == GpupoolIdle || cfg.Strategy == GpupoolEvict || cfg.Strategy == GpupoolShare {
+	if cfg.Strategy.Gpupool() {
 		s.gp = newGpupoolPlanner(s)
 	}
 	return s, nil
@@ -625,32 +672,94 @@ func (s *sim) evict(p int32) {
 	}
 }
 
-// sample records free compute slices and the part no pending shape can use as things stand.
-func (s *sim) sample() {
-	var wantMIG [8]bool
-	wantWhole := false
-	minShared := 8
+// demandKind indexes what a pending pod asks of a GPU in the stranded accounting: 1-7 a MIG
+// instance (or, for the fluid ceiling, that many slices) of that many compute slices, kindWhole
+// whole GPUs, and kindShared+c a shared replica for c slices.
+const (
+	kindWhole  = 8
+	kindShared = 8
+	kinds      = 16
+)
+
+// cpuMem is a pending pod's CPU and memory request.
+type cpuMem struct{ cpu, mem int64 }
+
+// pendingFrontier keeps, per demand kind, the pending requests no other pending request of the
+// kind undercuts in both CPU and memory, sorted by CPU: a node can host some pending pod of
+// the kind exactly when it can host one of these.
+type pendingFrontier [kinds][]cpuMem
+
+func (s *sim) demandKind(sh Shape) int {
+	switch {
+	case s.sharedShape(sh):
+		return kindShared + sh.Slices
+	case sh.Whole > 0 || s.cfg.Strategy == Static7g || (s.cfg.Strategy == GpupoolShare && sh.Slices == 7):
+		return kindWhole
+	}
+	return sh.Slices
+}
+
+func (s *sim) frontier() *pendingFrontier {
+	var f pendingFrontier
 	for _, p := range s.queue {
-		sh := s.pods[p].Shape
-		switch {
-		case s.sharedShape(sh):
-			minShared = min(minShared, sh.Slices)
-		case sh.Whole > 0 || s.cfg.Strategy == Static7g || (s.cfg.Strategy == GpupoolShare && sh.Slices == 7):
-			wantWhole = true
-		default:
-			wantMIG[sh.Slices] = true
+		k := s.demandKind(s.pods[p].Shape)
+		f[k] = append(f[k], cpuMem{s.pods[p].CPU, s.pods[p].MemMiB})
+	}
+	for k, pts := range f {
+		slices.SortFunc(pts, func(a, b cpuMem) int { return cmp.Or(cmp.Compare(a.cpu, b.cpu), cmp.Compare(a.mem, b.mem)) })
+		kept := pts[:0]
+		for _, pt := range pts {
+			if len(kept) == 0 || pt.mem < kept[len(kept)-1].mem {
+				kept = append(kept, pt)
+			}
+		}
+		f[k] = kept
+	}
+	return &f
+}
+
+// hosts says which demand kinds have a pending pod whose CPU and memory fit the node's free
+// CPU and memory.
+func (f *pendingFrontier) hosts(n *simNode) (out [kinds]bool, any bool) {
+	for k, pts := range f {
+		// Along the frontier memory falls as CPU rises: the last point within the CPU is the
+		// one most likely to fit the memory.
+		i := sort.Search(len(pts), func(i int) bool { return pts[i].cpu > n.cpuFree })
+		if i > 0 && pts[i-1].mem <= n.memFree {
+			out[k], any = true, true
 		}
 	}
+	return out, any
+}
+
+// sample records free compute slices and the part no pending pod can use as things stand, in
+// two parts: slices on nodes whose free CPU or memory no pending pod fits (no layout could
+// help), and slices on the other nodes that the layout keeps from every pending pod the node's
+// CPU and memory could take (the part a GPU partitioner answers for).
+func (s *sim) sample() {
+	var free, byLayout, byCPU int64
 	pending := len(s.queue) > 0
-	minMIG := 8
-	for c := 1; c <= 7; c++ {
-		if wantMIG[c] {
-			minMIG = c
-			break
-		}
+	var front *pendingFrontier
+	if pending {
+		front = s.frontier()
 	}
-	var free, stranded int64
 	for _, n := range s.nodes {
+		var want [kinds]bool
+		hostsAny := false
+		if pending {
+			want, hostsAny = front.hosts(n)
+		}
+		minMIG, minShared := 8, 8
+		for c := 7; c >= 1; c-- {
+			if want[c] {
+				minMIG = c
+			}
+			if c < 7 && want[kindShared+c] {
+				minShared = c
+			}
+		}
+		wantWhole := want[kindWhole]
+		var nodeFree, nodeStranded int64
 		for g := range n.gpus {
 			gp := &n.gpus[g]
 			var f, st int64
@@ -676,7 +785,7 @@ func (s *sim) sample() {
 				for _, in := range gp.insts {
 					if in.pod >= 0 {
 						used += in.compute
-					} else if !wantMIG[in.compute] || in.profile != s.profile[in.compute] {
+					} else if !want[in.compute] || in.profile != s.profile[in.compute] {
 						st += int64(in.compute)
 					}
 				}
@@ -688,22 +797,30 @@ func (s *sim) sample() {
 				// Compute slices no instance covers serve nobody until a planner carves them.
 				st += int64(7 - carved)
 			}
-			free += f
-			if pending {
-				stranded += st
-			}
+			nodeFree += f
+			nodeStranded += st
+		}
+		free += nodeFree
+		switch {
+		case !pending:
+		case !hostsAny:
+			byCPU += nodeFree
+		default:
+			byLayout += nodeStranded
 		}
 	}
-	s.freeSum += float64(free) / float64(s.totalSlices)
-	s.strandedSum += float64(stranded) / float64(s.totalSlices)
+	total := float64(s.totalSlices)
+	s.freeSum += float64(free) / total
+	s.strandedSum += float64(byLayout) / total
+	s.strandedCPUSum += float64(byCPU) / total
 	s.samples++
 }
 
 func (s *sim) plan() (bool, error) {
-	switch s.cfg.Strategy {
-	case GpupoolIdle, GpupoolEvict, GpupoolShare:
+	switch {
+	case s.cfg.Strategy.Gpupool():
 		return s.gp.plan()
-	case CountsOnly:
+	case s.cfg.Strategy == CountsOnly || s.cfg.Strategy == CountsOnlyIdle:
 		start := time.Now()
 		changed := s.countsOnly()
 		s.plannerDur = append(s.plannerDur, time.Since(start))
@@ -734,6 +851,7 @@ func (s *sim) result() *Result {
 	if s.samples > 0 {
 		r.FreePct = 100 * s.freeSum / float64(s.samples)
 		r.StrandedPct = 100 * s.strandedSum / float64(s.samples)
+		r.StrandedCPUPct = 100 * s.strandedCPUSum / float64(s.samples)
 	}
 	if n := len(s.plannerDur); n > 0 {
 		d := slices.Clone(s.plannerDur)

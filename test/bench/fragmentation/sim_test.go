@@ -3,6 +3,7 @@ package fragmentation
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gpupool/gpupool/internal/mig"
@@ -322,5 +323,70 @@ func TestSharingPacksFractionalPodsOnSharedGPUs(t *testing.T) {
 	}
 	if s.evictions != 0 {
 		t.Fatalf("sharing evicted %d pods", s.evictions)
+	}
+}
+
+// Free slices while pods pend are stranded by CPU and memory on a node no pending pod's CPU
+// and memory fit, and by layout on the others, where only the instances no fitting pending
+// pod can use count.
+func TestStrandedSplitsByCause(t *testing.T) {
+	pods := []PodSpec{pod("wants-4g", 4, 0, 0, 0), pod("wants-1g", 1, 0, 0, 0)}
+	s, err := newSim(cfg(t, StaticBalanced), twoNodes(), pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sampleWith := func(what string, queue []int32, byLayout, byCPU float64) {
+		t.Helper()
+		s.strandedSum, s.strandedCPUSum = 0, 0
+		s.queue = queue
+		s.sample()
+		if s.strandedSum != byLayout || s.strandedCPUSum != byCPU {
+			t.Errorf("%s: stranded %.3f by layout and %.3f by CPU/mem, want %.3f and %.3f",
+				what, s.strandedSum, s.strandedCPUSum, byLayout, byCPU)
+		}
+	}
+	// all-balanced has no 4g: every free slice of the node whose CPU fits the pod is stranded
+	// by layout; the node without CPU strands its slices whatever its layout.
+	s.nodes[0].cpuFree = 0
+	sampleWith("4g pending", []int32{0}, 7.0/14, 7.0/14)
+	// A pending 1g pod can use the two free 1g instances of the node with CPU.
+	sampleWith("4g and 1g pending", []int32{0, 1}, 5.0/14, 7.0/14)
+	sampleWith("nothing pending", nil, 0, 0)
+}
+
+// On mig-parted only idle GPUs change: the counts-only planner run that way carves the idle
+// GPU for a pending 4g and leaves the GPU running a 3g pod alone, which the NVML-style run
+// rebuilds around the pod.
+func TestCountsOnlyIdleLeavesBusyGPUsAlone(t *testing.T) {
+	for _, st := range []Strategy{CountsOnly, CountsOnlyIdle} {
+		nodes := []NodeSpec{{Name: "n0", CPU: 64000, MemMiB: 262144, GPUs: 2}}
+		s, err := newSim(cfg(t, st), nodes, []PodSpec{pod("runs-3g", 3, 0, 0, 0), pod("wants-4g", 4, 0, 0, 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !s.placeOn(0, 0) || s.st[0].gpus[0] != 0 {
+			t.Fatal("cannot place the 3g pod on GPU 0")
+		}
+		before := layouts(s)
+		s.st[1].queued = true
+		s.queue = []int32{1}
+		if changed, err := s.plan(); err != nil || !changed {
+			t.Fatalf("%s: changed %v, err %v", st, changed, err)
+		}
+		s.schedule(s.queue)
+		if s.st[1].node < 0 {
+			t.Fatalf("%s did not place the 4g pod", st)
+		}
+		gpu0Kept := strings.Split(layouts(s), "|")[1] == strings.Split(before, "|")[1]
+		switch st {
+		case CountsOnlyIdle:
+			if !gpu0Kept || s.st[1].gpus[0] != 1 {
+				t.Fatalf("on mig-parted: GPU 0 kept %v, 4g pod on GPU %d; want GPU 0 kept and GPU 1 used", gpu0Kept, s.st[1].gpus[0])
+			}
+		case CountsOnly:
+			if gpu0Kept || s.st[1].gpus[0] != 0 {
+				t.Fatalf("nos-style: GPU 0 kept %v, 4g pod on GPU %d; want GPU 0 rebuilt around the 3g pod", gpu0Kept, s.st[1].gpus[0])
+			}
+		}
 	}
 }

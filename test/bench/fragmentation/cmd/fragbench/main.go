@@ -50,7 +50,7 @@ func run() error {
 	repeat := flag.Int("repeat", 4, "copies of the list played back to back; the first is warm-up")
 	budget := flag.String("budget", "5%", "maxDisruptedNodes of gpupool's policy")
 	products := flag.String("products", "H100-80GB,H200-141GB", "GPU models every trace GPU is modelled as")
-	strategies := flag.String("strategies", "", "comma-separated subset of strategies by index 0-5 (empty: all)")
+	strategies := flag.String("strategies", "", "comma-separated subset of strategies by index 0-8, in report order (empty: all)")
 	write := flag.String("write", "", "also write the report to this Markdown file")
 	workers := flag.Int("workers", runtime.NumCPU(), "replays run in parallel")
 	flag.Parse()
@@ -231,7 +231,7 @@ func runWorkload(out *strings.Builder, w workload, nodes []frag.NodeSpec, chosen
 	}
 	var sums []frag.Summary
 	for si, st := range chosen {
-		sums = append(sums, frag.Summary{Strategy: st, Runs: results[si]})
+		sums = append(sums, frag.Summary{Strategy: st, Budget: budget, Runs: results[si]})
 	}
 	fmt.Fprintf(out, "%s\n", frag.Table(fmt.Sprintf("%s (%d GPU pods replayed, %d in the measured window, offered %.0f%%, %d seeds)",
 		w.title, len(w.w.Pods), sums[0].Runs[0].GPUPods, 100*w.w.Offered, w.seeds), sums))
