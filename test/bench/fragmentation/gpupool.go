@@ -3,6 +3,7 @@ package fragmentation
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -40,12 +41,15 @@ type gpupoolPlanner struct {
 	byName map[string]int32
 }
 
-// Policy is the policy the benchmark gives gpupool: every non-+me profile of the product,
-// whole GPUs allowed, the given approval and maxDisruptedNodes budget, no minimum pending age.
-func Policy(product *mig.Product, approval v1alpha1.ApprovalMode, budget string) *v1alpha1.GPUPoolPolicy {
+// Policy is the policy the benchmark gives gpupool: the MIG profiles the trace's pods are
+// mapped to (those the counts-only planner carves too), whole GPUs allowed, the given approval
+// and maxDisruptedNodes budget, no minimum pending age. Profiles no pod asks for stay out of
+// the catalog, as an operator would leave them out: with them in, the planner carves some
+// (1g.20gb in place of 1g.10gb, say) where the pods' profiles would have fitted.
+func Policy(product *mig.Product, profiles []string, approval v1alpha1.ApprovalMode, budget string) *v1alpha1.GPUPoolPolicy {
 	entry := v1alpha1.CatalogEntry{Product: product.Name, AllowWholeGPU: true}
 	for _, pr := range product.Profiles {
-		if !pr.MediaExtensions {
+		if slices.Contains(profiles, pr.Name) {
 			entry.MIGProfiles = append(entry.MIGProfiles, v1alpha1.MIGProfileName(pr.Name))
 		}
 	}
@@ -66,7 +70,7 @@ func newGpupoolPlanner(s *sim) *gpupoolPlanner {
 	if s.cfg.Strategy.autoIdle() {
 		approval = v1alpha1.ApprovalAutoIdle
 	}
-	gp := &gpupoolPlanner{s: s, policy: Policy(s.cfg.Product, approval, s.cfg.Strategy.budgetFor(s.cfg.Budget)), byName: map[string]int32{}}
+	gp := &gpupoolPlanner{s: s, policy: Policy(s.cfg.Product, slices.Collect(maps.Values(s.profile)), approval, s.cfg.Strategy.budgetFor(s.cfg.Budget)), byName: map[string]int32{}}
 	if s.cfg.Strategy == GpupoolShare {
 		gp.policy.Spec.Catalog[0].Sharing = &v1alpha1.SharingCatalog{
 			MPS: &v1alpha1.MPSReplicaChoices{Replicas: []int32{sharedReplicas}}}

@@ -163,8 +163,8 @@ const MethodNotes = `How the replay works:
   since its last call (or its last plan changed something); plans apply at once (no drain or
   mig-parted delay is simulated, which flatters every dynamic strategy equally). gpupool gets
   planner.Plan on a snapshot built as inventory.Build would (every pod evictable, no PDBs), a
-  policy with every non-+me profile of the product, allowWholeGPU, minPendingAge 0 and the
-  budget shown; every changed GPU is destroyed and recreated at mig.Product.Place(To), and under
+  policy whose catalog lists the five profiles the mapping uses (the ones counts-only carves),
+  allowWholeGPU, minPendingAge 0 and the budget shown; every changed GPU is destroyed and recreated at mig.Product.Place(To), and under
   AutoIdle a step with evictions is not applied.
 - Budget: maxDisruptedNodes caps the nodes one plan changes, idle re-carves included (each one
   cordons its node while mig-manager works). Plans apply at once here, so the budget is nodes
