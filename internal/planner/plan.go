@@ -710,8 +710,11 @@ func (p *planState) leftoverOf(ni *nodeInfo, pr *proposal) int {
 	return pr.leftover
 }
 
-// leftover counts the free compute slices a candidate leaves that no remaining demand on this
-// node asks for: the stranded capacity the choice would create.
+// leftover counts the compute slices a candidate leaves that no remaining demand on this node
+// can use: free instances nobody asks for, and the compute slices the target layouts of the
+// GPUs it changes leave uncarved. Without the second part a layout that runs out of memory
+// slices first (4g.40gb with two 1g.20gb on an H100 strands a compute slice) would look
+// better than one that carves all seven (4g.40gb with 3g.40gb).
 func (p *planState) leftover(ni *nodeInfo, pr *proposal) int {
 	st, ok := p.scratchStateOf(ni, pr.choice)
 	if !ok {
@@ -739,6 +742,15 @@ func (p *planState) leftover(ni *nodeInfo, pr *proposal) int {
 	for k, n := range st.free {
 		if n > wanted[k] {
 			stranded += (n - wanted[k]) * ni.prod.compute[k]
+		}
+	}
+	for _, o := range pr.choice {
+		if o == keep || ni.prod.options[o].disabled {
+			continue
+		}
+		stranded += ni.prod.product.ComputeSlices
+		for k, n := range ni.prod.options[o].counts {
+			stranded -= n * ni.prod.compute[k]
 		}
 	}
 	return stranded

@@ -231,6 +231,32 @@ func TestPDBBudgetSpansTheWholePlan(t *testing.T) {
 	g.Expect(evicted).To(BeNumerically("<=", 1), "PDB web allows one disruption in total")
 }
 
+// A catalog may hold profiles that spend memory slices faster than compute ones (1g.20gb on
+// an H100): among layouts that serve the same pods, the planner must not take one that leaves
+// a compute slice uncarved, which nothing can use until the GPU is idle again.
+func TestLeftoverCountsUncarvedComputeSlices(t *testing.T) {
+	for _, pending := range []string{"4g.40gb", "3g.40gb", "2g.20gb"} {
+		t.Run(pending, func(t *testing.T) {
+			g := NewWithT(t)
+			res := newCluster(t).
+				node("gpu-1", "H100-80GB", "7g.80gb:1").
+				pending("job", mig1(pending)).
+				plan(policy(catalog("H100", false, "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")))
+			g.Expect(res.Served).To(ConsistOf(pod("job")))
+			g.Expect(res.Steps).To(HaveLen(1))
+			to := res.Steps[0].GPUs[0].To
+			p, _ := mig.LookupProduct("H100-80GB")
+			carved := 0
+			for name, n := range to {
+				pr, ok := p.Profile(name)
+				g.Expect(ok).To(BeTrue())
+				carved += n * pr.ComputeSlices
+			}
+			g.Expect(carved).To(Equal(7), "target %s leaves compute slices uncarved", to)
+		})
+	}
+}
+
 func TestStandbyShapesOnIdleGPUs(t *testing.T) {
 	g := NewWithT(t)
 	res := newCluster(t).
