@@ -257,6 +257,32 @@ func TestLeftoverCountsUncarvedComputeSlices(t *testing.T) {
 	}
 }
 
+// On a large pool whose budget covers every node that could serve, the pending pod goes to an
+// idle GPU of a node that already runs work, and the idle nodes stay whole; when the budget
+// binds, nodes are taken by what they serve (here all equal, so by name).
+func TestPacksOntoBusyNodesWhenTheBudgetDoesNotBind(t *testing.T) {
+	build := func() *cluster {
+		c := newCluster(t)
+		eight := []string{"7g.141gb:1", "7g.141gb:1", "7g.141gb:1", "7g.141gb:1", "7g.141gb:1", "7g.141gb:1", "7g.141gb:1", "7g.141gb:1"}
+		// 9 nodes x 8 GPUs: above the size where every step compares all nodes by what they serve.
+		for i := range 9 {
+			c.node("node-"+itoa(i), "NVIDIA-H200", eight...)
+		}
+		return c.running("train", "node-8", 0, "7g.141gb").pending("infer", mig1("3g.71gb"))
+	}
+	for _, tc := range []struct {
+		budget int
+		node   string
+	}{{budget: 9, node: "node-8"}, {budget: 1, node: "node-0"}} {
+		g := NewWithT(t)
+		res := build().plan(policy(budget(tc.budget)))
+		g.Expect(res.Served).To(ConsistOf(pod("infer")))
+		g.Expect(res.Steps).To(HaveLen(1))
+		g.Expect(res.Steps[0].Node).To(Equal(tc.node), "budget %d", tc.budget)
+		g.Expect(res.Steps[0].Evictions).To(BeEmpty())
+	}
+}
+
 func TestStandbyShapesOnIdleGPUs(t *testing.T) {
 	g := NewWithT(t)
 	res := newCluster(t).

@@ -71,6 +71,8 @@ type nodeInfo struct {
 	// reserved counts, per class, the pending pods that fit the node as it is now; their
 	// capacity is spoken for.
 	reserved []int
+	// idleGPUs counts the GPUs no pod or process uses; greedy packs by it.
+	idleGPUs int
 	// podNeeds holds, for every pod on a changeable GPU, what it needs to come back; a pod
 	// missing here could not come back, so no change may evict it.
 	podNeeds map[types.NamespacedName]podNeed
@@ -253,6 +255,9 @@ func newNodeInfo(n *inventory.Node, cat *catalog, d *dims, in *Input, classes in
 		}
 		gi.sig = sig
 		ni.gpus = append(ni.gpus, gi)
+		if gi.idle {
+			ni.idleGPUs++
+		}
 	}
 	return ni
 }

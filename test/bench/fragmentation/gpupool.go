@@ -44,7 +44,7 @@ type gpupoolPlanner struct {
 // Policy is the policy the benchmark gives gpupool: the MIG profiles the trace's pods are
 // mapped to (those the counts-only planner carves too), whole GPUs allowed, the given approval
 // and maxDisruptedNodes budget, no minimum pending age. Both planners choose among the same
-// profiles; with 1g.20gb and 1g.20gb+me also listed the results are the same (checked when
+// profiles; with 1g.20gb also listed the results are the same (checked when
 // the planner's leftover count learned about uncarved compute slices).
 func Policy(product *mig.Product, profiles []string, approval v1alpha1.ApprovalMode, budget string) *v1alpha1.GPUPoolPolicy {
 	entry := v1alpha1.CatalogEntry{Product: product.Name, AllowWholeGPU: true}
