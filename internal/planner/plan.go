@@ -345,7 +345,7 @@ type proposalHeap struct {
 	pack  bool
 }
 
-func (h *proposalHeap) Len() int { return len(h.items) }
+func (h *proposalHeap) Len() int           { return len(h.items) }
 func (h *proposalHeap) Less(i, j int) bool { return h.before(h.items[i], h.items[j]) }
 
 func (h *proposalHeap) before(a, b *proposal) bool {
