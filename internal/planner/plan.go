@@ -348,12 +348,14 @@ type proposalHeap struct {
 func (h *proposalHeap) Len() int           { return len(h.items) }
 func (h *proposalHeap) Less(i, j int) bool { return h.before(h.items[i], h.items[j]) }
 
+// before is the heap's order: servesBefore, or fewest idle GPUs first while packing.
 func (h *proposalHeap) before(a, b *proposal) bool {
 	if h.pack && a.node.idleGPUs != b.node.idleGPUs {
 		return a.node.idleGPUs < b.node.idleGPUs
 	}
 	return servesBefore(a, b)
 }
+
 func (h *proposalHeap) Swap(i, j int) { h.items[i], h.items[j] = h.items[j], h.items[i] }
 func (h *proposalHeap) Push(x any)    { h.items = append(h.items, x.(*proposal)) }
 func (h *proposalHeap) Pop() any {
