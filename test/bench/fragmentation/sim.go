@@ -674,11 +674,11 @@ func (s *sim) evict(p int32) {
 
 // demandKind indexes what a pending pod asks of a GPU in the stranded accounting: 1-7 a MIG
 // instance (or, for the fluid ceiling, that many slices) of that many compute slices, kindWhole
-// whole GPUs, and kindShared+c a shared replica for c slices.
+// whole GPUs, and kindShared+c (9-14) a shared replica for c slices, 1 <= c <= 6.
 const (
 	kindWhole  = 8
-	kindShared = 8
-	kinds      = 16
+	kindShared = kindWhole
+	kinds      = kindShared + 7
 )
 
 // cpuMem is a pending pod's CPU and memory request.
