@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,14 +31,6 @@ const (
 	exitFailed = 1
 	exitUsage  = 2
 )
-
-// defaultConfigMap is where gpupool's controller writes the mig-parted config: ConfigMap
-// gpupool-mig-parted-config in the manager's default namespace.
-const defaultConfigMap = "gpupool-system/gpupool-mig-parted-config"
-
-// defaultDevicePluginConfigMap is where gpupool's controller writes the device plugin's sharing
-// configs, next to the mig-parted config.
-const defaultDevicePluginConfigMap = "gpupool-system/" + sim.DefaultDevicePluginConfigMapName
 
 func main() {
 	os.Exit(run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stderr, loadConfig))
@@ -59,11 +51,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 	fs.Usage = func() { usage(fs, stderr) }
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the control plane (default: $KUBECONFIG, then ~/.kube/config)")
 	nodes := fs.String("nodes", "", "simulated nodes: comma-separated [<count>x]<model>:<gpus>[:<preset>] groups (see above)")
-	configMap := fs.String("configmap", defaultConfigMap, "namespace/name of the ConfigMap holding the mig-parted config (key config.yaml)")
-	devicePluginConfigMap := fs.String("device-plugin-configmap", defaultDevicePluginConfigMap,
-		"namespace/name of the ConfigMap holding the device plugin's configs, one per key; label "+v1alpha1.LabelDevicePluginConfig+" names the key applied on a node")
+	clusterPolicy := fs.String("cluster-policy", "", "name of the GPU Operator's ClusterPolicy (nvidia.com/v1) the operands are rendered from (default: the only one)")
 	createNodes := fs.Bool("create-nodes", false, "create the Node objects that do not exist yet (labelled as GPU Feature Discovery does, annotated for kwok)")
-	seedConfig := fs.Bool("seed-config", false, "add the nodes' initial presets to the ConfigMap when missing, creating it if needed, and create the device plugin ConfigMap (key gpupool-none) when it does not exist")
+	seedConfig := fs.Bool("seed-config", false, "add the nodes' initial presets to the ClusterPolicy's mig-parted ConfigMap when missing, creating it if needed, "+
+		"and create its device plugin ConfigMap (one exclusive config under spec.devicePlugin.config.default) when it does not exist")
 	agents := fs.Bool("agents", true, "run gpupool's node agent in-process for every simulated node")
 	agentPeriod := fs.Duration("agent-refresh-period", sim.DefaultAgentRefreshPeriod, "how often the in-process agents re-read NVML")
 	zapOpts := zap.Options{}
@@ -83,14 +74,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 		fmt.Fprintf(stderr, "gpusim: --nodes: %v\n", err)
 		return exitUsage
 	}
-	migConfigMap, err := parseNamespacedName(*configMap)
-	if err != nil {
-		fmt.Fprintf(stderr, "gpusim: --configmap: %v\n", err)
-		return exitUsage
-	}
-	dpConfigMap, err := parseNamespacedName(*devicePluginConfigMap)
-	if err != nil {
-		fmt.Fprintf(stderr, "gpusim: --device-plugin-configmap: %v\n", err)
+	if errs := validation.IsDNS1123Subdomain(*clusterPolicy); *clusterPolicy != "" && len(errs) > 0 {
+		fmt.Fprintf(stderr, "gpusim: --cluster-policy %q: %s\n", *clusterPolicy, strings.Join(errs, "; "))
 		return exitUsage
 	}
 	if *agentPeriod <= 0 {
@@ -109,14 +94,13 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 		return exitFailed
 	}
 	s, err := sim.New(cfg, sim.Options{
-		Nodes:                 specs,
-		ConfigMap:             migConfigMap,
-		DevicePluginConfigMap: dpConfigMap,
-		CreateNodes:           *createNodes,
-		SeedConfig:            *seedConfig,
-		DisableAgents:         !*agents,
-		AgentRefreshPeriod:    *agentPeriod,
-		Logger:                logger,
+		Nodes:              specs,
+		ClusterPolicy:      *clusterPolicy,
+		CreateNodes:        *createNodes,
+		SeedConfig:         *seedConfig,
+		DisableAgents:      !*agents,
+		AgentRefreshPeriod: *agentPeriod,
+		Logger:             logger,
 	})
 	if err != nil {
 		log.Error(err, "setting up the simulator")
@@ -132,15 +116,6 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 	}
 	log.Info("stopped", "ran", time.Since(start).Round(time.Second).String())
 	return exitOK
-}
-
-// parseNamespacedName reads a namespace/name flag value.
-func parseNamespacedName(s string) (types.NamespacedName, error) {
-	ns, name, ok := strings.Cut(s, "/")
-	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-		return types.NamespacedName{}, fmt.Errorf("%q: want namespace/name", s)
-	}
-	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
 func usage(fs *flag.FlagSet, w io.Writer) {
@@ -162,12 +137,16 @@ Models (aliases, then the canonical name):
 %s
 Presets (initial layout and nvidia.com/mig.config value): %s
 
-The device plugin applies the key of --device-plugin-configmap that a node's label
-%s names: time-slicing or MPS turn whole GPUs into
-nvidia.com/gpu.shared replicas, and time-slicing also turns each MIG device into
-nvidia.com/mig-<profile>.shared replicas (nvidia.com/mig-<profile> is then not advertised);
-no label or an unknown key means exclusive devices; MPS on a node with MIG devices is
-refused.
+Like NVIDIA's GPU Operator, the simulated operands take their settings from the ClusterPolicy
+(--cluster-policy) and read its ConfigMaps only in its status.namespace: mig-manager applies the
+entry of spec.migManager.config.name (key config.yaml) that label nvidia.com/mig.config names,
+and sets nvidia.com/mig.config.state=failed for a file mig-parted refuses or a name it lacks.
+The device plugin runs with spec.mig.strategy and the key of spec.devicePlugin.config.name that
+label %s names (spec.devicePlugin.config.default
+without the label): a listed resource is shared as replicas, renamed <name>.shared under
+renameByDefault (nvidia.com/gpu.shared, nvidia.com/mig-<profile>.shared). A config NVIDIA's
+plugin refuses (an unknown key, a file that does not decode, MPS under the mixed strategy, more
+than 48 MPS replicas) makes it advertise nothing: every nvidia.com/ resource goes to 0.
 
 Fault knobs, per node, as annotations:
   %s: comma-separated %s | %s | %s

@@ -11,10 +11,13 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gpupool/gpupool/internal/sim"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
 
@@ -47,9 +50,8 @@ func TestCommandLine(t *testing.T) {
 		{},
 		{"--nodes", "h200"},
 		{"--nodes", "v100:1"},
-		{"--nodes", "h200:1", "--configmap", "no-slash"},
-		{"--nodes", "h200:1", "--device-plugin-configmap", "no-slash"},
-		{"--nodes", "h200:1", "--device-plugin-configmap", "ns/"},
+		{"--nodes", "h200:1", "--configmap", "ns/name"}, // gone: the ClusterPolicy names the ConfigMaps
+		{"--nodes", "h200:1", "--cluster-policy", "Not_A_Name"},
 		{"--nodes", "h200:1", "--agent-refresh-period", "0s"},
 		{"--nodes", "h200:1", "extra"},
 		{"--no-such-flag"},
@@ -64,7 +66,7 @@ func TestCommandLine(t *testing.T) {
 		t.Errorf("gpusim --help exited %d", code)
 	}
 	for _, want := range []string{"[<count>x]<model>:<gpus>[:<preset>]", "h200", "all-1g", "sim.gpupool.io/fault", "stuck-pending", "sim.gpupool.io/apply-delay", "-create-nodes",
-		"-device-plugin-configmap", "gpupool-system/gpupool-device-plugin-config", "nvidia.com/device-plugin.config",
+		"-cluster-policy", "status.namespace", "spec.migManager.config.name", "nvidia.com/device-plugin.config", "mig.config.state=failed",
 		"nvidia.com/gpu.shared", "nvidia.com/mig-<profile>.shared"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("--help does not mention %q:\n%s", want, stderr.String())
@@ -76,8 +78,8 @@ func TestCommandLine(t *testing.T) {
 }
 
 // gpusim creates its nodes, serves them, seeds the mig-parted config and the device plugin's
-// (gpupool-none, only because none existed), and exits 0 when its context ends (SIGINT/SIGTERM
-// in main).
+// (its default key, only because none existed) in the namespace the only ClusterPolicy names,
+// and exits 0 when its context ends (SIGINT/SIGTERM in main).
 func TestRunCreatesNodesAndStopsOnCancel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("envtest: skipped with -short")
@@ -93,7 +95,17 @@ func TestRunCreatesNodesAndStopsOnCancel(t *testing.T) {
 	})
 	g := NewWithT(t)
 	ctx := context.Background()
-	g.Expect(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpupool-system"}})).To(Succeed())
+	g.Expect(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpu-operator"}})).To(Succeed())
+	g.Expect(apiextensionsv1.AddToScheme(env.Scheme)).To(Succeed())
+	c, err := client.New(env.Config, client.Options{Scheme: env.Scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.Create(ctx, sim.ClusterPolicyCRD())).To(Succeed())
+	g.Eventually(func() error {
+		return sim.InstallClusterPolicy(ctx, c, sim.ClusterPolicySettings{
+			Name: "cluster-policy", Namespace: "gpu-operator", MIGStrategy: "mixed",
+			MIGConfigMap: "gpupool-mig-parted-config", DevicePluginConfigMap: "gpupool-device-plugin-config", DevicePluginDefault: "gpupool-none",
+		})
+	}).WithTimeout(30 * time.Second).Should(Succeed())
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -110,9 +122,9 @@ func TestRunCreatesNodesAndStopsOnCancel(t *testing.T) {
 		g.Expect(q.String()).To(Equal("14"))
 		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: "sim-a100-80gb-0"}, n)).To(Succeed())
 		cm := &corev1.ConfigMap{}
-		g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: "gpupool-system", Name: "gpupool-mig-parted-config"}, cm)).To(Succeed())
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: "gpu-operator", Name: "gpupool-mig-parted-config"}, cm)).To(Succeed())
 		g.Expect(cm.Data["config.yaml"]).To(ContainSubstring("all-1g"))
-		g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: "gpupool-system", Name: "gpupool-device-plugin-config"}, cm)).To(Succeed())
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: "gpu-operator", Name: "gpupool-device-plugin-config"}, cm)).To(Succeed())
 		g.Expect(cm.Data).To(HaveKey("gpupool-none"))
 	}).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
 

@@ -88,7 +88,8 @@ func (n *Node) syncAssignmentsLocked(pods []*corev1.Pod, gpus []GPUState) []type
 		}
 	}
 	free := map[corev1.ResourceName][]device{}
-	for _, d := range advertisedDevices(gpus, n.sharing) {
+	advertised, failGreaterThanOne := n.advertisedLocked(gpus)
+	for _, d := range advertised {
 		if !taken[d.id] {
 			free[d.resource] = append(free[d.resource], d)
 		}
@@ -107,6 +108,12 @@ func (n *Node) syncAssignmentsLocked(pods []*corev1.Pod, gpus []GPUState) []type
 			starved = append(starved, key)
 			continue
 		}
+		if failGreaterThanOne && slices.ContainsFunc(resources, func(r corev1.ResourceName) bool { return want[r] > 1 && free[r][0].isReplica() }) {
+			// The plugin's Allocate refuses it ("maximum request size for shared resources is
+			// 1"), so the kubelet never hands the pod devices.
+			starved = append(starved, key)
+			continue
+		}
 		var got []device
 		for _, r := range resources {
 			var picked []device
@@ -121,6 +128,22 @@ func (n *Node) syncAssignmentsLocked(pods []*corev1.Pod, gpus []GPUState) []type
 	}
 	n.setProcessesLocked(gpus)
 	return starved
+}
+
+// advertisedLocked is what the device plugin advertises on the GPUs now, nothing while it does
+// not run, and whether it refuses requests for more than one replica
+// (failRequestsGreaterThanOne). n.mu must be held.
+func (n *Node) advertisedLocked(gpus []GPUState) ([]device, bool) {
+	if n.plugin == nil {
+		return nil, false
+	}
+	devices, err := advertise(gpus, *n.plugin)
+	if err != nil {
+		// The layout changed under a config the plugin started with and it would not start
+		// again; the device plugin's next reconcile reports it.
+		return nil, false
+	}
+	return devices, n.plugin.file.failRequestsGreaterThanOne()
 }
 
 // pickReplicas takes k shared replicas from free (ordered by GPU, then instance start, then

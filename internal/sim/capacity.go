@@ -3,40 +3,36 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
 )
 
-// ResourceGPU is the device plugin's resource for a whole GPU (MIG disabled).
+// ResourceGPU is the device plugin's resource for a whole GPU (MIG disabled), and for every
+// device under the none and single MIG strategies.
 const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
 
-// ResourceGPUShared is the resource a whole GPU's replicas are advertised as while the device
-// plugin shares whole GPUs (time-slicing or MPS with renameByDefault, as every config gpupool
-// writes asks); nvidia.com/gpu is then not advertised at all.
+// ResourceGPUShared is the resource a whole GPU's replicas are advertised as while a sharing
+// config lists nvidia.com/gpu with renameByDefault.
 const ResourceGPUShared corev1.ResourceName = ResourceGPU + sharedSuffix
 
-// sharedSuffix is what renameByDefault appends to a shared resource's name:
-// nvidia.com/gpu.shared, nvidia.com/mig-<profile>.shared.
-const sharedSuffix = ".shared"
-
-// sharedResource is the name a resource's replicas are advertised under while it is shared.
-func sharedResource(r corev1.ResourceName) corev1.ResourceName { return r + sharedSuffix }
-
 // replicaSeparator joins a device's UUID and a replica number in a shared device's ID,
-// "<GPU-UUID>::<n>" or "<MIG-UUID>::<n>", as the device plugin names replicas.
+// "<GPU-UUID>::<n>" or "<MIG-UUID>::<n>", as the device plugin annotates replica IDs
+// (internal/rm NewAnnotatedID).
 const replicaSeparator = "::"
-
-// errMPSOnMIG is why the device plugin refuses an MPS config on a node with MIG devices.
-var errMPSOnMIG = errors.New("MPS is not supported on MIG devices")
 
 // resourcePrefix starts every resource the NVIDIA device plugin advertises; the simulated
 // device plugin owns exactly these keys of a node's capacity and allocatable.
 const resourcePrefix = "nvidia.com/"
+
+// maxMPSClients is the most replicas the MPS control daemon accepts per device on GPUs of
+// compute capability 7.5 and later, which every simulated model is
+// (NVIDIA/k8s-device-plugin cmd/mps-control-daemon/mps/device.go maxClients, assertReplicas).
+const maxMPSClients = 48
 
 // GPUState is one GPU as NVML shows it: its MIG mode and its MIG devices.
 type GPUState struct {
@@ -75,40 +71,14 @@ type device struct {
 	resource corev1.ResourceName
 	id       string
 	gpu      int
+	// mig is whether the device is (a replica of) a MIG device.
+	mig bool
 }
 
-// sharesWholeGPUs reports whether a sharing setting replicates whole GPUs; anything but
-// time-slicing or MPS (None, or the zero value) gives devices exclusively.
-func sharesWholeGPUs(s v1alpha1.SharingConfig) bool {
-	return (s.Mode == v1alpha1.SharingTimeSlicing || s.Mode == v1alpha1.SharingMPS) && s.Replicas > 0
-}
-
-// sharesMIGDevices reports whether a sharing setting replicates MIG devices too: only
-// time-slicing does. gpupool's time-slicing configs list nvidia.com/gpu and every
-// nvidia.com/mig-<profile> resource, so the simulator treats time-slicing as sharing every MIG
-// resource rather than reading the config's resource list. MPS shares whole GPUs only (and is
-// refused on a node with MIG devices, see checkSharing).
-func sharesMIGDevices(s v1alpha1.SharingConfig) bool {
-	return s.Mode == v1alpha1.SharingTimeSlicing && s.Replicas > 0
-}
-
-// checkSharing is the device plugin's start-up check of a sharing setting against the GPUs it
-// finds. The real plugin refuses to start when MPS is asked for and it enumerates any MIG
-// device ("sharing using MPS is not supported for MIG devices"), whichever resource the MIG
-// device belongs to; it is not a per-GPU refusal. The simulator models that refusal as the
-// whole config rejected: the node stays exclusive (every whole GPU as nvidia.com/gpu, every
-// MIG device as itself) and the caller reports the error. A GPU with MIG enabled but no
-// instances has no MIG device, so it does not stop MPS.
-func checkSharing(gpus []GPUState, s v1alpha1.SharingConfig) error {
-	if s.Mode != v1alpha1.SharingMPS {
-		return nil
-	}
-	for _, g := range gpus {
-		if g.MIGEnabled && len(g.Instances) > 0 {
-			return fmt.Errorf("%w: GPU %d has %d MIG device(s)", errMPSOnMIG, g.Index, len(g.Instances))
-		}
-	}
-	return nil
+// migResource is the mixed strategy's resource of a MIG profile: nvidia.com/mig-<profile>
+// with "+" written "." (NVIDIA/k8s-device-plugin internal/rm/rm.go AddDefaultResourcesToConfig).
+func migResource(profile string) corev1.ResourceName {
+	return corev1.ResourceName(resourcePrefix + strings.ReplaceAll("mig-"+profile, "+", "."))
 }
 
 // replicaID is the device ID of replica i of a shared GPU or MIG device.
@@ -126,54 +96,153 @@ func physicalID(id string) string {
 // isReplica reports whether the device is a replica of a shared GPU or MIG device.
 func (d device) isReplica() bool { return strings.Contains(d.id, replicaSeparator) }
 
-// advertisedDevices lists what the device plugin advertises under the mixed strategy with the
-// given sharing setting (already accepted by checkSharing). Exclusively, each MIG device is
-// nvidia.com/mig-<profile> ("+" written ".") and each GPU with MIG disabled nvidia.com/gpu.
-// While whole GPUs are shared (time-slicing or MPS), each GPU with MIG disabled is instead
-// Replicas devices of nvidia.com/gpu.shared named <GPU-UUID>::<n>; while MIG devices are shared
-// (time-slicing only), each MIG device is Replicas devices of nvidia.com/mig-<profile>.shared
-// named <MIG-UUID>::<n>, and the unshared name is not advertised at all (renameByDefault). A
-// GPU with MIG enabled but no instances advertises nothing. The order (GPU index, then start,
-// then replica) is the order exclusive devices are handed out in.
-func advertisedDevices(gpus []GPUState, sharing v1alpha1.SharingConfig) []device {
-	var out []device
-	add := func(r corev1.ResourceName, uuid string, gpu int, shared bool) {
-		if !shared {
-			out = append(out, device{resource: r, id: uuid, gpu: gpu})
-			return
-		}
-		for i := range int(sharing.Replicas) {
-			out = append(out, device{resource: sharedResource(r), id: replicaID(uuid, i), gpu: gpu})
+// pluginRun is a configuration the device plugin started with: the config key it read ("" for
+// none), the MIG strategy in force and the decoded file (the zero value when there is none).
+type pluginRun struct {
+	key      string
+	strategy string
+	file     devicePluginFile
+}
+
+// exclusiveRun is the device plugin with no config file under the mixed strategy: every device
+// exclusive.
+var exclusiveRun = pluginRun{strategy: migStrategyMixed}
+
+// advertise is the device plugin's start-up for the GPUs it finds: the checks it makes before
+// serving (validateFlags, the device map builder, the MPS options and the MPS control daemon;
+// an error means it does not start), then the devices it advertises. Following
+// NVIDIA/k8s-device-plugin:
+//
+//   - cmd/nvidia-device-plugin/main.go validateFlags: an unknown MIG strategy is refused, and
+//     MPS under the mixed strategy ("using --mig-strategy=mixed is not supported with MPS");
+//   - internal/rm/device_map.go: under none every GPU is nvidia.com/gpu whatever its MIG mode;
+//     under single every GPU must have MIG enabled with MIG devices of one kind, or none MIG
+//     enabled, and MIG devices are nvidia.com/gpu; under mixed a GPU with MIG disabled is
+//     nvidia.com/gpu and each MIG device nvidia.com/mig-<profile>, and a MIG-enabled GPU
+//     without MIG devices advertises nothing;
+//   - internal/plugin/mps.go getMPSOptions: MPS with any MIG device is refused ("sharing using
+//     MPS is not supported for MIG devices");
+//   - updateDeviceMapWithReplicas: each device of a listed resource becomes replicas
+//     <id>::<n> of the resource renamed to <name>.shared under renameByDefault (the name
+//     otherwise); resources not listed stay exclusive; a resource listed twice gets the
+//     larger count;
+//   - cmd/mps-control-daemon/mps/device.go: under MPS no device may have more than 48
+//     replicas ("maximum allowed replicas exceeded").
+//
+// Devices come in GPU index order, then instance start, then replica.
+func advertise(gpus []GPUState, run pluginRun) ([]device, error) {
+	strategy := run.strategy
+	switch strategy {
+	case migStrategyNone, migStrategySingle, migStrategyMixed:
+	default:
+		return nil, fmt.Errorf("unable to validate flags: unknown MIG strategy: %v", strategy)
+	}
+	mps := run.file.sharingStrategy() == sharingMPS
+	if mps && strategy == migStrategyMixed {
+		return nil, errors.New("unable to validate flags: using --mig-strategy=mixed is not supported with MPS")
+	}
+	var base []device
+	if strategy == migStrategySingle {
+		if err := checkSingleStrategy(gpus); err != nil {
+			return nil, fmt.Errorf("error building device map: invalid MIG configuration: %w", err)
 		}
 	}
 	for _, g := range gpus {
-		if !g.MIGEnabled {
-			add(ResourceGPU, g.UUID, g.Index, sharesWholeGPUs(sharing))
+		if !g.MIGEnabled || strategy == migStrategyNone {
+			base = append(base, device{resource: ResourceGPU, id: g.UUID, gpu: g.Index})
 			continue
 		}
 		for _, in := range g.Instances {
-			add(corev1.ResourceName(mig.ResourceName(in.Profile)), in.UUID, g.Index, sharesMIGDevices(sharing))
+			r := migResource(in.Profile)
+			if strategy == migStrategySingle {
+				r = ResourceGPU
+			}
+			base = append(base, device{resource: r, id: in.UUID, gpu: g.Index, mig: true})
 		}
 	}
-	return out
+	if mps && slices.ContainsFunc(base, func(d device) bool { return d.mig }) {
+		return nil, errors.New("error getting plugins: sharing using MPS is not supported for MIG devices")
+	}
+	rr := run.file.replicated()
+	if rr == nil {
+		return base, nil
+	}
+	replicas := map[corev1.ResourceName]int{}
+	for _, r := range rr.Resources {
+		replicas[corev1.ResourceName(r.Name)] = max(replicas[corev1.ResourceName(r.Name)], r.Replicas)
+	}
+	var out []device
+	for _, d := range base {
+		k, shared := replicas[d.resource]
+		if !shared {
+			out = append(out, d)
+			continue
+		}
+		if mps && k > maxMPSClients {
+			return nil, fmt.Errorf("invalid MPS configuration: invalid device maximum allowed replicas exceeded: %d > %d", k, maxMPSClients)
+		}
+		name := d.resource
+		if rr.RenameByDefault {
+			name += sharedSuffix
+		}
+		for i := range k {
+			out = append(out, device{resource: name, id: replicaID(d.id, i), gpu: d.gpu, mig: d.mig})
+		}
+	}
+	return out, nil
 }
 
-// Capacity is the GPU part of a node's capacity (and allocatable) the device plugin reports for
-// the given GPUs under a sharing setting. Exclusive: nvidia.com/mig-<profile> per MIG device
-// and nvidia.com/gpu per GPU with MIG disabled. Time-slicing with r replicas: r x
-// nvidia.com/mig-<profile>.shared per MIG device and r x nvidia.com/gpu.shared per GPU with MIG
-// disabled, and none of the unshared names. MPS with r replicas: r x nvidia.com/gpu.shared per
-// GPU with MIG disabled, MIG devices exclusive. Resources with no device are absent rather
-// than zero. It does not check the setting: callers run checkSharing first, as the device
-// plugin does when it starts.
-func Capacity(gpus []GPUState, sharing v1alpha1.SharingConfig) corev1.ResourceList {
+// checkSingleStrategy is the device map builder's check under the single strategy: every
+// MIG-enabled GPU has MIG devices, all of one profile, and GPUs with MIG disabled do not sit
+// next to MIG devices.
+func checkSingleStrategy(gpus []GPUState) error {
+	profile, whole, migDevices := "", false, false
+	for _, g := range gpus {
+		if !g.MIGEnabled {
+			whole = true
+			continue
+		}
+		if len(g.Instances) == 0 {
+			return fmt.Errorf("at least one device with migEnabled=true was not configured correctly: device %d has no MIG devices configured", g.Index)
+		}
+		for _, in := range g.Instances {
+			if profile != "" && in.Profile != profile {
+				return errors.New("more than one MIG device type present on node")
+			}
+			profile, migDevices = in.Profile, true
+		}
+	}
+	if whole && migDevices {
+		return errors.New("all devices on the node must be configured with the same migEnabled value")
+	}
+	return nil
+}
+
+// capacityOf is the GPU part of a node's capacity (and allocatable) for the advertised devices:
+// a count per resource, resources without a device absent.
+func capacityOf(devices []device) corev1.ResourceList {
 	counts := map[corev1.ResourceName]int64{}
-	for _, d := range advertisedDevices(gpus, sharing) {
+	for _, d := range devices {
 		counts[d.resource]++
 	}
 	out := make(corev1.ResourceList, len(counts))
 	for r, n := range counts {
 		out[r] = *resource.NewQuantity(n, resource.DecimalSI)
+	}
+	return out
+}
+
+// nothingAdvertised is what the node shows while the device plugin does not run: every
+// nvidia.com/ resource it has at 0, as the kubelet leaves the resources of a device plugin
+// that went away (allocatable at once, capacity after a grace period the simulator skips).
+func nothingAdvertised(status corev1.NodeStatus) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, list := range []corev1.ResourceList{status.Capacity, status.Allocatable} {
+		for r := range list {
+			if isDevicePluginResource(r) {
+				out[r] = *resource.NewQuantity(0, resource.DecimalSI)
+			}
+		}
 	}
 	return out
 }

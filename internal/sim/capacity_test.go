@@ -1,14 +1,12 @@
 package sim
 
 import (
-	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-
-	"github.com/gpupool/gpupool/api/v1alpha1"
 )
 
 func rl(pairs ...string) corev1.ResourceList {
@@ -32,94 +30,142 @@ func sameResources(a, b corev1.ResourceList) bool {
 	return true
 }
 
-// The device plugin's mixed strategy: exclusive, one nvidia.com/mig-<profile> per MIG device
-// ("+" written ".") and one nvidia.com/gpu per GPU with MIG disabled; nothing for a MIG-enabled
-// GPU without instances and no zero-valued keys. Time-slicing with r replicas renames and
-// shares every device: r x nvidia.com/mig-<profile>.shared per MIG device and r x
-// nvidia.com/gpu.shared per whole GPU, and none of the unshared names. MPS with r replicas
-// shares whole GPUs only (r x nvidia.com/gpu.shared) and leaves MIG devices exclusive.
-func TestCapacity(t *testing.T) {
-	none := v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}
-	ts4 := v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 4}
-	mps3 := v1alpha1.SharingConfig{Mode: v1alpha1.SharingMPS, Replicas: 3}
+// What the device plugin advertises, by MIG strategy and sharing config (configs written by
+// hand in NVIDIA's format). Mixed: one nvidia.com/mig-<profile> per MIG device ("+" written
+// ".") and one nvidia.com/gpu per GPU with MIG disabled, nothing for a MIG-enabled GPU without
+// instances. Time-slicing with renameByDefault replicates exactly the listed resources under
+// <name>.shared; without it, under the name itself; a resource listed twice gets the larger
+// count. None: every GPU is nvidia.com/gpu. Single: MIG devices are nvidia.com/gpu.
+func TestAdvertise(t *testing.T) {
 	mixed := []GPUState{
 		{Index: 0, MIGEnabled: true, Instances: []InstanceState{
 			{Profile: "3g.71gb", Start: 0, Size: 4, UUID: "MIG-a"},
 			{Profile: "1g.18gb", Start: 4, Size: 1, UUID: "MIG-b"},
 			{Profile: "1g.18gb", Start: 5, Size: 1, UUID: "MIG-c"},
 			{Profile: "1g.18gb+me", Start: 6, Size: 1, UUID: "MIG-d"}}},
-		{Index: 1},
+		{Index: 1, UUID: "GPU-1"},
 	}
-	whole := []GPUState{{Index: 0}, {Index: 1}}
+	whole := []GPUState{{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"}}
 	all3g := []GPUState{
 		{Index: 0, MIGEnabled: true, Instances: []InstanceState{
 			{Profile: "3g.71gb", Start: 0, Size: 4, UUID: "MIG-a"}, {Profile: "3g.71gb", Start: 4, Size: 4, UUID: "MIG-b"}}},
 		{Index: 1, MIGEnabled: true, Instances: []InstanceState{
 			{Profile: "3g.71gb", Start: 0, Size: 4, UUID: "MIG-c"}, {Profile: "3g.71gb", Start: 4, Size: 4, UUID: "MIG-d"}}},
 	}
+	exclusive := "version: v1\n"
+	ts4 := timeSlicing(4, "nvidia.com/gpu", "mig-3g.71gb", "nvidia.com/mig-1g.18gb", "nvidia.com/mig-1g.18gb.me")
 	for _, tc := range []struct {
-		name    string
-		gpus    []GPUState
-		sharing v1alpha1.SharingConfig
-		want    corev1.ResourceList
+		name     string
+		gpus     []GPUState
+		config   string
+		strategy string
+		want     corev1.ResourceList
 	}{
-		{name: "no GPUs", sharing: none, want: rl()},
-		{name: "no GPUs, shared", sharing: ts4, want: rl()},
-		{name: "whole GPUs", gpus: whole, sharing: none, want: rl("nvidia.com/gpu", "2")},
-		{name: "whole GPUs, zero-value sharing is exclusive", gpus: whole, want: rl("nvidia.com/gpu", "2")},
-		{name: "whole GPUs, time-slicing x4", gpus: whole, sharing: ts4, want: rl("nvidia.com/gpu.shared", "8")},
-		{name: "whole GPUs, MPS x3", gpus: whole, sharing: mps3, want: rl("nvidia.com/gpu.shared", "6")},
-		{name: "MIG enabled, no instances", gpus: []GPUState{{Index: 0, MIGEnabled: true}}, sharing: none, want: rl()},
-		{name: "MIG enabled, no instances, shared", gpus: []GPUState{{Index: 0, MIGEnabled: true}}, sharing: ts4, want: rl()},
-		{name: "mixed node", gpus: mixed, sharing: none,
+		{name: "no GPUs", config: exclusive, want: rl()},
+		{name: "whole GPUs", gpus: whole, config: exclusive, want: rl("nvidia.com/gpu", "2")},
+		{name: "whole GPUs, time-slicing x4", gpus: whole, config: ts4, want: rl("nvidia.com/gpu.shared", "8")},
+		{name: "whole GPUs, time-slicing without renameByDefault keeps the name", gpus: whole, config: `
+version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 3
+      rename: ignored-anyway`, want: rl("nvidia.com/gpu", "6")},
+		{name: "whole GPUs, a resource listed twice gets the larger count", gpus: whole, config: `
+version: v1
+sharing:
+  timeSlicing:
+    renameByDefault: true
+    resources: [{name: gpu, replicas: 2}, {name: gpu, replicas: 5, devices: [0]}]`, want: rl("nvidia.com/gpu.shared", "10")},
+		{name: "whole GPUs, MPS x3 under none", gpus: whole, config: mps(3, "nvidia.com/gpu"), strategy: migStrategyNone,
+			want: rl("nvidia.com/gpu.shared", "6")},
+		{name: "whole GPUs, MPS x48 under none", gpus: whole, config: mps(48, "nvidia.com/gpu"), strategy: migStrategyNone,
+			want: rl("nvidia.com/gpu.shared", "96")},
+		{name: "MIG enabled, no instances", gpus: []GPUState{{Index: 0, MIGEnabled: true}}, config: exclusive, want: rl()},
+		{name: "MIG enabled, no instances, shared", gpus: []GPUState{{Index: 0, MIGEnabled: true}}, config: ts4, want: rl()},
+		{name: "mixed node", gpus: mixed, config: exclusive,
 			want: rl("nvidia.com/mig-3g.71gb", "1", "nvidia.com/mig-1g.18gb", "2", "nvidia.com/mig-1g.18gb.me", "1", "nvidia.com/gpu", "1")},
-		{name: "mixed node, time-slicing x4 shares MIG devices too", gpus: mixed, sharing: ts4,
+		{name: "mixed node, time-slicing x4 shares the listed MIG resources", gpus: mixed, config: ts4,
 			want: rl("nvidia.com/mig-3g.71gb.shared", "4", "nvidia.com/mig-1g.18gb.shared", "8", "nvidia.com/mig-1g.18gb.me.shared", "4",
 				"nvidia.com/gpu.shared", "4")},
-		{name: "mixed node, MPS x3 shares whole GPUs only", gpus: mixed, sharing: mps3,
-			want: rl("nvidia.com/mig-3g.71gb", "1", "nvidia.com/mig-1g.18gb", "2", "nvidia.com/mig-1g.18gb.me", "1", "nvidia.com/gpu.shared", "3")},
-		{name: "all-3g", gpus: all3g, sharing: none, want: rl("nvidia.com/mig-3g.71gb", "4")},
-		{name: "all-3g, time-slicing x2", gpus: all3g, sharing: v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 2},
+		{name: "mixed node, unlisted MIG resources stay exclusive", gpus: mixed, config: timeSlicing(2, "nvidia.com/gpu"),
+			want: rl("nvidia.com/mig-3g.71gb", "1", "nvidia.com/mig-1g.18gb", "2", "nvidia.com/mig-1g.18gb.me", "1", "nvidia.com/gpu.shared", "2")},
+		{name: "all-3g", gpus: all3g, config: exclusive, want: rl("nvidia.com/mig-3g.71gb", "4")},
+		{name: "all-3g, time-slicing x2", gpus: all3g, config: timeSlicing(2, "nvidia.com/mig-3g.71gb"),
 			want: rl("nvidia.com/mig-3g.71gb.shared", "8")},
-		{name: "all-3g, time-slicing with no replicas is exclusive", gpus: all3g,
-			sharing: v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing}, want: rl("nvidia.com/mig-3g.71gb", "4")},
+		{name: "all-3g under none: each GPU whole", gpus: all3g, config: exclusive, strategy: migStrategyNone, want: rl("nvidia.com/gpu", "2")},
+		{name: "all-3g under single: MIG devices as nvidia.com/gpu", gpus: all3g, config: exclusive, strategy: migStrategySingle,
+			want: rl("nvidia.com/gpu", "4")},
+		{name: "all-3g under single, time-sliced", gpus: all3g, config: timeSlicing(2, "nvidia.com/gpu"), strategy: migStrategySingle,
+			want: rl("nvidia.com/gpu.shared", "8")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Capacity(tc.gpus, tc.sharing); !sameResources(got, tc.want) {
-				t.Errorf("Capacity = %v, want %v", got, tc.want)
+			run := mustRun(t, tc.config)
+			if tc.strategy != "" {
+				run.strategy = tc.strategy
+			}
+			devices, err := advertise(tc.gpus, *run)
+			if err != nil {
+				t.Fatalf("advertise: %v", err)
+			}
+			if got := capacityOf(devices); !sameResources(got, tc.want) {
+				t.Errorf("capacity = %v, want %v", got, tc.want)
 			}
 		})
 	}
 }
 
-// The device plugin's start-up check refuses MPS as soon as any GPU has a MIG device, and
-// nothing else: time-slicing on MIG nodes, MPS on whole GPUs, and MPS next to a MIG-enabled GPU
-// without instances (which has no MIG device) are accepted.
-func TestCheckSharing(t *testing.T) {
-	ts := v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 2}
-	mps := v1alpha1.SharingConfig{Mode: v1alpha1.SharingMPS, Replicas: 2}
-	migGPU := GPUState{Index: 1, MIGEnabled: true, Instances: []InstanceState{{Profile: "7g.141gb", Size: 8, UUID: "MIG-a"}}}
+// The device plugin refuses to start, as NVIDIA's does: MPS under the mixed strategy (whatever
+// the file says, the ClusterPolicy's strategy wins), MPS with more than 48 replicas, MPS next
+// to MIG devices (single strategy), an unknown strategy, and under single a node mixing MIG
+// and whole GPUs, two MIG profiles, or a MIG-enabled GPU without MIG devices.
+func TestAdvertiseRefusals(t *testing.T) {
+	whole := []GPUState{{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"}}
+	mig3g := GPUState{Index: 1, UUID: "GPU-1", MIGEnabled: true, Instances: []InstanceState{{Profile: "3g.71gb", Size: 4, UUID: "MIG-a"}}}
 	for _, tc := range []struct {
-		name    string
-		gpus    []GPUState
-		sharing v1alpha1.SharingConfig
-		refused bool
+		name, config, strategy string
+		gpus                   []GPUState
+		want                   string
 	}{
-		{name: "exclusive on MIG", gpus: []GPUState{{Index: 0}, migGPU}, sharing: v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}},
-		{name: "time-slicing on MIG", gpus: []GPUState{{Index: 0}, migGPU}, sharing: ts},
-		{name: "MPS on whole GPUs", gpus: []GPUState{{Index: 0}, {Index: 1}}, sharing: mps},
-		{name: "MPS next to MIG enabled without instances", gpus: []GPUState{{Index: 0}, {Index: 1, MIGEnabled: true}}, sharing: mps},
-		{name: "MPS on a node with a MIG device", gpus: []GPUState{{Index: 0}, migGPU}, sharing: mps, refused: true},
+		{name: "MPS under mixed", gpus: whole, config: mps(2, "nvidia.com/gpu"), strategy: migStrategyMixed,
+			want: "using --mig-strategy=mixed is not supported with MPS"},
+		{name: "MPS under mixed even when the file says none", gpus: whole,
+			config:   "version: v1\nflags: {migStrategy: none}\nsharing:\n  mps:\n    resources: [{name: nvidia.com/gpu, replicas: 2}]\n",
+			strategy: migStrategyMixed, want: "using --mig-strategy=mixed is not supported with MPS"},
+		{name: "MPS with 49 replicas", gpus: whole, config: mps(49, "nvidia.com/gpu"), strategy: migStrategyNone,
+			want: "maximum allowed replicas exceeded: 49 > 48"},
+		{name: "MPS next to a MIG device", gpus: []GPUState{mig3g}, config: mps(2, "nvidia.com/gpu"), strategy: migStrategySingle,
+			want: "sharing using MPS is not supported for MIG devices"},
+		{name: "unknown strategy", gpus: whole, config: "version: v1\n", strategy: "both", want: "unknown MIG strategy: both"},
+		{name: "single, MIG next to whole GPUs", gpus: []GPUState{whole[0], mig3g}, config: "version: v1\n", strategy: migStrategySingle,
+			want: "same migEnabled value"},
+		{name: "single, two profiles", strategy: migStrategySingle, config: "version: v1\n", gpus: []GPUState{
+			{Index: 0, MIGEnabled: true, Instances: []InstanceState{{Profile: "1g.18gb", UUID: "MIG-b"}}}, mig3g},
+			want: "more than one MIG device type"},
+		{name: "single, MIG enabled without devices", strategy: migStrategySingle, config: "version: v1\n",
+			gpus: []GPUState{{Index: 0, MIGEnabled: true}}, want: "has no MIG devices configured"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkSharing(tc.gpus, tc.sharing)
-			if tc.refused != (err != nil) {
-				t.Fatalf("checkSharing = %v, want refused %t", err, tc.refused)
-			}
-			if tc.refused && !errors.Is(err, errMPSOnMIG) {
-				t.Errorf("checkSharing = %v, want it to wrap %v", err, errMPSOnMIG)
+			run := mustRun(t, tc.config)
+			run.strategy = tc.strategy
+			devices, err := advertise(tc.gpus, *run)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("advertise = %v, %v; want an error containing %q", devices, err, tc.want)
 			}
 		})
+	}
+}
+
+// A plugin that does not run leaves every nvidia.com/ resource the node has at 0.
+func TestNothingAdvertised(t *testing.T) {
+	status := corev1.NodeStatus{
+		Capacity:    rl("cpu", "8", "nvidia.com/gpu.shared", "8", "nvidia.com/mig-1g.18gb", "7"),
+		Allocatable: rl("cpu", "8", "nvidia.com/gpu.shared", "8", "nvidia.com/mig-3g.71gb", "1"),
+	}
+	want := rl("nvidia.com/gpu.shared", "0", "nvidia.com/mig-1g.18gb", "0", "nvidia.com/mig-3g.71gb", "0")
+	if got := nothingAdvertised(status); !sameResources(got, want) {
+		t.Errorf("nothingAdvertised = %v, want %v", got, want)
 	}
 }
 

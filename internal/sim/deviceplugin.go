@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,126 +13,157 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-
-	"github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
-// DefaultDevicePluginConfigMapName is the ConfigMap gpupool's controller writes the device
-// plugin's sharing configs into; Options.DevicePluginConfigMap defaults to it, in the
-// namespace of Options.ConfigMap.
-const DefaultDevicePluginConfigMapName = "gpupool-device-plugin-config"
+// labelDevicePluginConfig names the device plugin config key to apply on a node; the GPU
+// Operator runs NVIDIA's config-manager with NODE_LABEL set to it
+// (NVIDIA/gpu-operator assets/state-device-plugin/0500_daemonset.yaml,
+// NVIDIA/k8s-device-plugin cmd/config-manager/main.go DefaultConfigLabel).
+const labelDevicePluginConfig = "nvidia.com/device-plugin.config"
 
-// Event reasons the simulated device plugin records on the Node. Both stand for a device
-// plugin that fails to start with the config the node's label names; the real one then
-// crash-loops and says why only in its log, which nobody running the simulator reads.
+// Event reasons the simulated device plugin records on the Node. The real plugin says why it
+// does not start only in its log (and crash-loops), which nobody running the simulator reads.
 const (
-	// reasonDevicePluginConfigInvalid: the named config does not parse; the plugin keeps
-	// advertising what it advertised before.
+	// reasonDevicePluginConfigInvalid: config-manager cannot select a config (the ConfigMap is
+	// missing or empty, the label or the default names a key it lacks) or the selected file
+	// does not decode.
 	reasonDevicePluginConfigInvalid = "DevicePluginConfigInvalid"
-	// reasonSharingUnsupported: the config asks for MPS on a node with MIG devices; the
-	// simulator advertises every device exclusively.
-	reasonSharingUnsupported = "DevicePluginSharingUnsupported"
+	// reasonDevicePluginRefused: the plugin decoded its config but refuses to start with it on
+	// these GPUs (MPS under the mixed strategy, MPS with MIG devices, too many MPS replicas,
+	// an unusable MIG layout under the single strategy).
+	reasonDevicePluginRefused = "DevicePluginRefused"
 )
 
 // devicePluginMemory is what the simulated device plugin remembers about a node.
 type devicePluginMemory struct {
-	// warned is the note of the Warning last recorded for the config in force, so that a
-	// failing config is reported once rather than on every reconcile of the node; it is
-	// cleared when a config is applied, so the next failure is reported again.
+	// warned is the note of the Warning last recorded, so that a refusal is reported once
+	// rather than on every reconcile of the node; it is cleared when the plugin starts, so the
+	// next refusal is reported again.
 	warned string
 }
 
-// invalidConfigError is a device plugin config that cannot be read, as opposed to the
-// ConfigMap being unreachable.
-type invalidConfigError struct{ err error }
-
-func (e *invalidConfigError) Error() string { return e.err.Error() }
-func (e *invalidConfigError) Unwrap() error { return e.err }
-
-// readSharing reads the device plugin config the node's nvidia.com/device-plugin.config label
-// names, fresh from the API server: a cached copy may not hold yet the key that gpupool's
-// controller wrote just before it set the label, and advertising exclusively for that moment
-// would be a flap the real plugin (which reads a synced file once the label changes) does not
-// show. No label, no ConfigMap, or no such key all fall back to exclusive devices, as the real
-// plugin falls back to its default config. It also returns where the setting came from, for
-// the log. A key that does not parse is an *invalidConfigError.
-func (r *reconciler) readSharing(ctx context.Context, name string) (v1alpha1.SharingConfig, string, error) {
-	none := v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}
-	if name == "" {
-		return none, "no " + v1alpha1.LabelDevicePluginConfig + " label", nil
-	}
-	var cm corev1.ConfigMap
-	if err := r.apiReader.Get(ctx, r.devicePluginConfigMap, &cm); err != nil {
-		if apierrors.IsNotFound(err) {
-			return none, fmt.Sprintf("ConfigMap %s does not exist", r.devicePluginConfigMap), nil
-		}
-		return none, "", fmt.Errorf("reading ConfigMap %s: %w", r.devicePluginConfigMap, err)
-	}
-	data, ok := cm.Data[name]
-	if !ok {
-		return none, fmt.Sprintf("ConfigMap %s has no key %q", r.devicePluginConfigMap, name), nil
-	}
-	s, err := nvidia.ParseDevicePluginConfig([]byte(data))
-	if err != nil {
-		return none, "", &invalidConfigError{fmt.Errorf("key %q of ConfigMap %s: %w", name, r.devicePluginConfigMap, err)}
-	}
-	if !sharesWholeGPUs(s) {
-		s = none
-	}
-	return s, fmt.Sprintf("key %q of ConfigMap %s", name, r.devicePluginConfigMap), nil
+// refusal is a config the device plugin (or its config-manager) will not run with, as opposed
+// to the API server being unreachable.
+type refusal struct {
+	reason string
+	err    error
 }
 
-// devicePlugin is the device plugin's part of a node's reconcile: it applies the sharing
-// config the node's label names and makes the node's capacity and allocatable advertise the
-// GPUs' current devices under it. It writes through the status subresource (a status change
-// sent to the main resource is dropped) and only the nvidia.com/ keys, so cpu, memory and pods
-// stay as they are. While mig-manager has the device plugin paused, the node is left alone.
-//
-// Time-slicing shares whole GPUs and MIG devices alike (nvidia.com/gpu.shared,
-// nvidia.com/mig-<profile>.shared), MPS whole GPUs only (see advertisedDevices). A config that
-// does not parse leaves the node as it is and records a Warning, as a plugin that crashes on
-// start advertises nothing new. MPS on a node with MIG devices is refused as a whole (see
-// checkSharing): every device is advertised exclusively and a Warning says why.
-func (r *reconciler) devicePlugin(ctx context.Context, n *Node, node *corev1.Node) error {
+func (e *refusal) Error() string { return e.err.Error() }
+func (e *refusal) Unwrap() error { return e.err }
+
+func refuse(reason, format string, args ...any) error {
+	return &refusal{reason: reason, err: fmt.Errorf(format, args...)}
+}
+
+// selectConfig is NVIDIA's config-manager (cmd/config-manager/main.go updateConfigName) over
+// the ConfigMap named by the ClusterPolicy, read fresh from the API server in the operator's
+// namespace: a cached copy may not hold yet the key gpupool's controller wrote just before it
+// set the label. The ConfigMap's keys are the available configs. A set label must name one;
+// an unset label takes spec.devicePlugin.config.default, which must exist when set, else the
+// empty config (FALLBACK_STRATEGIES=empty). A missing ConfigMap keeps the plugin's pod from
+// starting at all, and an empty one has no configs to choose from. The chosen file is then
+// decoded, and the MIG strategy is the ClusterPolicy's (env MIG_STRATEGY) when it sets one,
+// else the file's flags.migStrategy, else none. Errors the plugin would not start with are
+// *refusal.
+func (r *reconciler) selectConfig(ctx context.Context, op operatorSettings, label string) (pluginRun, error) {
+	run := pluginRun{}
+	if op.DevicePluginConfigMap != "" {
+		key := op.devicePluginConfigMap()
+		var cm corev1.ConfigMap
+		if err := r.apiReader.Get(ctx, key, &cm); err != nil {
+			if apierrors.IsNotFound(err) {
+				return pluginRun{}, refuse(reasonDevicePluginConfigInvalid,
+					"ConfigMap %s does not exist: the device plugin's pod cannot mount it", key)
+			}
+			return pluginRun{}, fmt.Errorf("reading ConfigMap %s: %w", key, err)
+		}
+		files := map[string][]byte{}
+		for k, v := range cm.Data {
+			files[k] = []byte(v)
+		}
+		maps.Copy(files, cm.BinaryData)
+		if len(files) == 0 {
+			return pluginRun{}, refuse(reasonDevicePluginConfigInvalid, "ConfigMap %s: no configuration files available", key)
+		}
+		name := label
+		if name == "" {
+			name = op.DevicePluginDefault
+		}
+		if name != "" {
+			data, ok := files[name]
+			if !ok {
+				return pluginRun{}, refuse(reasonDevicePluginConfigInvalid, "specified config %s does not exist in ConfigMap %s (keys: %v)",
+					name, key, slices.Sorted(maps.Keys(files)))
+			}
+			f, err := decodeDevicePluginConfig(data)
+			if err != nil {
+				return pluginRun{}, refuse(reasonDevicePluginConfigInvalid, "unable to parse config file %s of ConfigMap %s: %v", name, key, err)
+			}
+			run.key, run.file = name, f
+		}
+	}
+	run.strategy = migStrategyNone
+	switch {
+	case op.MIGStrategy != "":
+		run.strategy = op.MIGStrategy
+	case run.file.MIGStrategy != nil:
+		run.strategy = *run.file.MIGStrategy
+	}
+	return run, nil
+}
+
+// devicePlugin is the device plugin's part of a node's reconcile: it selects and decodes the
+// config, starts with it on the GPUs as they are now (see advertise) and makes the node's
+// capacity and allocatable advertise the devices. A plugin that refuses to start advertises
+// nothing: every nvidia.com/ resource of the node goes to 0, until a config it accepts is
+// selected. It writes through the status subresource (a status change sent to the main
+// resource is dropped) and only the nvidia.com/ keys, so cpu, memory and pods stay as they
+// are. While mig-manager has the device plugin paused, the node is left alone.
+func (r *reconciler) devicePlugin(ctx context.Context, n *Node, node *corev1.Node, op operatorSettings) error {
 	if node.Labels[labelDevicePluginDeploy] == pausedValue {
 		return nil
 	}
-	name := node.Labels[v1alpha1.LabelDevicePluginConfig]
-	log := logf.FromContext(ctx).WithValues("deviceConfig", name)
+	label := node.Labels[labelDevicePluginConfig]
+	log := logf.FromContext(ctx).WithValues("deviceConfig", label)
 	gpus, err := n.GPUs()
 	if err != nil {
 		return fmt.Errorf("device plugin on node %s: %w", n.name, err)
 	}
-	sharing, source, err := r.readSharing(ctx, name)
-	var invalid *invalidConfigError
-	if errors.As(err, &invalid) {
-		r.warnOnce(ctx, n, node, reasonDevicePluginConfigInvalid,
-			fmt.Sprintf("device plugin config %q cannot be applied on node %s, devices unchanged: %v", name, n.name, invalid))
-		return nil
+	run, err := r.selectConfig(ctx, op, label)
+	var devices []device
+	if err == nil {
+		if devices, err = advertise(gpus, run); err != nil {
+			err = &refusal{reason: reasonDevicePluginRefused, err: err}
+		}
 	}
-	if err != nil {
+	var refused *refusal
+	if err != nil && !errors.As(err, &refused) {
 		return fmt.Errorf("device plugin on node %s: %w", n.name, err)
-	}
-	if err := checkSharing(gpus, sharing); err != nil {
-		r.warnOnce(ctx, n, node, reasonSharingUnsupported,
-			fmt.Sprintf("device plugin config %q refused on node %s, devices advertised exclusively: %v", name, n.name, err))
-		sharing, source = v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}, "refused: "+err.Error()
-	} else {
-		n.devicePlugin.warned = ""
 	}
 
 	n.mu.Lock()
-	previous := n.sharing
-	n.sharing = sharing
+	previous := n.plugin
+	if refused != nil {
+		n.plugin = nil
+	} else {
+		n.plugin = &run
+	}
 	n.mu.Unlock()
-	if previous != sharing {
-		// The real plugin restarts on a new config; pods keep the devices they were given.
-		log.Info("device plugin restarted with a new sharing setting", "mode", sharing.Mode, "replicas", sharing.Replicas,
-			"from", source, "previousMode", previous.Mode, "previousReplicas", previous.Replicas)
+
+	want := capacityOf(devices)
+	if refused != nil {
+		r.warnOnce(ctx, n, node, refused.reason, fmt.Sprintf("device plugin on node %s does not start and advertises nothing: %v", n.name, refused))
+		want = nothingAdvertised(node.Status)
+	} else {
+		n.devicePlugin.warned = ""
+		if previous == nil || !sameRun(*previous, run) {
+			// The real plugin restarts on a new config; pods keep the devices they were given.
+			log.Info("device plugin started", "config", run.key, "migStrategy", run.strategy, "sharing", run.file.sharingStrategy())
+		}
 	}
 
-	patch := capacityPatch(node.Status, Capacity(gpus, sharing))
+	patch := capacityPatch(node.Status, want)
 	if len(patch) == 0 {
 		return nil
 	}
@@ -145,25 +178,36 @@ func (r *reconciler) devicePlugin(ctx context.Context, n *Node, node *corev1.Nod
 	return nil
 }
 
+func sameRun(a, b pluginRun) bool {
+	return a.key == b.key && a.strategy == b.strategy && fmt.Sprint(a.file) == fmt.Sprint(b.file)
+}
+
 // warnOnce records a Warning on the node unless the same note was the last one recorded.
 func (r *reconciler) warnOnce(ctx context.Context, n *Node, node *corev1.Node, reason, note string) {
 	if n.devicePlugin.warned == note {
 		return
 	}
 	n.devicePlugin.warned = note
-	logf.FromContext(ctx).Info("device plugin cannot apply its config", "reason", reason, "message", note)
+	logf.FromContext(ctx).Info("device plugin does not start", "reason", reason, "message", note)
 	r.devicePluginRecorder.Eventf(node, nil, corev1.EventTypeWarning, reason, "StartPlugin", "%s", note)
 }
 
-// nodesForConfigMap maps a change of the device plugin's ConfigMap to a reconcile of every
-// simulated node, since any node's label may name a key that changed. The real plugin re-reads
-// its config only when the label changes (or it restarts); the simulator re-reads on every
-// change as well, which differs only for a key edited in place, something gpupool never does
-// (its keys are named after their content).
-func (r *reconciler) nodesForConfigMap(_ context.Context, o client.Object) []ctrl.Request {
-	if o.GetNamespace() != r.devicePluginConfigMap.Namespace || o.GetName() != r.devicePluginConfigMap.Name {
+// nodesForConfigMap maps a change of the device plugin's ConfigMap (the one the ClusterPolicy
+// names, in its namespace) to a reconcile of every simulated node, since any node's label may
+// name a key that changed. The real
+// device plugin re-reads its config only when the label changes (or it restarts); the
+// simulator re-reads on every change as well, which differs only for a key edited in place,
+// something gpupool never does (its keys are named after their content).
+func (r *reconciler) nodesForConfigMap(ctx context.Context, o client.Object) []ctrl.Request {
+	op, err := readClusterPolicy(ctx, r.client, r.clusterPolicy)
+	if err != nil || o.GetNamespace() != op.Namespace || o.GetName() != op.DevicePluginConfigMap {
 		return nil
 	}
+	return r.allNodes()
+}
+
+// allNodes is a reconcile request for every simulated node.
+func (r *reconciler) allNodes() []ctrl.Request {
 	out := make([]ctrl.Request, 0, len(r.nodes))
 	for name := range r.nodes {
 		out = append(out, ctrl.Request{NamespacedName: types.NamespacedName{Name: name}})

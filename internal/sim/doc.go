@@ -7,23 +7,36 @@
 // node agent against that mock, so the controller meets the same GPUNode objects it meets in
 // production.
 //
-// The device plugin applies the config that label nvidia.com/device-plugin.config names, a key
-// of Options.DevicePluginConfigMap (read fresh from the API server on every change of the label
-// or the ConfigMap). Time-slicing or MPS with r replicas advertises each GPU with MIG disabled
-// as r devices of nvidia.com/gpu.shared, named <GPU-UUID>::<n>, and no nvidia.com/gpu.
-// Time-slicing also shares MIG devices, as gpupool's time-slicing configs list every
-// nvidia.com/mig-<profile> resource with renameByDefault: each MIG device is r devices of
-// nvidia.com/mig-<profile>.shared, named <MIG-UUID>::<n>, and nvidia.com/mig-<profile> is not
-// advertised; under MPS, MIG devices stay exclusive. A pod gets replicas of the least shared
-// devices first, and the node agent lists it on the GPU or MIG device a replica belongs to, so
-// it keeps mig-manager from changing that GPU like any other holder. No label, no ConfigMap or
-// no such key means exclusive devices, the real plugin's default. A key that does not parse
-// changes nothing advertised and records a Warning Event (DevicePluginConfigInvalid) on the
-// Node, as a plugin that crashes on start would. MPS on a node with any MIG device is refused
-// as a whole, as the real plugin refuses to start: every device is advertised exclusively and
-// a Warning Event (DevicePluginSharingUnsupported) says "MPS is not supported on MIG devices".
-// Pods keep the devices or replicas they hold when the setting changes, as running pods do on
-// a real node.
+// The simulator behaves like NVIDIA's components, not like gpupool: it never imports gpupool's
+// own writers and readers of the operator's formats (internal/nvidia, internal/planner), so a
+// mistake in what gpupool writes is refused here as the real operator would refuse it. It reads
+// mig-parted's config file and the device plugin's with its own decoders, written from NVIDIA's
+// schemas (migparted.go, devicepluginconfig.go, each citing the NVIDIA files it follows), and
+// takes its settings where the GPU Operator takes them (clusterpolicy.go): the ClusterPolicy's
+// spec.mig.strategy, spec.migManager.config.name and spec.devicePlugin.config.name and
+// .default, with both ConfigMaps read only in the ClusterPolicy's status.namespace.
+//
+// mig-manager validates the file and the selected name first: a file mig-parted's decoder
+// refuses (unknown field, other version, negative count, ...) or a name it lacks sets state
+// failed without pending or pausing anything. An entry that already holds on every GPU
+// succeeds at once; otherwise it goes pending, pauses the operands, refuses GPUs in use, and
+// rebuilds only the GPUs whose layout changes. Entries select GPUs by index and by
+// device-filter against the GPUs' PCI IDs, the ones NVIDIA's own config lists (models.go).
+//
+// The device plugin applies the key of the device plugin ConfigMap that label
+// nvidia.com/device-plugin.config names (the ClusterPolicy's default key without the label),
+// read fresh from the API server on every change of the label or the ConfigMap, under the
+// ClusterPolicy's MIG strategy. Each resource a sharing config lists is advertised as replicas
+// <UUID>::<n>, renamed <name>.shared under renameByDefault (nvidia.com/gpu.shared,
+// nvidia.com/mig-<profile>.shared); resources not listed stay exclusive. What NVIDIA's
+// config-manager or plugin refuses (a key the ConfigMap lacks, a missing ConfigMap, a file
+// that does not decode, MPS under the mixed strategy, more than 48 MPS replicas, MPS with MIG
+// devices) makes the plugin advertise nothing: every nvidia.com/ resource of the node goes to
+// 0, with a Warning Event (DevicePluginConfigInvalid or DevicePluginRefused) saying why, until
+// a config it accepts is selected. A pod gets replicas of the least shared devices first, and
+// the node agent lists it on the GPU or MIG device a replica belongs to, so it keeps
+// mig-manager from changing that GPU like any other holder. Pods keep the devices or replicas
+// they hold when the setting changes, as running pods do on a real node.
 //
 // It exists because neither the GPU Operator nor GPUs are available where `make demo` and the
 // end-to-end suite run (kwok simulates kubelets, not drivers), and because the controller's

@@ -3,6 +3,7 @@ package sim_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -14,10 +15,12 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,10 +29,12 @@ import (
 
 	"github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
-	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/sim"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
+
+// The tests write the GPU Operator's config files by hand, in NVIDIA's formats, never with
+// gpupool's writers (internal/nvidia): the simulator must read what NVIDIA's components read.
 
 // The API server is started on first use and shared by the package's envtest tests; each test
 // uses its own node names and ConfigMap, so they do not see each other's objects.
@@ -74,6 +79,9 @@ func startEnv(t *testing.T) *testenv.Env {
 		if envErr != nil {
 			return
 		}
+		if envErr = installClusterPolicyCRD(sharedEnv); envErr != nil {
+			return
+		}
 		for _, ns := range []string{configNamespace, podNamespace} {
 			obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
 			if err := sharedEnv.Client.Create(context.Background(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -88,6 +96,42 @@ func startEnv(t *testing.T) *testenv.Env {
 	return sharedEnv
 }
 
+// installClusterPolicyCRD installs the simulator's ClusterPolicy CRD and waits until it is
+// served.
+func installClusterPolicyCRD(env *testenv.Env) error {
+	ctx := context.Background()
+	if err := apiextensionsv1.AddToScheme(env.Scheme); err != nil {
+		return err
+	}
+	c, err := client.New(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		return err
+	}
+	if err := c.Create(ctx, sim.ClusterPolicyCRD()); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the ClusterPolicy CRD: %w", err)
+	}
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(sim.ClusterPolicyGVK.GroupVersion().WithKind("ClusterPolicyList"))
+		err := c.List(ctx, list)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the ClusterPolicy CRD is not served: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// exclusiveKey is the device plugin config key each test's ClusterPolicy names as its default,
+// and exclusiveConfig its content: NVIDIA's format, no sharing.
+const (
+	exclusiveKey    = "exclusive"
+	exclusiveConfig = "version: v1\nflags:\n  migStrategy: mixed\n"
+)
+
 // fixture is one running simulator in the shared API server.
 type fixture struct {
 	t   *testing.T
@@ -97,22 +141,51 @@ type fixture struct {
 	sim *sim.Sim
 	cm  types.NamespacedName
 	// dp is the device plugin's ConfigMap, also the test's own.
-	dp    types.NamespacedName
-	nodes []string
+	dp types.NamespacedName
+	// policy is the test's ClusterPolicy, which names cm and dp.
+	policy sim.ClusterPolicySettings
+	// entries are the mig-parted entries addEntries wrote, as YAML lists.
+	entries map[string]string
+	nodes   []string
 }
 
-// startSim runs a simulator creating the given nodes, with its own ConfigMap named after the
-// test, until the test ends; it then stops the simulator and deletes what it created.
-func startSim(t *testing.T, o sim.Options) *fixture {
+// testOptions adjusts a fixture before its simulator starts.
+type testOptions struct {
+	// strategy is the ClusterPolicy's spec.mig.strategy; "" means mixed.
+	strategy string
+	// noDevicePluginConfigMap leaves the device plugin's ConfigMap out.
+	noDevicePluginConfigMap bool
+}
+
+// startSim runs a simulator creating the given nodes, with its own ClusterPolicy and
+// ConfigMaps named after the test, until the test ends; it then stops the simulator and
+// deletes what it created. The device plugin's ConfigMap starts with the exclusive default key.
+func startSim(t *testing.T, o sim.Options, opts ...testOptions) *fixture {
 	t.Helper()
 	env := startEnv(t)
-	f := &fixture{t: t, g: NewWithT(t), env: env, c: env.Client}
+	var to testOptions
+	if len(opts) > 0 {
+		to = opts[0]
+	}
+	f := &fixture{t: t, g: NewWithT(t), env: env, c: env.Client, entries: map[string]string{}}
 	f.g.SetDefaultEventuallyTimeout(waitTimeout)
 	f.g.SetDefaultEventuallyPollingInterval(pollInterval)
 	f.cm = types.NamespacedName{Namespace: configNamespace, Name: "cm-" + o.Nodes[0].Name}
-	o.ConfigMap = f.cm
 	f.dp = types.NamespacedName{Namespace: configNamespace, Name: "dp-" + o.Nodes[0].Name}
-	o.DevicePluginConfigMap = f.dp
+	f.policy = sim.ClusterPolicySettings{
+		Name: "cp-" + o.Nodes[0].Name, Namespace: configNamespace, MIGStrategy: to.strategy,
+		MIGConfigMap: f.cm.Name, DevicePluginConfigMap: f.dp.Name, DevicePluginDefault: exclusiveKey,
+	}
+	if f.policy.MIGStrategy == "" {
+		f.policy.MIGStrategy = "mixed"
+	}
+	if err := sim.InstallClusterPolicy(context.Background(), env.Client, f.policy); err != nil {
+		t.Fatal(err)
+	}
+	if !to.noDevicePluginConfigMap {
+		f.setDevicePluginConfig(map[string]string{exclusiveKey: exclusiveConfig})
+	}
+	o.ClusterPolicy = f.policy.Name
 	o.CreateNodes = true
 	if o.AgentRefreshPeriod == 0 {
 		o.AgentRefreshPeriod = 200 * time.Millisecond
@@ -158,6 +231,9 @@ func startSim(t *testing.T, o sim.Options) *fixture {
 				t.Errorf("deleting ConfigMap %s: %v", key, err)
 			}
 		}
+		if err := f.c.Delete(bg, sim.ClusterPolicyObject(f.policy)); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting ClusterPolicy %s: %v", f.policy.Name, err)
+		}
 	})
 	for _, name := range f.nodes {
 		f.g.Eventually(func() error { return f.c.Get(ctx, types.NamespacedName{Name: name}, &corev1.Node{}) }).Should(Succeed())
@@ -198,36 +274,36 @@ func (f *fixture) gpus(name string) []sim.GPUState {
 	return g
 }
 
-// addEntries adds mig-parted entries to the fixture's ConfigMap, creating it if needed.
-func (f *fixture) addEntries(entries map[string][]nvidia.DeviceSpec) {
+// addEntries adds mig-parted entries, each a YAML list of specs in NVIDIA's format, and
+// rewrites the fixture's ConfigMap with every entry added so far (creating it if needed).
+func (f *fixture) addEntries(entries map[string]string) {
+	f.t.Helper()
+	for k, v := range entries {
+		f.entries[k] = v
+	}
+	var b strings.Builder
+	b.WriteString("version: v1\nmig-configs:\n")
+	for _, name := range slices.Sorted(maps.Keys(f.entries)) {
+		fmt.Fprintf(&b, "  %s:\n", name)
+		for line := range strings.SplitSeq(strings.TrimRight(f.entries[name], "\n"), "\n") {
+			b.WriteString("    " + line + "\n")
+		}
+	}
+	f.setMIGParted(b.String())
+}
+
+// setMIGParted makes the fixture's mig-parted ConfigMap hold exactly data under config.yaml.
+func (f *fixture) setMIGParted(data string) {
 	f.t.Helper()
 	ctx := context.Background()
 	cm := &corev1.ConfigMap{}
 	err := f.c.Get(ctx, f.cm, cm)
-	create := apierrors.IsNotFound(err)
-	if err != nil && !create {
-		f.t.Fatal(err)
-	}
-	cfg := nvidia.Config{Version: nvidia.ConfigVersion, MIGConfigs: map[string][]nvidia.DeviceSpec{}}
-	if data := cm.Data[nvidia.ConfigMapKey]; data != "" {
-		if cfg, err = nvidia.ParseMIGPartedConfig([]byte(data)); err != nil {
-			f.t.Fatal(err)
-		}
-	}
-	for k, v := range entries {
-		cfg.MIGConfigs[k] = v
-	}
-	data, err := cfg.Marshal()
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	if create {
-		cm.ObjectMeta = metav1.ObjectMeta{Namespace: f.cm.Namespace, Name: f.cm.Name}
-	}
-	cm.Data = map[string]string{nvidia.ConfigMapKey: string(data)}
-	if create {
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.cm.Namespace, Name: f.cm.Name}, Data: map[string]string{"config.yaml": data}}
 		err = f.c.Create(ctx, cm)
-	} else {
+	case err == nil:
+		cm.Data = map[string]string{"config.yaml": data}
 		err = f.c.Update(ctx, cm)
 	}
 	if err != nil {
@@ -264,15 +340,28 @@ func (f *fixture) deleteDevicePluginConfig() {
 	}
 }
 
-// sharingConfigs is the device plugin ConfigMap data gpupool's controller writes for the given
-// settings (gpupool-none always included).
-func (f *fixture) sharingConfigs(settings ...v1alpha1.SharingConfig) map[string]string {
-	f.t.Helper()
-	data, err := nvidia.UpdateDevicePluginConfigMap(nil, settings, nil)
-	if err != nil {
-		f.t.Fatal(err)
+// sharingConfig is a device plugin config file written by hand in NVIDIA's format: mode
+// ("timeSlicing" or "mps") with r replicas of every resource listed, renamed <name>.shared.
+func sharingConfig(mode string, r int, resources ...corev1.ResourceName) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  %s:\n    renameByDefault: true\n    resources:\n", mode)
+	for _, res := range resources {
+		fmt.Fprintf(&b, "    - name: %s\n      replicas: %d\n", res, r)
 	}
-	return data
+	return b.String()
+}
+
+// timeSliced shares whole GPUs and the simulated H200s' and A100s' MIG devices by time-slicing.
+func timeSliced(r int) string {
+	return sharingConfig("timeSlicing", r, resGPU, res1g, "nvidia.com/mig-2g.35gb", res3g, "nvidia.com/mig-7g.141gb",
+		"nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb")
+}
+
+// withExclusive is a device plugin ConfigMap holding the exclusive default and the given keys.
+func withExclusive(keys map[string]string) map[string]string {
+	out := map[string]string{exclusiveKey: exclusiveConfig}
+	maps.Copy(out, keys)
+	return out
 }
 
 // label sets (or, with "", removes) a node label.
@@ -325,36 +414,38 @@ func (f *fixture) gpuPods(name string, index int) func() []v1alpha1.PodReference
 	}
 }
 
-// perGPU is an entry giving each listed GPU index its own layout (nil: MIG disabled).
-func perGPU(layouts map[int]mig.Layout) []nvidia.DeviceSpec {
-	var out []nvidia.DeviceSpec
-	for _, i := range slices.Sorted(mapsKeys(layouts)) {
-		s := nvidia.DeviceSpec{Devices: nvidia.Devices{Indexes: []int{i}}}
-		if l := layouts[i]; l != nil {
-			s.MIGEnabled, s.MIGDevices = true, map[string]int(l)
+// perGPU is an entry giving each listed GPU index its own layout (nil: MIG disabled), as a
+// YAML list of specs in NVIDIA's format.
+func perGPU(layouts map[int]mig.Layout) string {
+	var b strings.Builder
+	for _, i := range slices.Sorted(maps.Keys(layouts)) {
+		fmt.Fprintf(&b, "- devices: [%d]\n", i)
+		l := layouts[i]
+		if l == nil {
+			b.WriteString("  mig-enabled: false\n")
+			continue
 		}
-		out = append(out, s)
+		b.WriteString("  mig-enabled: true\n")
+		if len(l) == 0 {
+			b.WriteString("  mig-devices: {}\n")
+			continue
+		}
+		b.WriteString("  mig-devices:\n")
+		for _, p := range slices.Sorted(maps.Keys(l)) {
+			fmt.Fprintf(&b, "    %q: %d\n", p, l[p])
+		}
 	}
-	return out
+	return b.String()
 }
 
-func mapsKeys(m map[int]mig.Layout) func(func(int) bool) {
-	return func(yield func(int) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
-
-// flip asks mig-manager for entry as gpupool's controller does (nvidia.RequestMIGConfig:
-// set mig.config, drop the stale state), with a merge patch.
+// flip asks mig-manager for entry as gpupool's controller does (set mig.config, drop the stale
+// state), with a merge patch.
 func (f *fixture) flip(name, entry string) {
 	f.t.Helper()
 	n := f.node(name)
 	base := n.DeepCopy()
-	nvidia.RequestMIGConfig(n, entry)
+	n.Labels[v1alpha1.LabelMIGConfig] = entry
+	delete(n.Labels, v1alpha1.LabelMIGConfigState)
 	if err := f.c.Patch(context.Background(), n, client.MergeFrom(base)); err != nil {
 		f.t.Fatalf("flipping %s to %s: %v", name, entry, err)
 	}
@@ -427,7 +518,7 @@ func (f *fixture) setExpectedLayout(name string, layouts map[int]mig.Layout) {
 	f.g.Eventually(func() error { return f.c.Get(ctx, types.NamespacedName{Name: name}, n) }).Should(Succeed())
 	base := n.DeepCopy()
 	n.Spec.ExpectedLayout = nil
-	for _, i := range slices.Sorted(mapsKeys(layouts)) {
+	for _, i := range slices.Sorted(maps.Keys(layouts)) {
 		l := v1alpha1.GPULayout{Index: int32(i), Profiles: v1alpha1.ProfileCounts{}}
 		for p, c := range layouts[i] {
 			l.Profiles[p] = int32(c)

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,33 +13,49 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
-	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
-// Operand deploy labels mig-manager pauses while it changes MIG settings (mig-parted's
-// reconfigure script: device plugin, GPU Feature Discovery, DCGM exporter, DCGM, NVSM). An
-// operand is paused only when its label is set; restoring writes "true".
+// Labels of mig-manager's protocol (NVIDIA/mig-parted cmd/nvidia-mig-manager/main.go
+// MigConfigLabel, pkg/mig/reconfigure/reconfigure.go).
+const (
+	labelMIGConfig      = "nvidia.com/mig.config"
+	labelMIGConfigState = "nvidia.com/mig.config.state"
+	// labelDeployPrefix starts the GPU Operator's per-operand deploy labels.
+	labelDeployPrefix = "nvidia.com/gpu.deploy."
+)
+
+// States mig-manager writes into nvidia.com/mig.config.state.
+const (
+	statePending = "pending"
+	stateSuccess = "success"
+	stateFailed  = "failed"
+)
+
+// Operand deploy labels mig-manager pauses while it changes MIG settings
+// (reconfigure.go shutdownKubernetesGPUClients: device plugin, GPU Feature Discovery, DCGM
+// exporter, DCGM, NVSM). An operand is paused only when its label is set; restoring writes
+// "true".
 var pausableOperands = []string{
-	nvidia.LabelDeployPrefix + "device-plugin",
-	nvidia.LabelDeployPrefix + "gpu-feature-discovery",
-	nvidia.LabelDeployPrefix + "dcgm-exporter",
-	nvidia.LabelDeployPrefix + "dcgm",
-	nvidia.LabelDeployPrefix + "nvsm",
+	labelDeployPrefix + "device-plugin",
+	labelDeployPrefix + "gpu-feature-discovery",
+	labelDeployPrefix + "dcgm-exporter",
+	labelDeployPrefix + "dcgm",
+	labelDeployPrefix + "nvsm",
 }
 
-// pausedValue is the deploy label value of a paused operand.
-const pausedValue = nvidia.PausedForMIGChange
+// pausedValue is the deploy label value of a paused operand (reconfigure.go maybeSetPaused).
+const pausedValue = "paused-for-mig-change"
 
 // labelDevicePluginDeploy is the device plugin's deploy label; the simulated device plugin
 // does not update the node while it is paused.
-const labelDevicePluginDeploy = nvidia.LabelDeployPrefix + "device-plugin"
+const labelDevicePluginDeploy = labelDeployPrefix + "device-plugin"
 
 // Event reasons the simulated mig-manager records on the Node.
 const (
@@ -110,8 +127,17 @@ func (m *migManagerMemory) finish(seq uint64) {
 }
 
 // migManager is mig-manager's part of a node's reconcile: it works on the latest recorded
-// label change, if it has not finished it yet.
-func (r *reconciler) migManager(ctx context.Context, n *Node, node *corev1.Node) (ctrl.Result, error) {
+// label change, if it has not finished it yet, in the order of NVIDIA/mig-parted
+// pkg/mig/reconfigure/reconfigure.go Run: check that the config file is valid and holds the
+// selected name (else state failed, nothing paused), report success at once when every GPU
+// already is as the entry says, else set pending, pause the operands and apply.
+//
+// mig-manager reads the file mounted from the ClusterPolicy's spec.migManager.config.name in
+// the operator's namespace. While that ConfigMap or its config.yaml is missing, the real
+// mig-manager cannot start (its volume does not mount, or it exits on the missing
+// CONFIG_FILE), so no state is written: the change waits, and is applied once the file is
+// there.
+func (r *reconciler) migManager(ctx context.Context, n *Node, node *corev1.Node, op operatorSettings) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
 	mm := &n.migManager
 	value, seq, begun, since, ok := mm.next()
@@ -126,7 +152,32 @@ func (r *reconciler) migManager(ctx context.Context, n *Node, node *corev1.Node)
 	faults := n.peekFaults().merge(annotated)
 	if !begun {
 		log.Info("mig.config changed; applying", "config", value)
-		set := map[string]*string{v1alpha1.LabelMIGConfigState: ptrTo(string(nvidia.StatePending))}
+		specs, err := r.readEntry(ctx, op, value)
+		var notRunning *migManagerNotRunning
+		switch {
+		case errors.As(err, &notRunning):
+			log.Info("mig-manager cannot start; the change waits", "reason", notRunning.Error())
+			return ctrl.Result{RequeueAfter: r.retryPeriod}, nil
+		case err != nil:
+			if err := r.fail(ctx, n, node, value, reasonConfigInvalid, "applying %s on node %s: %v", value, n.name, err); err != nil {
+				return ctrl.Result{}, err
+			}
+			mm.finish(seq)
+			return ctrl.Result{}, nil
+		}
+		gpus, err := n.GPUs()
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if n.alreadyApplied(specs, gpus) {
+			log.Info("selected MIG config is already applied", "config", value)
+			if err := r.succeed(ctx, node, value, "already applied"); err != nil {
+				return ctrl.Result{}, err
+			}
+			mm.finish(seq)
+			return ctrl.Result{}, nil
+		}
+		set := map[string]*string{labelMIGConfigState: ptrTo(statePending)}
 		if faults.StuckPending {
 			// The known wedge: operands paused, pausing never completes, state stays pending.
 			maps.Copy(set, pauseLabels(node.Labels))
@@ -145,33 +196,43 @@ func (r *reconciler) migManager(ctx context.Context, n *Node, node *corev1.Node)
 	if wait := since.Add(faults.ApplyDelay).Sub(r.clock.Now()); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	if err := r.apply(ctx, n, node, value, annotated); err != nil {
+	if err := r.apply(ctx, n, node, op, value, annotated); err != nil {
 		return ctrl.Result{}, err
 	}
 	mm.finish(seq)
 	return ctrl.Result{}, nil
 }
 
+// fail restores the paused operands and reports state failed with a Warning saying why.
+func (r *reconciler) fail(ctx context.Context, n *Node, node *corev1.Node, value, reason, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	logf.FromContext(ctx).Info("MIG reconfiguration failed", "config", value, "reason", reason, "message", msg)
+	r.recorder.Eventf(node, nil, corev1.EventTypeWarning, reason, "Reconfigure", "%s", msg)
+	set := restoreLabels(node.Labels)
+	set[labelMIGConfigState] = ptrTo(stateFailed)
+	if err := r.patchLabels(ctx, node, set); err != nil {
+		return fmt.Errorf("setting state failed for %s on node %s: %w", value, n.name, err)
+	}
+	return nil
+}
+
 // apply applies the entry named value and ends in state success or failed. It returns an
 // error only when the API server could not be told the outcome; the reconcile then retries,
 // which is safe because applying an entry that is already in place changes nothing.
-func (r *reconciler) apply(ctx context.Context, n *Node, node *corev1.Node, value string, annotated Faults) error {
+func (r *reconciler) apply(ctx context.Context, n *Node, node *corev1.Node, op operatorSettings, value string, annotated Faults) error {
 	log := logf.FromContext(ctx).WithValues("config", value)
 	fail := func(reason, format string, args ...any) error {
-		msg := fmt.Sprintf(format, args...)
-		log.Info("MIG reconfiguration failed", "reason", reason, "message", msg)
-		r.recorder.Eventf(node, nil, corev1.EventTypeWarning, reason, "Reconfigure", "%s", msg)
-		set := restoreLabels(node.Labels)
-		set[v1alpha1.LabelMIGConfigState] = ptrTo(string(nvidia.StateFailed))
-		if err := r.patchLabels(ctx, node, set); err != nil {
-			return fmt.Errorf("setting state failed for %s on node %s: %w", value, n.name, err)
-		}
-		return nil
+		return r.fail(ctx, n, node, value, reason, format, args...)
 	}
 
-	targets, err := r.readEntry(ctx, n, value)
+	// mig-parted apply reads the file again.
+	specs, err := r.readEntry(ctx, op, value)
 	if err != nil {
 		return fail(reasonConfigInvalid, "applying %s on node %s: %v", value, n.name, err)
+	}
+	targets, err := n.resolveEntry(specs)
+	if err != nil {
+		return fail(reasonApplyFailed, "applying %s on node %s: %v", value, n.name, err)
 	}
 	faults := n.takeFaults().merge(annotated)
 	if faults.FailNext {
@@ -244,7 +305,7 @@ func (r *reconciler) apply(ctx context.Context, n *Node, node *corev1.Node, valu
 // succeed restores the paused operands and reports success.
 func (r *reconciler) succeed(ctx context.Context, node *corev1.Node, value, what string) error {
 	set := restoreLabels(node.Labels)
-	set[v1alpha1.LabelMIGConfigState] = ptrTo(string(nvidia.StateSuccess))
+	set[labelMIGConfigState] = ptrTo(stateSuccess)
 	if err := r.patchLabels(ctx, node, set); err != nil {
 		return fmt.Errorf("setting state success for %s on node %s: %w", value, node.Name, err)
 	}
@@ -253,58 +314,102 @@ func (r *reconciler) succeed(ctx context.Context, node *corev1.Node, value, what
 	return nil
 }
 
-// readEntry reads the entry named value from the mig-parted ConfigMap, fresh from the API
-// server (the real mig-manager reads a mounted file), and resolves it to a target per GPU
-// index. GPUs the entry does not select are absent: mig-parted leaves them alone. The whole
-// entry is checked (profiles exist and fit) before anything changes.
-func (r *reconciler) readEntry(ctx context.Context, n *Node, value string) (map[int]gpuTarget, error) {
+// migManagerNotRunning is a mig-parted ConfigMap the real mig-manager cannot start with: none
+// named in the ClusterPolicy, the ConfigMap missing, or no config.yaml in it.
+type migManagerNotRunning struct{ err error }
+
+func (e *migManagerNotRunning) Error() string { return e.err.Error() }
+
+// readEntry reads the mig-parted config file, fresh from the API server (the real mig-manager
+// reads the mounted file each time it runs mig-parted), decodes it as mig-parted does and
+// selects the entry named value. A *migManagerNotRunning error means there is no file to read;
+// any other error is a file mig-parted refuses, or a name it does not hold.
+func (r *reconciler) readEntry(ctx context.Context, op operatorSettings, value string) ([]migConfigSpec, error) {
+	if op.MIGConfigMap == "" {
+		return nil, &migManagerNotRunning{fmt.Errorf("ClusterPolicy %s sets no spec.migManager.config.name, and the simulator has no generated config", op.Policy)}
+	}
+	key := op.migConfigMap()
 	var cm corev1.ConfigMap
-	if err := r.apiReader.Get(ctx, r.configMap, &cm); err != nil {
-		return nil, fmt.Errorf("reading ConfigMap %s: %w", r.configMap, err)
+	if err := r.apiReader.Get(ctx, key, &cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &migManagerNotRunning{fmt.Errorf("ConfigMap %s does not exist: mig-manager's pod cannot mount it", key)}
+		}
+		return nil, fmt.Errorf("reading ConfigMap %s: %w", key, err)
 	}
-	data, ok := cm.Data[nvidia.ConfigMapKey]
+	data, ok := cm.Data[migPartedConfigKey]
 	if !ok {
-		return nil, fmt.Errorf("ConfigMap %s has no key %s", r.configMap, nvidia.ConfigMapKey)
+		return nil, &migManagerNotRunning{fmt.Errorf("ConfigMap %s has no key %s: mig-manager finds no config file", key, migPartedConfigKey)}
 	}
-	cfg, err := nvidia.ParseMIGPartedConfig([]byte(data))
+	f, err := decodeMIGParted([]byte(data))
 	if err != nil {
-		return nil, fmt.Errorf("ConfigMap %s: %w", r.configMap, err)
+		return nil, fmt.Errorf("error parsing config file %s of ConfigMap %s: %w", migPartedConfigKey, key, err)
 	}
-	specs, ok := cfg.MIGConfigs[value]
-	if !ok {
-		return nil, fmt.Errorf("ConfigMap %s has no mig-parted entry named %q", r.configMap, value)
+	specs, err := f.selectMIGConfig(value)
+	if err != nil {
+		return nil, fmt.Errorf("error selecting MIG config from ConfigMap %s: %w", key, err)
 	}
-	return n.resolveEntry(specs)
+	return specs, nil
 }
 
-// resolveEntry turns an entry's device specs into a target per selected GPU; a later spec
-// overrides an earlier one for the same GPU, as mig-parted applies them in order.
-func (n *Node) resolveEntry(specs []nvidia.DeviceSpec) (map[int]gpuTarget, error) {
-	targets := map[int]gpuTarget{}
+// matchingSpecs returns, per GPU index, the specs that select it, in file order, as
+// mig-parted's WalkSelectedMigConfigForEachGPU visits them.
+func (n *Node) matchingSpecs(specs []migConfigSpec) map[int][]migConfigSpec {
+	out := map[int][]migConfigSpec{}
+	hw := n.migDeviceID()
 	for _, s := range specs {
-		if !n.matchesFilter(s.DeviceFilter) {
+		if !s.matchesDeviceFilter(hw) {
 			continue
 		}
-		indexes := s.Devices.Indexes
-		if s.Devices.All {
-			indexes = make([]int, n.gpus)
-			for i := range indexes {
-				indexes[i] = i
+		for i := range n.gpus {
+			if s.matchesDevice(i) {
+				out[i] = append(out[i], s)
 			}
 		}
-		for _, i := range indexes {
-			if i < 0 || i >= n.gpus {
-				return nil, fmt.Errorf("device index %d: the node has GPUs 0..%d", i, n.gpus-1)
-			}
-			t := gpuTarget{MIGEnabled: s.MIGEnabled, Layout: mig.Layout{}}
-			if s.MIGEnabled {
-				maps.Copy(t.Layout, s.MIGDevices)
-				if _, err := ChooseSlots(n.slotProfiles(i), t.Layout); err != nil {
-					return nil, fmt.Errorf("GPU %d (%s): %w", i, n.model.Name, err)
-				}
-			}
-			targets[i] = t
+	}
+	return out
+}
+
+// alreadyApplied is mig-parted's assert of the selected entry against the GPUs: every GPU must
+// be selected, and the last spec that selects it must hold: the same MIG mode and, with MIG
+// on, the same profile counts.
+func (n *Node) alreadyApplied(specs []migConfigSpec, gpus []GPUState) bool {
+	matched := n.matchingSpecs(specs)
+	for i := range n.gpus {
+		if len(matched[i]) == 0 {
+			return false
 		}
+		s := matched[i][len(matched[i])-1]
+		if s.MIGEnabled != gpus[i].MIGEnabled {
+			return false
+		}
+		if s.MIGEnabled && !maps.Equal(map[string]int(gpus[i].Layout()), s.MIGDevices) {
+			return false
+		}
+	}
+	return true
+}
+
+// resolveEntry turns an entry's specs into a target per selected GPU; a later spec overrides
+// an earlier one for the same GPU, as mig-parted applies them in order. GPUs no spec selects
+// are absent: mig-parted leaves them alone (an index the node does not have selects nothing).
+// The whole entry is checked (profiles exist and fit) before anything changes. Counts of 0
+// create nothing.
+func (n *Node) resolveEntry(specs []migConfigSpec) (map[int]gpuTarget, error) {
+	targets := map[int]gpuTarget{}
+	for i, list := range n.matchingSpecs(specs) {
+		s := list[len(list)-1]
+		t := gpuTarget{MIGEnabled: s.MIGEnabled, Layout: mig.Layout{}}
+		for p, c := range s.MIGDevices {
+			if c > 0 {
+				t.Layout[p] = c
+			}
+		}
+		if s.MIGEnabled {
+			if _, err := ChooseSlots(n.slotProfiles(i), t.Layout); err != nil {
+				return nil, fmt.Errorf("GPU %d (%s): %w", i, n.model.Name, err)
+			}
+		}
+		targets[i] = t
 	}
 	return targets, nil
 }
@@ -333,8 +438,8 @@ func dropOneInstance(log logr.Logger, changed map[int]gpuTarget) {
 func pauseLabels(labels map[string]string) map[string]*string {
 	out := map[string]*string{}
 	for _, k := range pausableOperands {
-		if v := labels[k]; v != "" && v != nvidia.PausedForMIGChange {
-			out[k] = ptrTo(nvidia.PausedForMIGChange)
+		if v := labels[k]; v != "" && v != pausedValue {
+			out[k] = ptrTo(pausedValue)
 		}
 	}
 	return out
@@ -344,7 +449,7 @@ func pauseLabels(labels map[string]string) map[string]*string {
 func restoreLabels(labels map[string]string) map[string]*string {
 	out := map[string]*string{}
 	for _, k := range pausableOperands {
-		if labels[k] == nvidia.PausedForMIGChange {
+		if labels[k] == pausedValue {
 			out[k] = ptrTo("true")
 		}
 	}

@@ -18,21 +18,36 @@ type Model struct {
 	ProductLabel string
 	// Aliases are the lower-case short names accepted on the gpusim command line.
 	Aliases []string
-	// mock is go-nvml's mock table for the model; NVML returns Corrected(mock).
+	// mock is go-nvml's mock table for the model; NVML returns Corrected(mock) with
+	// pciDeviceID.
 	mock gpus.Config
+	// pciDeviceID is the packed PCI device and vendor ID NVML reports (device ID in the high
+	// 16 bits), one NVIDIA's mig-parted config matches the model by.
+	pciDeviceID uint32
 }
 
-// config is the mock table with the MIG geometry of real devices (design.md section 6).
-func (m Model) config() gpus.Config { return nvmlmock.Corrected(m.mock) }
+// config is the mock table with the MIG geometry of real devices (design.md section 6) and the
+// model's PCI device ID.
+func (m Model) config() gpus.Config {
+	c := nvmlmock.Corrected(m.mock)
+	c.PciDeviceId = m.pciDeviceID
+	return c
+}
 
-// models lists the GPU models go-nvml has mock tables for.
+// models lists the GPU models go-nvml has mock tables for. The PCI device IDs are those
+// NVIDIA's published mig-parted config filters the models by (NVIDIA/mig-parted
+// deployments/systemd/config-default.yaml, all-balanced and all-1g.10gb): H200 0x2335 (0x233B
+// is the H200 NVL), H100-80GB 0x2330, A100-80GB 0x20B2, A100-40GB 0x20B0, B200 0x2901, A30
+// 0x20B7, all with NVIDIA's vendor ID 0x10DE. go-nvml's H200 (0x2333) and B200 (0x2B00) mocks
+// carry IDs that file does not list, so a device-filter written from it would never select
+// them.
 var models = []Model{
-	{Name: "H200-141GB", ProductLabel: "NVIDIA-H200", Aliases: []string{"h200", "h200-141gb"}, mock: gpus.H200_SXM5_141GB},
-	{Name: "H100-80GB", ProductLabel: "NVIDIA-H100-80GB-HBM3", Aliases: []string{"h100", "h100-80gb"}, mock: gpus.H100_SXM5_80GB},
-	{Name: "A100-80GB", ProductLabel: "NVIDIA-A100-SXM4-80GB", Aliases: []string{"a100-80gb"}, mock: gpus.A100_SXM4_80GB},
-	{Name: "A100-40GB", ProductLabel: "NVIDIA-A100-SXM4-40GB", Aliases: []string{"a100", "a100-40gb"}, mock: gpus.A100_SXM4_40GB},
-	{Name: "B200", ProductLabel: "NVIDIA-B200", Aliases: []string{"b200", "b200-180gb"}, mock: gpus.B200_SXM5_180GB},
-	{Name: "A30-24GB", ProductLabel: "NVIDIA-A30", Aliases: []string{"a30", "a30-24gb"}, mock: gpus.A30_PCIE_24GB},
+	{Name: "H200-141GB", ProductLabel: "NVIDIA-H200", Aliases: []string{"h200", "h200-141gb"}, mock: gpus.H200_SXM5_141GB, pciDeviceID: 0x233510DE},
+	{Name: "H100-80GB", ProductLabel: "NVIDIA-H100-80GB-HBM3", Aliases: []string{"h100", "h100-80gb"}, mock: gpus.H100_SXM5_80GB, pciDeviceID: 0x233010DE},
+	{Name: "A100-80GB", ProductLabel: "NVIDIA-A100-SXM4-80GB", Aliases: []string{"a100-80gb"}, mock: gpus.A100_SXM4_80GB, pciDeviceID: 0x20B210DE},
+	{Name: "A100-40GB", ProductLabel: "NVIDIA-A100-SXM4-40GB", Aliases: []string{"a100", "a100-40gb"}, mock: gpus.A100_SXM4_40GB, pciDeviceID: 0x20B010DE},
+	{Name: "B200", ProductLabel: "NVIDIA-B200", Aliases: []string{"b200", "b200-180gb"}, mock: gpus.B200_SXM5_180GB, pciDeviceID: 0x290110DE},
+	{Name: "A30-24GB", ProductLabel: "NVIDIA-A30", Aliases: []string{"a30", "a30-24gb"}, mock: gpus.A30_PCIE_24GB, pciDeviceID: 0x20B710DE},
 }
 
 // Models returns the GPU models the simulator knows, in a fixed order.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -43,9 +42,12 @@ type Node struct {
 	mu       sync.Mutex
 	assigned map[types.NamespacedName][]device
 	faults   Faults
-	// sharing is the setting the device plugin advertises devices under now; assignment hands
-	// out what it advertises. Only the device plugin's part of the reconcile changes it.
-	sharing v1alpha1.SharingConfig
+	// plugin is the config the device plugin runs with, nil while it refuses to start;
+	// assignment hands out what it advertises. Only the device plugin's part of the reconcile
+	// changes it.
+	plugin *pluginRun
+	// pciID is the GPUs' PCI identity, read once from NVML.
+	pciID migDeviceID
 
 	// devicePlugin is what the simulated device plugin remembers; only the node's reconcile,
 	// which controller-runtime never runs twice at once for one node, touches it.
@@ -88,7 +90,7 @@ func NewNode(spec NodeSpec) (*Node, error) {
 		migDevices:    nvmlmock.Install(s),
 		assigned:      map[types.NamespacedName][]device{},
 		faults:        spec.Faults,
-		sharing:       v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone},
+		plugin:        ptrTo(exclusiveRun),
 	}
 	for i := range spec.GPUs {
 		table, err := n.readProfiles(i)
@@ -96,6 +98,9 @@ func NewNode(spec NodeSpec) (*Node, error) {
 			return nil, fmt.Errorf("simulated node %s: %w", spec.Name, err)
 		}
 		n.profiles = append(n.profiles, table)
+	}
+	if n.pciID, err = n.readPCIID(); err != nil {
+		return nil, fmt.Errorf("simulated node %s: %w", spec.Name, err)
 	}
 	target, err := presetTarget(n.initialConfig, n.profiles[0])
 	if err != nil {
@@ -392,21 +397,31 @@ func (n *Node) destroyAll(i int, d nvml.Device) error {
 	return nil
 }
 
-// pciDeviceID is the GPU's device ID as mig-parted's device-filter writes it, e.g. 0x233310DE.
-func (n *Node) pciDeviceID() string { return fmt.Sprintf("0x%08X", n.model.mock.PciDeviceId) }
+// migDeviceID is the GPUs' PCI identity as mig-parted reads it to match device-filter: the
+// device and vendor IDs NVML reports (e.g. 0x233510DE: device 0x2335, vendor 0x10DE), and the
+// subsystem's. Every GPU of a node is of one model.
+func (n *Node) migDeviceID() migDeviceID { return n.pciID }
 
-// matchesFilter reports whether a device-filter selects this node's GPUs: by device ID or by
-// product name, ignoring case. An empty filter selects every GPU.
-func (n *Node) matchesFilter(filter []string) bool {
-	if len(filter) == 0 {
-		return true
+// readPCIID reads GPU 0's PCI IDs through NVML.
+func (n *Node) readPCIID() (migDeviceID, error) {
+	d, err := n.device(0)
+	if err != nil {
+		return migDeviceID{}, err
 	}
-	for _, f := range filter {
-		if strings.EqualFold(f, n.pciDeviceID()) || strings.EqualFold(f, n.model.mock.Name) {
-			return true
-		}
+	pci, ret := d.GetPciInfo()
+	if ret != nvml.SUCCESS {
+		return migDeviceID{}, fmt.Errorf("GPU 0: GetPciInfo: %s", ret.Error())
 	}
-	return false
+	id := migDeviceID{HasSubsystem: true}
+	id.Device, id.Vendor = deviceIDFromPacked(pci.PciDeviceId)
+	id.SubsystemDevice, id.SubsystemVendor = deviceIDFromPacked(pci.PciSubSystemId)
+	return id, nil
+}
+
+// PCIDeviceID is the GPUs' packed PCI device and vendor ID as mig-parted's device-filter
+// writes it, e.g. 0x233510DE.
+func (n *Node) PCIDeviceID() string {
+	return fmt.Sprintf("0x%04X%04X", n.pciID.Device, n.pciID.Vendor)
 }
 
 // Owners maps the devices handed out on the node to their pods: the simulated kubelet
@@ -434,12 +449,24 @@ func (n *Node) ownersLocked() map[string][]v1alpha1.PodReference {
 	return out
 }
 
-// Sharing is the setting the simulated device plugin currently advertises the node's devices
-// under (None until a nvidia.com/device-plugin.config label names a sharing config).
-func (n *Node) Sharing() v1alpha1.SharingConfig {
+// DevicePluginState is how the simulated device plugin of a node runs.
+type DevicePluginState struct {
+	// Running is false while the plugin refuses its config and advertises nothing.
+	Running bool
+	// Config is the config key it runs with ("" for none), MIGStrategy the strategy in force.
+	Config, MIGStrategy string
+	// Sharing is the active sharing strategy: none, time-slicing or mps.
+	Sharing string
+}
+
+// DevicePlugin returns how the node's simulated device plugin runs now.
+func (n *Node) DevicePlugin() DevicePluginState {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.sharing
+	if n.plugin == nil {
+		return DevicePluginState{}
+	}
+	return DevicePluginState{Running: true, Config: n.plugin.key, MIGStrategy: n.plugin.strategy, Sharing: n.plugin.file.sharingStrategy()}
 }
 
 // Assignments returns the device IDs handed to each pod on the node: GPU-... or MIG-... UUIDs

@@ -14,7 +14,6 @@ import (
 
 	"github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
-	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 func newTestNode(t *testing.T, model string, gpus int, preset string) *Node {
@@ -106,17 +105,28 @@ func TestApplyGPUChangesOnlyThatGPU(t *testing.T) {
 	}
 }
 
-// An entry's specs resolve per GPU as mig-parted reads them: device filters select models,
-// index lists select GPUs, later specs override earlier ones, GPUs not selected are absent
-// (left alone), and an impossible layout or index makes the whole entry invalid.
+// An entry's specs resolve per GPU as mig-parted reads them: device filters select models by
+// PCI device and vendor ID, index lists select GPUs, later specs override earlier ones, GPUs not
+// selected are absent (left alone), an index the node does not have selects nothing, counts of
+// 0 create nothing, and an impossible layout makes the whole entry invalid.
 func TestResolveEntry(t *testing.T) {
 	n := newTestNode(t, "h200", 3, PresetAll1g)
-	all := nvidia.Devices{All: true}
-	got, err := n.resolveEntry([]nvidia.DeviceSpec{
-		{DeviceFilter: []string{"0x20B210DE"}, Devices: all, MIGEnabled: true, MIGDevices: map[string]int{"1g.10gb": 7}}, // A100-80GB only
-		{DeviceFilter: []string{"0x233310de"}, Devices: all, MIGEnabled: true, MIGDevices: map[string]int{"7g.141gb": 1}},
-		{Devices: nvidia.Devices{Indexes: []int{1}}, MIGEnabled: false},
-	})
+	specs := mustEntry(t, `
+version: v1
+mig-configs:
+  e:
+    - device-filter: ["0x20B210DE"] # A100-80GB only
+      devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+    - device-filter: "0x233510de"
+      devices: all
+      mig-enabled: true
+      mig-devices: {"7g.141gb": 1, "1g.18gb": 0}
+    - devices: [1, 7]
+      mig-enabled: false
+`, "e")
+	got, err := n.resolveEntry(specs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,19 +138,56 @@ func TestResolveEntry(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("resolveEntry = %+v, want %+v", got, want)
 	}
-	partial, err := n.resolveEntry([]nvidia.DeviceSpec{{Devices: nvidia.Devices{Indexes: []int{2}}, MIGEnabled: true, MIGDevices: map[string]int{}}})
+	partial, err := n.resolveEntry(mustEntry(t, "version: v1\nmig-configs:\n  e:\n  - {devices: [2, 3], mig-enabled: true, mig-devices: {}}\n", "e"))
 	if err != nil || !slices.Equal(slices.Collect(maps.Keys(partial)), []int{2}) {
 		t.Errorf("resolveEntry of one GPU = %+v, %v; want only GPU 2", partial, err)
 	}
-	for _, bad := range [][]nvidia.DeviceSpec{
-		{{Devices: nvidia.Devices{Indexes: []int{3}}}},
-		{{Devices: all, MIGEnabled: true, MIGDevices: map[string]int{"4g.71gb": 1, "3g.71gb": 1, "1g.18gb": 1}}},
-		{{Devices: all, MIGEnabled: true, MIGDevices: map[string]int{"1g.10gb": 1}}},
+	for _, bad := range []string{
+		`{devices: all, mig-enabled: true, mig-devices: {"4g.71gb": 1, "3g.71gb": 1, "1g.18gb": 1}}`,
+		`{devices: all, mig-enabled: true, mig-devices: {"1g.10gb": 1}}`,
 	} {
-		if got, err := n.resolveEntry(bad); err == nil {
-			t.Errorf("resolveEntry(%+v) = %+v, want an error", bad, got)
+		if got, err := n.resolveEntry(mustEntry(t, "version: v1\nmig-configs:\n  e:\n  - "+bad+"\n", "e")); err == nil {
+			t.Errorf("resolveEntry(%s) = %+v, want an error", bad, got)
 		}
 	}
+}
+
+// mig-parted's assert: an entry is already applied when it selects every GPU and each is as
+// the last spec selecting it says.
+func TestAlreadyApplied(t *testing.T) {
+	n := newTestNode(t, "h200", 2, PresetAll1g)
+	gpus := mustGPUs(t, n)
+	for _, tc := range []struct {
+		entry string
+		want  bool
+	}{
+		{`[{devices: all, mig-enabled: true, mig-devices: {"1g.18gb": 7}}]`, true},
+		{`[{devices: all, device-filter: "0x233510DE", mig-enabled: true, mig-devices: {"1g.18gb": 7}}]`, true},
+		{`[{devices: all, device-filter: "0x233310DE", mig-enabled: true, mig-devices: {"1g.18gb": 7}}]`, false}, // selects no GPU
+		{`[{devices: [0], mig-enabled: true, mig-devices: {"1g.18gb": 7}}]`, false},                              // GPU 1 not selected
+		{`[{devices: all, mig-enabled: false}, {devices: all, mig-enabled: true, mig-devices: {"1g.18gb": 7}}]`, true},
+		{`[{devices: all, mig-enabled: true, mig-devices: {"1g.18gb": 6}}]`, false},
+		{`[{devices: all, mig-enabled: false}]`, false},
+	} {
+		specs := mustEntry(t, "version: v1\nmig-configs:\n  e: "+tc.entry+"\n", "e")
+		if got := n.alreadyApplied(specs, gpus); got != tc.want {
+			t.Errorf("alreadyApplied(%s) = %t, want %t", tc.entry, got, tc.want)
+		}
+	}
+}
+
+// mustEntry decodes a mig-parted file written by hand and selects one entry.
+func mustEntry(t *testing.T, file, name string) []migConfigSpec {
+	t.Helper()
+	f, err := decodeMIGParted([]byte(file))
+	if err != nil {
+		t.Fatalf("decodeMIGParted: %v", err)
+	}
+	specs, err := f.selectMIGConfig(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return specs
 }
 
 func gpuPod(name string, node string, res corev1.ResourceName, n int64) *corev1.Pod {
@@ -195,8 +242,8 @@ func TestSyncAssignments(t *testing.T) {
 	}
 	keyA, keyB := types.NamespacedName{Namespace: "ns", Name: "a"}, types.NamespacedName{Namespace: "ns", Name: "b"}
 	wantA := []device{
-		{resource: "nvidia.com/mig-1g.18gb", id: gpus[0].Instances[0].UUID, gpu: 0},
-		{resource: "nvidia.com/mig-1g.18gb", id: gpus[0].Instances[1].UUID, gpu: 0},
+		{resource: "nvidia.com/mig-1g.18gb", id: gpus[0].Instances[0].UUID, gpu: 0, mig: true},
+		{resource: "nvidia.com/mig-1g.18gb", id: gpus[0].Instances[1].UUID, gpu: 0, mig: true},
 	}
 	if got := n.assigned[keyA]; !reflect.DeepEqual(got, wantA) {
 		t.Errorf("pod a got %+v, want %+v", got, wantA)
@@ -246,7 +293,7 @@ func TestSyncAssignmentsSharedReplicas(t *testing.T) {
 	gpus := mustGPUs(t, n)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.sharing = v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 2}
+	n.plugin = mustRun(t, timeSlicing(2, "nvidia.com/gpu"))
 	a := gpuPod("a", "node-a", "nvidia.com/gpu.shared", 1)
 	b := gpuPod("b", "node-a", "nvidia.com/gpu.shared", 2)
 	c := gpuPod("c", "node-a", "nvidia.com/gpu.shared", 1)
@@ -280,7 +327,7 @@ func TestSyncAssignmentsSharedReplicas(t *testing.T) {
 
 	// The plugin restarts with 4 replicas: a, b and c keep what they hold, whose IDs the new
 	// setting still counts as taken, and d-big gets the least shared GPU's first free one.
-	n.sharing = v1alpha1.SharingConfig{Mode: v1alpha1.SharingMPS, Replicas: 4}
+	n.plugin = mustRun(t, timeSlicing(4, "nvidia.com/gpu"))
 	if starved := n.syncAssignmentsLocked([]*corev1.Pod{a, b, c, big}, gpus); len(starved) != 0 {
 		t.Errorf("starved = %v after the restart with 4 replicas", starved)
 	}
@@ -293,7 +340,7 @@ func TestSyncAssignmentsSharedReplicas(t *testing.T) {
 
 	// Back to exclusive: the pods keep their replicas while they run, and the whole GPUs are
 	// advertised (and handed out) again beside them, as the kubelet knows nothing of sharing.
-	n.sharing = v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}
+	n.plugin = ptrTo(exclusiveRun)
 	whole := gpuPod("whole", "node-a", "nvidia.com/gpu", 1)
 	n.syncAssignmentsLocked([]*corev1.Pod{a, b, c, big, whole}, gpus)
 	if got := ids("a"); !reflect.DeepEqual(got, []string{g0 + "::0"}) {
@@ -318,7 +365,7 @@ func TestSyncAssignmentsSharedMIGReplicas(t *testing.T) {
 	gpus := mustGPUs(t, n)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.sharing = v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 2}
+	n.plugin = mustRun(t, timeSlicing(2, "nvidia.com/gpu", "nvidia.com/mig-1g.18gb", "nvidia.com/mig-3g.71gb"))
 	const res = corev1.ResourceName("nvidia.com/mig-3g.71gb.shared")
 	a := gpuPod("a", "node-a", res, 1)
 	b := gpuPod("b", "node-a", res, 3)
@@ -372,7 +419,7 @@ func TestSyncAssignmentsSharedMIGReplicas(t *testing.T) {
 
 	// Back to exclusive: a, b and e keep their replicas, and the instances are advertised and
 	// handed out as nvidia.com/mig-3g.71gb again beside them.
-	n.sharing = v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}
+	n.plugin = ptrTo(exclusiveRun)
 	excl := gpuPod("excl", "node-a", "nvidia.com/mig-3g.71gb", 1)
 	n.syncAssignmentsLocked([]*corev1.Pod{a, b, e, excl}, gpus)
 	if got := ids("a"); !reflect.DeepEqual(got, []string{m[0][0] + "::0"}) {

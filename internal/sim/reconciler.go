@@ -16,8 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-
-	"github.com/gpupool/gpupool/api/v1alpha1"
 )
 
 // FieldManager is the field manager of every write the simulator makes.
@@ -39,10 +37,9 @@ type reconciler struct {
 	recorder             events.EventRecorder
 	devicePluginRecorder events.EventRecorder
 	nodes                map[string]*Node
-	configMap            types.NamespacedName
-	// devicePluginConfigMap holds the device plugin's configs, one per key.
-	devicePluginConfigMap types.NamespacedName
-	clock                 clock.Clock
+	// clusterPolicy names the GPU Operator's ClusterPolicy; "" means the only one.
+	clusterPolicy string
+	clock         clock.Clock
 	// retryPeriod is how soon pods that could not get devices are tried again.
 	retryPeriod time.Duration
 }
@@ -64,11 +61,21 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("assigning devices on node %s: %w", n.name, err)
 	}
 
-	result, err := r.migManager(ctx, n, &node)
+	// The operands exist only once the GPU Operator has rendered them from its ClusterPolicy;
+	// until then nothing but the kubelet's part happens (a ClusterPolicy event requeues).
+	op, err := readClusterPolicy(ctx, r.client, r.clusterPolicy)
+	if err != nil {
+		logf.FromContext(ctx).Info("no GPU Operator operands yet", "reason", err.Error())
+		if len(starved) > 0 {
+			return ctrl.Result{RequeueAfter: r.retryPeriod}, nil
+		}
+		return ctrl.Result{}, nil
+	}
+	result, err := r.migManager(ctx, n, &node, op)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.devicePlugin(ctx, n, &node); err != nil {
+	if err := r.devicePlugin(ctx, n, &node, op); err != nil {
 		return ctrl.Result{}, err
 	}
 	if len(starved) > 0 && (result.RequeueAfter == 0 || result.RequeueAfter > r.retryPeriod) {
@@ -107,7 +114,7 @@ func (r *reconciler) nodeEvents() handler.Funcs {
 		if !ok {
 			return
 		}
-		n.migManager.labelChanged(o.GetLabels()[v1alpha1.LabelMIGConfig])
+		n.migManager.labelChanged(o.GetLabels()[labelMIGConfig])
 		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: o.GetName()}})
 	}
 	return handler.Funcs{
@@ -118,6 +125,15 @@ func (r *reconciler) nodeEvents() handler.Funcs {
 			observe(e.ObjectNew, q)
 		},
 	}
+}
+
+// nodesForClusterPolicy maps a ClusterPolicy event to a reconcile of every simulated node: the
+// operator re-renders its operands from it.
+func (r *reconciler) nodesForClusterPolicy(_ context.Context, o client.Object) []ctrl.Request {
+	if r.clusterPolicy != "" && o.GetName() != r.clusterPolicy {
+		return nil
+	}
+	return r.allNodes()
 }
 
 // nodeForPod maps a pod event to its node's reconcile, when the node is simulated.

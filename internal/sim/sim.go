@@ -15,7 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -23,7 +23,6 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -32,12 +31,13 @@ import (
 
 	"github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/agent"
-	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // Labels and annotations of a created node that the GPU Operator, GPU Feature Discovery and
 // kwok would set.
 const (
+	labelGPUProduct    = "nvidia.com/gpu.product"
+	labelGPUPresent    = "nvidia.com/gpu.present"
 	labelGPUCount      = "nvidia.com/gpu.count"
 	labelGPUMemory     = "nvidia.com/gpu.memory"
 	labelMIGCapable    = "nvidia.com/mig.capable"
@@ -63,23 +63,23 @@ var nodeBaseCapacity = corev1.ResourceList{
 type Options struct {
 	// Nodes are the simulated nodes; names must be unique.
 	Nodes []NodeSpec
-	// ConfigMap holds the mig-parted config (key config.yaml) mig-manager reads, the one
-	// gpupool's controller writes (gpupool-mig-parted-config in the manager's namespace).
-	ConfigMap types.NamespacedName
-	// DevicePluginConfigMap holds the device plugin's configs, one per key, the one gpupool's
-	// controller writes (gpupool-device-plugin-config in the manager's namespace); label
-	// nvidia.com/device-plugin.config on a node names the key applied there. The zero value
-	// means DefaultDevicePluginConfigMapName in the namespace of ConfigMap.
-	DevicePluginConfigMap types.NamespacedName
+	// ClusterPolicy names the GPU Operator's ClusterPolicy (nvidia.com/v1) the simulated
+	// operands are rendered from; "" means the only one there is. Its status.namespace is
+	// where mig-manager reads the ConfigMap named by spec.migManager.config.name (key
+	// config.yaml) and the device plugin the one named by spec.devicePlugin.config.name, and
+	// spec.mig.strategy is the device plugin's MIG strategy. Nothing on a node changes but
+	// the device assignment until it exists.
+	ClusterPolicy string
 	// CreateNodes creates the Node objects that do not exist yet, labelled as GPU Feature
 	// Discovery and the GPU Operator label GPU nodes and annotated for kwok. Existing nodes
 	// are left as they are; mig-manager then applies their current mig.config at start.
 	CreateNodes bool
-	// SeedConfig adds the nodes' initial presets to the ConfigMap (creating it if needed),
-	// like the default config the GPU Operator ships, so those names are valid entries.
-	// Entries already there are never changed. It also creates DevicePluginConfigMap with
-	// gpupool's exclusive config (gpupool-none) when it does not exist, and leaves an existing
-	// one alone.
+	// SeedConfig adds the nodes' initial presets to the mig-parted ConfigMap the
+	// ClusterPolicy names (creating it if needed), like the default config the GPU Operator
+	// ships, so those names are valid entries. Entries already there are never changed. It
+	// also creates the device plugin's ConfigMap with one exclusive config under the
+	// ClusterPolicy's spec.devicePlugin.config.default when it does not exist, and leaves an
+	// existing one alone. Run waits up to a minute for the ClusterPolicy.
 	SeedConfig bool
 	// DisableAgents skips running gpupool's node agent for each node, for setups that run
 	// agents themselves.
@@ -107,15 +107,6 @@ type Sim struct {
 // New builds the simulated nodes (mock NVML in their initial layouts) and the controllers;
 // nothing talks to the API server until Run.
 func New(cfg *rest.Config, o Options) (*Sim, error) {
-	if o.ConfigMap.Name == "" || o.ConfigMap.Namespace == "" {
-		return nil, errors.New("gpusim: the mig-parted ConfigMap's namespace and name are required")
-	}
-	if o.DevicePluginConfigMap == (types.NamespacedName{}) {
-		o.DevicePluginConfigMap = types.NamespacedName{Namespace: o.ConfigMap.Namespace, Name: DefaultDevicePluginConfigMapName}
-	}
-	if o.DevicePluginConfigMap.Name == "" || o.DevicePluginConfigMap.Namespace == "" {
-		return nil, fmt.Errorf("gpusim: the device plugin ConfigMap %q needs both a namespace and a name", o.DevicePluginConfigMap)
-	}
 	if len(o.Nodes) == 0 {
 		return nil, errors.New("gpusim: no nodes to simulate")
 	}
@@ -145,14 +136,9 @@ func New(cfg *rest.Config, o Options) (*Sim, error) {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		// The device plugin watches its one ConfigMap; caching every ConfigMap of the cluster
-		// for it would be waste.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {
-				Namespaces: map[string]cache.Config{o.DevicePluginConfigMap.Namespace: {}},
-				Field:      fields.OneTermEqualSelector("metadata.name", o.DevicePluginConfigMap.Name),
-			},
-		}},
+		// The simulated operands read the ClusterPolicy from the cache; it is read as
+		// unstructured, so that the GPU Operator's Go module is not needed.
+		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		// Tests run several simulators in one process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	}
@@ -173,21 +159,21 @@ func New(cfg *rest.Config, o Options) (*Sim, error) {
 		return nil, fmt.Errorf("gpusim: indexing pods by node: %w", err)
 	}
 	r := &reconciler{
-		client:                mgr.GetClient(),
-		apiReader:             mgr.GetAPIReader(),
-		recorder:              mgr.GetEventRecorder("gpusim-mig-manager"),
-		devicePluginRecorder:  mgr.GetEventRecorder("gpusim-device-plugin"),
-		nodes:                 s.nodes,
-		configMap:             o.ConfigMap,
-		devicePluginConfigMap: o.DevicePluginConfigMap,
-		clock:                 o.Clock,
-		retryPeriod:           o.RetryPeriod,
+		client:               mgr.GetClient(),
+		apiReader:            mgr.GetAPIReader(),
+		recorder:             mgr.GetEventRecorder("gpusim-mig-manager"),
+		devicePluginRecorder: mgr.GetEventRecorder("gpusim-device-plugin"),
+		nodes:                s.nodes,
+		clusterPolicy:        o.ClusterPolicy,
+		clock:                o.Clock,
+		retryPeriod:          o.RetryPeriod,
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("gpusim").
 		Watches(&corev1.Node{}, r.nodeEvents()).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.nodeForPod)).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.nodesForConfigMap)).
+		Watches(clusterPolicyObject(), handler.EnqueueRequestsFromMapFunc(r.nodesForClusterPolicy)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r); err != nil {
 		return nil, fmt.Errorf("gpusim: building the controller: %w", err)
@@ -235,19 +221,30 @@ func (s *Sim) Run(ctx context.Context) error {
 		}
 	}
 	if s.opts.SeedConfig {
-		if err := seedConfig(ctx, c, reader, s.opts.ConfigMap, s.order, s.log); err != nil {
+		op, err := waitClusterPolicy(ctx, reader, s.opts.ClusterPolicy, time.Minute)
+		if err != nil {
 			return err
 		}
-		if err := seedDevicePluginConfig(ctx, c, reader, s.opts.DevicePluginConfigMap, s.log); err != nil {
+		if err := seedConfig(ctx, c, reader, op, s.order, s.log); err != nil {
+			return err
+		}
+		if err := seedDevicePluginConfig(ctx, c, reader, op, s.log); err != nil {
 			return err
 		}
 	}
-	s.log.Info("simulating GPU nodes", "nodes", len(s.order), "configMap", s.opts.ConfigMap.String(),
-		"devicePluginConfigMap", s.opts.DevicePluginConfigMap.String(), "agents", !s.opts.DisableAgents)
+	s.log.Info("simulating GPU nodes", "nodes", len(s.order), "clusterPolicy", cmp.Or(s.opts.ClusterPolicy, "(the only one)"),
+		"agents", !s.opts.DisableAgents)
 	if err := s.mgr.Start(ctx); err != nil {
 		return fmt.Errorf("gpusim: %w", err)
 	}
 	return nil
+}
+
+// clusterPolicyObject is an empty ClusterPolicy, to watch the kind.
+func clusterPolicyObject() *unstructured.Unstructured {
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(ClusterPolicyGVK)
+	return obj
 }
 
 // NodeObject is the Node a simulated node is created as: GPU Feature Discovery's labels, the
@@ -256,19 +253,19 @@ func (s *Sim) Run(ctx context.Context) error {
 func NodeObject(n *Node) *corev1.Node {
 	cfg := n.model.config()
 	labels := map[string]string{
-		corev1.LabelHostname:                     n.name,
-		corev1.LabelOSStable:                     "linux",
-		corev1.LabelArchStable:                   "amd64",
-		"type":                                   "kwok",
-		v1alpha1.LabelGPUProduct:                 n.model.ProductLabel,
-		v1alpha1.LabelGPUPresent:                 "true",
-		labelGPUCount:                            strconv.Itoa(n.gpus),
-		labelGPUMemory:                           strconv.FormatUint(cfg.MemoryMB, 10),
-		labelMIGCapable:                          "true",
-		labelMIGStrategy:                         "mixed",
-		v1alpha1.LabelMIGConfig:                  n.initialConfig,
-		v1alpha1.LabelMIGConfigState:             string(nvidia.StateSuccess),
-		nvidia.LabelDeployPrefix + "mig-manager": "true",
+		corev1.LabelHostname:              n.name,
+		corev1.LabelOSStable:              "linux",
+		corev1.LabelArchStable:            "amd64",
+		"type":                            "kwok",
+		labelGPUProduct:                   n.model.ProductLabel,
+		labelGPUPresent:                   "true",
+		labelGPUCount:                     strconv.Itoa(n.gpus),
+		labelGPUMemory:                    strconv.FormatUint(cfg.MemoryMB, 10),
+		labelMIGCapable:                   "true",
+		labelMIGStrategy:                  migStrategyMixed,
+		labelMIGConfig:                    n.initialConfig,
+		labelMIGConfigState:               stateSuccess,
+		labelDeployPrefix + "mig-manager": "true",
 	}
 	for _, k := range pausableOperands[:4] { // device plugin, GFD, DCGM exporter, DCGM; no NVSM
 		labels[k] = "true"
@@ -298,9 +295,13 @@ func createNode(ctx context.Context, c client.Client, reader client.Reader, n *N
 	// status patch afterwards, matters under kwok: its node-initialize stage fills in its own
 	// cpu, memory and pods (1k, 1Ti, 1M) on a node that has none yet, and would win the race.
 	capacity := nodeBaseCapacity.DeepCopy()
-	// A new node has no device-plugin.config label, so the plugin starts with its exclusive
-	// default.
-	maps.Copy(capacity, Capacity(gpus, v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}))
+	// A new node has no device-plugin.config label: the plugin starts exclusive, and its
+	// first reconcile corrects what the ClusterPolicy's settings change.
+	devices, err := advertise(gpus, exclusiveRun)
+	if err != nil {
+		return fmt.Errorf("gpusim: node %s: %w", n.name, err)
+	}
+	maps.Copy(capacity, capacityOf(devices))
 	obj.Status.Capacity = capacity
 	obj.Status.Allocatable = capacity.DeepCopy()
 	if err := c.Create(ctx, obj, client.FieldOwner(FieldManager)); err != nil {

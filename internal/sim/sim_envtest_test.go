@@ -11,16 +11,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/agent"
 	"github.com/gpupool/gpupool/internal/mig"
-	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/sim"
 )
 
 const (
-	deployDevicePlugin = nvidia.LabelDeployPrefix + "device-plugin"
+	deployDevicePlugin = "nvidia.com/gpu.deploy.device-plugin"
+	pausedForMIG       = "paused-for-mig-change"
 	res1g              = corev1.ResourceName("nvidia.com/mig-1g.18gb")
 	res3g              = corev1.ResourceName("nvidia.com/mig-3g.71gb")
 )
@@ -76,12 +77,18 @@ func TestCreatedNodeAndSeededConfig(t *testing.T) {
 
 	cm := &corev1.ConfigMap{}
 	f.g.Expect(f.c.Get(context.Background(), f.cm, cm)).To(Succeed())
-	cfg, err := nvidia.ParseMIGPartedConfig([]byte(cm.Data[nvidia.ConfigMapKey]))
-	f.g.Expect(err).NotTo(HaveOccurred())
-	f.g.Expect(cfg.MIGConfigs).To(HaveKey("all-disabled"))
-	f.g.Expect(cfg.MIGConfigs).To(HaveKey("all-1g"))
-	f.g.Expect(cfg.MIGConfigs["all-1g"]).To(ConsistOf(nvidia.DeviceSpec{
-		DeviceFilter: []string{"0x233310DE"}, Devices: nvidia.Devices{All: true}, MIGEnabled: true, MIGDevices: map[string]int{"1g.18gb": 7}}))
+	var cfg struct {
+		Version    string                      `json:"version"`
+		MIGConfigs map[string][]map[string]any `json:"mig-configs"`
+	}
+	f.g.Expect(yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &cfg)).To(Succeed())
+	f.g.Expect(cfg.Version).To(Equal("v1"))
+	f.g.Expect(cfg.MIGConfigs).To(HaveKeyWithValue("all-disabled", ConsistOf(map[string]any{"devices": "all", "mig-enabled": false})))
+	// NVIDIA's H200 device ID, as its own config-default.yaml filters it.
+	f.g.Expect(cfg.MIGConfigs).To(HaveKeyWithValue("all-1g", ConsistOf(map[string]any{
+		"device-filter": []any{"0x233510DE"}, "devices": "all", "mig-enabled": true, "mig-devices": map[string]any{"1g.18gb": float64(7)}})))
+	f.g.Expect(f.simNode("created-h200").PCIDeviceID()).To(Equal("0x233510DE"))
+	f.g.Expect(f.simNode("created-a100").PCIDeviceID()).To(Equal("0x20B210DE"))
 }
 
 // The main protocol: a label flip to an entry goes pending (operands paused) then success
@@ -91,7 +98,7 @@ func TestCreatedNodeAndSeededConfig(t *testing.T) {
 func TestLabelFlipReconfiguresChangedGPUsOnly(t *testing.T) {
 	const name = "flip-h200"
 	f := startSim(t, sim.Options{Nodes: []sim.NodeSpec{h200Node(name)}})
-	f.addEntries(map[string][]nvidia.DeviceSpec{"gpupool-a": perGPU(gpu0Two3)})
+	f.addEntries(map[string]string{"gpupool-a": perGPU(gpu0Two3)})
 	before := f.gpus(name)
 	f.g.Eventually(func() string { return quantity(f.node(name), "allocatable", res1g) }).Should(Equal("14"))
 	history := f.watchLabels(name, v1alpha1.LabelMIGConfigState, deployDevicePlugin)
@@ -102,7 +109,7 @@ func TestLabelFlipReconfiguresChangedGPUsOnly(t *testing.T) {
 	// The watch opened on the initial "success"; the flip dropped the state, then mig-manager
 	// wrote pending and finally success.
 	f.g.Expect(history.of(v1alpha1.LabelMIGConfigState)).To(Equal([]string{"success", "", "pending", "success"}))
-	f.g.Expect(history.of(deployDevicePlugin)).To(Equal([]string{"true", nvidia.PausedForMIGChange, "true"}))
+	f.g.Expect(history.of(deployDevicePlugin)).To(Equal([]string{"true", pausedForMIG, "true"}))
 
 	after := f.gpus(name)
 	f.g.Expect(after[0].Layout()).To(Equal(two3g))
@@ -128,16 +135,18 @@ func TestLabelFlipReconfiguresChangedGPUsOnly(t *testing.T) {
 func TestUnknownEntryFails(t *testing.T) {
 	const name = "unknown-h200"
 	f := startSim(t, sim.Options{Nodes: []sim.NodeSpec{h200Node(name)}})
-	f.addEntries(map[string][]nvidia.DeviceSpec{"gpupool-other": perGPU(gpu0Two3)})
+	f.addEntries(map[string]string{"gpupool-other": perGPU(gpu0Two3)})
 	before := f.gpus(name)
 
+	history := f.watchLabels(name, v1alpha1.LabelMIGConfigState)
 	f.flip(name, "gpupool-missing")
 	f.g.Eventually(f.state(name)).Should(Equal("failed"))
-	f.g.Eventually(f.events(name, "MIGConfigInvalid")).Should(ContainElement(ContainSubstring(`no mig-parted entry named "gpupool-missing"`)))
+	f.g.Eventually(f.events(name, "MIGConfigInvalid")).Should(ContainElement(ContainSubstring("selected mig-config not present: gpupool-missing")))
+	f.g.Expect(history.of(v1alpha1.LabelMIGConfigState)).To(Equal([]string{"success", "", "failed"}), "refused before pending, as mig-manager validates first")
 	f.g.Expect(f.gpus(name)).To(Equal(before))
 	f.g.Expect(f.node(name).Labels).To(HaveKeyWithValue(deployDevicePlugin, "true"), "nothing was paused")
 
-	f.addEntries(map[string][]nvidia.DeviceSpec{"gpupool-missing": perGPU(gpu0Two3)})
+	f.addEntries(map[string]string{"gpupool-missing": perGPU(gpu0Two3)})
 	f.unsetConfig(name)
 	f.flip(name, "gpupool-missing")
 	f.g.Eventually(f.state(name)).Should(Equal("success"))
@@ -151,7 +160,7 @@ func TestUnknownEntryFails(t *testing.T) {
 func TestPodOnChangedGPURefusesReconfiguration(t *testing.T) {
 	const name = "inuse-h200"
 	f := startSim(t, sim.Options{Nodes: []sim.NodeSpec{h200Node(name)}})
-	f.addEntries(map[string][]nvidia.DeviceSpec{
+	f.addEntries(map[string]string{
 		"gpupool-gpu0": perGPU(map[int]mig.Layout{0: two3g, 1: all1g}),
 		"gpupool-gpu1": perGPU(map[int]mig.Layout{0: all1g, 1: two3g}),
 	})
@@ -201,7 +210,7 @@ func TestPodOnChangedGPURefusesReconfiguration(t *testing.T) {
 func TestWholeGPUPodBlocksEnablingMIG(t *testing.T) {
 	const name = "whole-a100"
 	f := startSim(t, sim.Options{Nodes: []sim.NodeSpec{{Name: name, Model: "a100-80gb", GPUs: 1, InitialConfig: sim.PresetAllDisabled}}})
-	f.addEntries(map[string][]nvidia.DeviceSpec{"gpupool-mig": perGPU(map[int]mig.Layout{0: {"1g.10gb": 7}})})
+	f.addEntries(map[string]string{"gpupool-mig": perGPU(map[int]mig.Layout{0: {"1g.10gb": 7}})})
 	gpu := f.gpus(name)[0]
 	pod := f.bindPod("whole", name, "nvidia.com/gpu", 1)
 	f.g.Eventually(f.assigned(name, pod)).Should(Equal([]string{gpu.UUID}))
@@ -212,7 +221,7 @@ func TestWholeGPUPodBlocksEnablingMIG(t *testing.T) {
 
 // Fault knobs reproduce mig-manager's failure modes, from annotations and from code.
 func TestFaults(t *testing.T) {
-	entries := map[string][]nvidia.DeviceSpec{
+	entries := map[string]string{
 		"gpupool-a": perGPU(gpu0Two3),
 		"gpupool-b": perGPU(gpu0Two3),
 		// changes GPU 1 only, so a sentinel pod on GPU 0 does not block it
@@ -260,7 +269,7 @@ func TestFaults(t *testing.T) {
 		f.annotate(name, sim.AnnotationFault, "stuck-pending")
 		f.flip(name, "gpupool-a")
 		f.g.Eventually(f.state(name)).Should(Equal("pending"))
-		f.g.Expect(f.node(name).Labels).To(HaveKeyWithValue(deployDevicePlugin, nvidia.PausedForMIGChange))
+		f.g.Expect(f.node(name).Labels).To(HaveKeyWithValue(deployDevicePlugin, pausedForMIG))
 		// A later reconcile of the node (it hands the new pod a device) leaves it pending.
 		pod := f.bindPod("sentinel", name, res1g, 1)
 		f.g.Eventually(f.assigned(name, pod)).Should(HaveLen(1))

@@ -9,15 +9,15 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpupool/gpupool/internal/mig"
-	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // Presets name the initial layouts a simulated node can start in; each is also the mig.config
 // label value the node starts with, and SeedEntries writes the matching mig-parted entry, like
 // the default config the GPU Operator ships (which names them all-1g.10gb etc. per model).
 const (
-	// PresetAllDisabled: MIG off, every GPU whole.
-	PresetAllDisabled = nvidia.AllDisabled
+	// PresetAllDisabled: MIG off, every GPU whole; the entry the GPU Operator's default
+	// config and every config gpupool writes hold, and the operator's default mig.config.
+	PresetAllDisabled = "all-disabled"
 	// PresetAllEnabled: MIG on, no instances.
 	PresetAllEnabled = "all-enabled"
 	// PresetAll1g: as many plain 1g instances as fit (7; 4 on an A30).

@@ -1,7 +1,8 @@
 // Package simcluster runs gpupool end to end with no GPU: the local control plane (etcd,
 // kube-apiserver, kube-controller-manager, kube-scheduler), kwok for kubelets, gpupool's CRDs,
-// the simulated GPU Operator (cmd/gpusim, which also runs the node agent per node) and the
-// manager as real processes. The demo and the end-to-end suite share it, so what the demo
+// the GPU Operator's ClusterPolicy (CRD and object, as the operator's Helm chart installs
+// them), the simulated GPU Operator (cmd/gpusim, which also runs the node agent per node) and
+// the manager as real processes. The demo and the end-to-end suite share it, so what the demo
 // shows is what the suite tests.
 package simcluster
 
@@ -25,15 +26,37 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/sim"
 	"github.com/gpupool/gpupool/internal/testenv"
 	"github.com/gpupool/gpupool/test/localcluster"
 )
 
-// Namespace holds gpupool's ConfigMaps, as in a real installation.
+// Namespace is the manager's namespace (its --namespace), where it writes its ConfigMaps today.
 const Namespace = "gpupool-system"
 
-// MIGConfigMap is the mig-parted ConfigMap the manager writes and the simulated mig-manager reads.
-const MIGConfigMap = "gpupool-mig-parted-config"
+// OperatorNamespace is the simulated GPU Operator's namespace, the ClusterPolicy's
+// status.namespace: the only place the simulated mig-manager and device plugin read their
+// ConfigMaps, as the real operator mounts them into its DaemonSets there. It equals Namespace
+// while the manager writes its ConfigMaps into its own namespace; once the manager writes them
+// into ClusterPolicy.status.namespace, change it to "gpu-operator" (the operator's usual
+// namespace) and nothing else.
+const OperatorNamespace = Namespace
+
+// The GPU Operator's ClusterPolicy the simulated cluster installs: the settings gpupool checks
+// (internal/nvidia CheckClusterPolicy) and the simulated operands read.
+const (
+	// ClusterPolicyName is the name the GPU Operator's Helm chart gives it.
+	ClusterPolicyName = "cluster-policy"
+	// MIGConfigMap is the mig-parted ConfigMap the manager writes and the simulated
+	// mig-manager reads (spec.migManager.config.name).
+	MIGConfigMap = "gpupool-mig-parted-config"
+	// DevicePluginConfigMap holds the device plugin's configs (spec.devicePlugin.config.name),
+	// and DevicePluginDefault is the key applied on a node without the
+	// nvidia.com/device-plugin.config label (spec.devicePlugin.config.default): gpupool's
+	// exclusive config, which gpupool always writes and gpusim seeds.
+	DevicePluginConfigMap = "gpupool-device-plugin-config"
+	DevicePluginDefault   = "gpupool-none"
+)
 
 // Process names, for logs (Cluster.LogPath) and for killing one.
 const (
@@ -106,18 +129,24 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	c.Client = cl
 
-	fmt.Fprintln(c.progress, "installing gpupool's CRDs")
+	fmt.Fprintln(c.progress, "installing gpupool's CRDs and the GPU Operator's ClusterPolicy CRD")
 	if err := c.installCRDs(ctx); err != nil {
 		return err
 	}
-	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil &&
-		!apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", Namespace, err)
+	for _, ns := range []string{Namespace, OperatorNamespace} {
+		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil &&
+			!apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	fmt.Fprintf(c.progress, "installing ClusterPolicy %s (MIG strategy mixed, operator namespace %s)\n", ClusterPolicyName, OperatorNamespace)
+	if err := sim.InstallClusterPolicy(ctx, cl, ClusterPolicy()); err != nil {
+		return err
 	}
 
 	fmt.Fprintf(c.progress, "starting the simulated GPU Operator (gpusim --nodes %s)\n", c.opts.Nodes)
 	if err := c.Run(GPUSimProcess, c.opts.GPUSim, "--kubeconfig="+c.Kubeconfig, "--nodes="+c.opts.Nodes,
-		"--create-nodes", "--seed-config", "--configmap="+Namespace+"/"+MIGConfigMap, "--agent-refresh-period=2s"); err != nil {
+		"--create-nodes", "--seed-config", "--cluster-policy="+ClusterPolicyName, "--agent-refresh-period=2s"); err != nil {
 		return err
 	}
 	if err := c.waitNodes(ctx); err != nil {
@@ -126,7 +155,16 @@ func (c *Cluster) start(ctx context.Context) error {
 	return c.StartManager(ctx)
 }
 
-// installCRDs creates gpupool's CRDs from config/crd/bases and waits until they are served.
+// ClusterPolicy is the GPU Operator's ClusterPolicy the simulated cluster installs.
+func ClusterPolicy() sim.ClusterPolicySettings {
+	return sim.ClusterPolicySettings{
+		Name: ClusterPolicyName, Namespace: OperatorNamespace, MIGStrategy: "mixed",
+		MIGConfigMap: MIGConfigMap, DevicePluginConfigMap: DevicePluginConfigMap, DevicePluginDefault: DevicePluginDefault,
+	}
+}
+
+// installCRDs creates gpupool's CRDs from config/crd/bases and the simulator's ClusterPolicy
+// CRD, and waits until they are served.
 func (c *Cluster) installCRDs(ctx context.Context) error {
 	root, err := RepoRoot()
 	if err != nil {
@@ -137,6 +175,11 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 		return fmt.Errorf("no CRDs in %s/config/crd/bases: run `make manifests`", root)
 	}
 	var names []string
+	cp := sim.ClusterPolicyCRD()
+	if err := c.Client.Create(ctx, cp); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating CRD %s: %w", cp.Name, err)
+	}
+	names = append(names, cp.Name)
 	for _, f := range files {
 		objs, err := testenv.ReadObjects(f)
 		if err != nil {
@@ -149,7 +192,7 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 			names = append(names, o.GetName())
 		}
 	}
-	return poll(ctx, time.Minute, "gpupool's CRDs to be established", func() (bool, error) {
+	return poll(ctx, time.Minute, "the CRDs to be established", func() (bool, error) {
 		for _, name := range names {
 			crd := &apiextensionsv1.CustomResourceDefinition{}
 			if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
