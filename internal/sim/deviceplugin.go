@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -178,9 +179,7 @@ func (r *reconciler) devicePlugin(ctx context.Context, n *Node, node *corev1.Nod
 	return nil
 }
 
-func sameRun(a, b pluginRun) bool {
-	return a.key == b.key && a.strategy == b.strategy && fmt.Sprint(a.file) == fmt.Sprint(b.file)
-}
+func sameRun(a, b pluginRun) bool { return reflect.DeepEqual(a, b) }
 
 // warnOnce records a Warning on the node unless the same note was the last one recorded.
 func (r *reconciler) warnOnce(ctx context.Context, n *Node, node *corev1.Node, reason, note string) {
