@@ -5,6 +5,7 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 GO ?= go
+comma := ,
 TOOLS_MOD := hack/tools/go.mod
 TOOLS_BIN := $(CURDIR)/hack/tools/bin
 CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen
@@ -25,6 +26,12 @@ GOTEST_FLAGS ?= -count=1 -timeout=30m
 # code that is not ours. Only that warning is silenced.
 CGO_CFLAGS ?= -O2 -g
 export CGO_CFLAGS += -Wno-deprecated-declarations
+
+# `make images`: OCI layouts, binaries, TAG and DIGESTS go to IMAGES_DIR (see hack/images).
+# AGENT_BASE names an OCI layout whose linux/<arch> image replaces the agent's Debian base.
+IMAGES_DIR ?= $(CURDIR)/_output/images
+IMAGE_ARCHS ?= amd64,arm64
+AGENT_BASE ?=
 
 .PHONY: help
 help: ## List the targets.
@@ -50,12 +57,19 @@ demo-down: ## Stop a cluster left up by `make demo-up` (from another terminal).
 .PHONY: test
 test: generate manifests test-assets ## Run unit, envtest and local-cluster tests (builds the control plane once).
 	$(GO) test $(GOTEST_FLAGS) ./...
+	hack/images/prereqs.sh --optional $$($(GO) env GOHOSTARCH) && cd hack/images && $(GO) test $(GOTEST_FLAGS) ./...
 
 ##@ Development
 
 .PHONY: build
 build: ## Build every binary into bin/ under the tools folder.
 	$(GO) build -o $(TOOLS_BIN)/ ./cmd/...
+
+.PHONY: images
+images: ## Build the manager and agent OCI images (linux/amd64, linux/arm64) into _output/images/.
+	AGENT_BASE=$(AGENT_BASE) hack/images/prereqs.sh $(subst $(comma), ,$(IMAGE_ARCHS))
+	$(GO) -C hack/images run . build -root=$(CURDIR) -out=$(abspath $(IMAGES_DIR)) -arch=$(IMAGE_ARCHS) \
+		$(if $(AGENT_BASE),-agent-base=$(abspath $(AGENT_BASE))) $(IMAGES_FLAGS)
 
 .PHONY: run
 run: manifests ## Run the manager against the cluster in $KUBECONFIG.
