@@ -155,7 +155,7 @@ func decodeMIGConfigSpec(raw json.RawMessage) (migConfigSpec, error) {
 			}
 			var list []string
 			if errList := json.Unmarshal(v, &list); errList != nil {
-				return migConfigSpec{}, fmt.Errorf("device-filter: (%v, %v)", errOne, errList)
+				return migConfigSpec{}, fmt.Errorf("device-filter: (%w, %w)", errOne, errList)
 			}
 			s.DeviceFilter = list
 		case "devices":
@@ -170,7 +170,7 @@ func decodeMIGConfigSpec(raw json.RawMessage) (migConfigSpec, error) {
 			}
 			var list []int
 			if errList := json.Unmarshal(v, &list); errList != nil {
-				return migConfigSpec{}, fmt.Errorf("devices: (%v, %v)", errWord, errList)
+				return migConfigSpec{}, fmt.Errorf("devices: (%w, %w)", errWord, errList)
 			}
 			s.Devices = list
 		case "mig-enabled":

@@ -87,7 +87,7 @@ func waitClusterPolicy(ctx context.Context, reader client.Reader, name string, t
 		return last == nil, nil
 	})
 	if err != nil {
-		return operatorSettings{}, fmt.Errorf("gpusim: waiting for the GPU Operator's ClusterPolicy: %w (last: %v)", err, last)
+		return operatorSettings{}, fmt.Errorf("gpusim: waiting for the GPU Operator's ClusterPolicy: %w (last: %w)", err, last)
 	}
 	return op, nil
 }
