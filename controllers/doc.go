@@ -5,7 +5,7 @@
 // config/rbac/role.yaml.
 //
 // +kubebuilder:rbac:groups=gpupool.io,resources=gpupoolpolicies;repartitionplans;gpunodes,verbs=get;list;watch
-// +kubebuilder:rbac:groups=gpupool.io,resources=gpupoolpolicies/status;repartitionplans/status;gpunodes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=gpupool.io,resources=gpupoolpolicies/status;repartitionplans/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 package controllers

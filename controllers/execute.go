@@ -18,16 +18,17 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/drain"
+	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/planner"
 	"github.com/gpupool/gpupool/internal/rollout"
 )
 
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=patch;update
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=patch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups="",namespace=gpupool-system,resources=configmaps,verbs=get;list;watch;create;update
-// +kubebuilder:rbac:groups=gpupool.io,resources=gpunodes,verbs=patch;update
+// +kubebuilder:rbac:groups=gpupool.io,resources=gpunodes,verbs=patch
 
 // DefaultConfigPropagation is how long the plan controller waits after writing the mig-parted
 // ConfigMap before flipping a node's label: the kubelet refreshes mounted ConfigMaps lazily,
@@ -41,6 +42,16 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 	budget, err := r.budget(ctx, policy)
 	if err != nil {
 		return 0, err
+	}
+	// Steps in flight always finish (stopping half-way could leave a GPU half-configured); a
+	// new node starts only while the plan's approval holds now and the budget allows it.
+	stopped := ""
+	switch {
+	case !rollout.Approved(plan, policy):
+		budget, stopped = 0, fmt.Sprintf("stopped: its approval no longer holds (no %s=%s, and approval %s does not approve it)",
+			v1alpha1.AnnotationApprove, plan.Spec.Hash, policy.Spec.Disruption.Approval)
+	case budget <= 0:
+		stopped = "stopped: the policy's maxDisruptedNodes allows no node to change now"
 	}
 	start, _, _ := rollout.Progress(plan.Spec.Steps, status.Nodes, budget)
 	timeouts := rollout.Timeouts{
@@ -63,13 +74,13 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 		if cur.State == v1alpha1.NodeDone || cur.State == v1alpha1.NodeFailed {
 			continue
 		}
-		targets, obs, err := r.observe(ctx, plan, step)
+		targets, obs, err := r.observe(ctx, plan, policy, step)
 		if err != nil {
 			return 0, err
 		}
 		res := rollout.Step(plan.Name, step, cur, obs, timeouts, now)
 		for _, action := range res.Actions {
-			msg, err := r.act(ctx, plan, step, targets, action)
+			msg, err := r.act(ctx, plan, policy, step, targets, action)
 			if err != nil {
 				return 0, fmt.Errorf("plan %s, node %s, %s: %w", plan.Name, step.Node, action, err)
 			}
@@ -98,6 +109,19 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 		}
 	}
 	_, phase, progress := rollout.Progress(plan.Spec.Steps, status.Nodes, budget)
+	if phase == v1alpha1.PlanFailed && stopped != "" && !slices.ContainsFunc(status.Nodes, func(n v1alpha1.NodeStepStatus) bool {
+		return n.State == v1alpha1.NodeFailed
+	}) {
+		reason := rollout.ReasonNotApproved
+		if rollout.Approved(plan, policy) {
+			reason = "BudgetExhausted"
+		}
+		if !meta.IsStatusConditionFalse(status.Conditions, "Ready") {
+			r.Recorder.Eventf(plan, policyRef(policy), corev1.EventTypeWarning, reason, "Stop", "%s", stopped)
+		}
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse,
+			Reason: reason, Message: stopped, ObservedGeneration: plan.Generation})
+	}
 	status.Phase, status.Progress = phase, progress
 	if phase == v1alpha1.PlanExecuting && requeue == 0 {
 		requeue = time.Second
@@ -107,19 +131,34 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 
 // budget is the policy's maxDisruptedNodes resolved against its pool's size now.
 func (r *PlanReconciler) budget(ctx context.Context, policy *v1alpha1.GPUPoolPolicy) (int, error) {
-	selector, err := metav1.LabelSelectorAsSelector(&policy.Spec.NodeSelector)
+	nodes, err := r.poolNodes(ctx, policy)
 	if err != nil {
-		return 0, fmt.Errorf("policy %s: spec.nodeSelector: %w", policy.Name, err)
+		return 0, err
+	}
+	return planner.Budget(policy.Spec.Disruption.MaxDisruptedNodes, len(nodes)), nil
+}
+
+// poolNodes lists the nodes the policy's selector selects now.
+func (r *PlanReconciler) poolNodes(ctx context.Context, policy *v1alpha1.GPUPoolPolicy) ([]corev1.Node, error) {
+	selector, err := policy.Spec.NodeSelector.AsSelector()
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: spec.nodeSelector: %w", policy.Name, err)
+	}
+	if selector.Empty() {
+		// A stored policy from before the API refused empty selectors: its pool is empty, not
+		// the whole cluster (the policy reports the problem).
+		return nil, nil
 	}
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes, client.MatchingLabelsSelector{Selector: selector}); err != nil {
-		return 0, fmt.Errorf("listing the nodes of policy %s: %w", policy.Name, err)
+		return nil, fmt.Errorf("listing the nodes of policy %s: %w", policy.Name, err)
 	}
-	return planner.Budget(policy.Spec.Disruption.MaxDisruptedNodes, len(nodes.Items)), nil
+	return nodes.Items, nil
 }
 
 // observe reads what a step's decision depends on, and the node's complete target layout.
-func (r *PlanReconciler) observe(ctx context.Context, plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep) ([]planner.GPUTarget, rollout.Observation, error) {
+func (r *PlanReconciler) observe(ctx context.Context, plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy,
+	step v1alpha1.NodeStep) ([]planner.GPUTarget, rollout.Observation, error) {
 	var obs rollout.Observation
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, node); err != nil {
@@ -136,10 +175,19 @@ func (r *PlanReconciler) observe(ctx context.Context, plan *v1alpha1.Repartition
 	for _, e := range step.Evictions {
 		pod := &corev1.Pod{}
 		err := r.Client.Get(ctx, types.NamespacedName{Namespace: e.Namespace, Name: e.Name}, pod)
-		if err == nil && pod.Spec.NodeName == step.Node {
-			obs.PodsLeft++
-		} else if err != nil && !apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
 			return nil, obs, fmt.Errorf("reading pod %s/%s: %w", e.Namespace, e.Name, err)
+		case string(pod.UID) != e.UID || pod.Spec.NodeName != step.Node:
+			// Not the pod the plan recorded: it is gone, and its replacement is not evicted.
+		default:
+			obs.PodsLeft++
+			// The planner's rules again, now: a pod that became unsafe to evict since planning
+			// (or that a plan should never have named) cancels the step before any eviction.
+			if why := inventory.SafetyBlocker(pod, evictionRules(policy)); why != "" && pod.DeletionTimestamp.IsZero() && obs.Unsafe == "" {
+				obs.Unsafe = fmt.Sprintf("pod %s/%s may not be evicted now: %s", e.Namespace, e.Name, why)
+			}
 		}
 	}
 
@@ -307,17 +355,19 @@ func layoutEqual(a, b v1alpha1.GPULayout) bool {
 
 // act performs one action of a step's decision; the message, when not empty, replaces the
 // step's status message (the drain pass says which pods still block).
-func (r *PlanReconciler) act(ctx context.Context, plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep,
-	targets []planner.GPUTarget, action rollout.Action) (string, error) {
+func (r *PlanReconciler) act(ctx context.Context, plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy,
+	step v1alpha1.NodeStep, targets []planner.GPUTarget, action rollout.Action) (string, error) {
 	switch action {
 	case rollout.ActionCordon, rollout.ActionRelabel, rollout.ActionRelabelSharing, rollout.ActionUncordon, rollout.ActionReleaseCordon:
 		return "", r.editNode(ctx, plan, step, action)
 	case rollout.ActionEvict:
 		pods := make([]types.NamespacedName, 0, len(step.Evictions))
+		uids := make(map[types.NamespacedName]types.UID, len(step.Evictions))
 		for _, e := range step.Evictions {
-			pods = append(pods, types.NamespacedName{Namespace: e.Namespace, Name: e.Name})
+			key := types.NamespacedName{Namespace: e.Namespace, Name: e.Name}
+			pods, uids[key] = append(pods, key), types.UID(e.UID)
 		}
-		res, err := drain.Pass(ctx, r.Client, step.Node, pods, drain.Options{})
+		res, err := drain.Pass(ctx, r.Client, step.Node, pods, drain.Options{UIDs: uids, Rules: evictionRules(policy)})
 		if err != nil {
 			return "", err
 		}
@@ -479,4 +529,10 @@ func (r *PlanReconciler) updateConfigMap(ctx context.Context, name string, next 
 		return fmt.Errorf("writing ConfigMap %s/%s: %w", r.Namespace, name, err)
 	}
 	return nil
+}
+
+// evictionRules are the policy's choices about which pods may be evicted at all.
+func evictionRules(policy *v1alpha1.GPUPoolPolicy) inventory.EvictionRules {
+	return inventory.EvictionRules{EvictEmptyDir: policy.Spec.Disruption.EvictEmptyDir,
+		EvictUnmanaged: policy.Spec.Disruption.EvictUnmanaged}
 }

@@ -68,7 +68,7 @@ func TestApprovedPlanRunsToCompletion(t *testing.T) {
 			GPUs: []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 7}, To: v1.ProfileCounts{"3g.71gb": 2}}},
 		}}},
 	}
-	g.Expect(env.Client.Create(ctx, plan)).To(Succeed())
+	createPlan(t, env, plan)
 
 	node := &corev1.Node{}
 	g.Eventually(func(g Gomega) {
@@ -129,7 +129,7 @@ func TestNodeCordonedBeforehandStaysCordoned(t *testing.T) {
 			GPUs: []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 7}, To: v1.ProfileCounts{"7g.141gb": 1}}},
 		}}},
 	}
-	g.Expect(env.Client.Create(ctx, plan)).To(Succeed())
+	createPlan(t, env, plan)
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
 		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-abcdef0123"))
@@ -193,7 +193,7 @@ func TestDrainWaitsForPDBThenProceeds(t *testing.T) {
 			Evictions: []v1.Eviction{{PodReference: v1.PodReference{Namespace: "default", Name: "infer"}}},
 		}}},
 	}
-	g.Expect(env.Client.Create(ctx, plan)).To(Succeed())
+	createPlan(t, env, plan)
 
 	g.Eventually(func(g Gomega) {
 		got := &v1.RepartitionPlan{}

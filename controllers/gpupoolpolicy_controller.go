@@ -3,6 +3,9 @@ package controllers
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -18,7 +21,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,10 +38,12 @@ import (
 	"github.com/gpupool/gpupool/internal/metrics"
 	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/planner"
+	"github.com/gpupool/gpupool/internal/pool"
 	"github.com/gpupool/gpupool/internal/rollout"
 )
 
 // +kubebuilder:rbac:groups=gpupool.io,resources=repartitionplans,verbs=create;delete
+// (delete: finished plans beyond the newest ten of a policy are garbage-collected)
 // +kubebuilder:rbac:groups="",resources=nodes;pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nvidia.com,resources=clusterpolicies,verbs=get;list;watch
@@ -53,14 +60,21 @@ const (
 	reasonPlanProposed     = "PlanProposed"
 	reasonPlanSuperseded   = "PlanSuperseded"
 	reasonConflictDetected = "NodesSelectedTwice"
+	reasonInvalidSpec      = "InvalidSpec"
+	reasonIneffectiveSpec  = "IneffectiveSpec"
+	reasonPlanningFailed   = "PlanningFailed"
+	reasonUndecodable      = "Undecodable"
 )
 
 // PolicyReconciler observes a pool, runs the planner and proposes RepartitionPlans. It never
 // changes a node: executing approved plans is the plan controller's job.
 type PolicyReconciler struct {
-	Client   client.Client
-	Clock    clock.Clock
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads around the cache, for the plan this manager has just created while the
+	// cache may not show it yet; the Client when nil.
+	APIReader client.Reader
+	Clock     clock.Clock
+	Recorder  events.EventRecorder
 	// MaxReportAge is how old a GPUNode report may be before its node is not planned.
 	MaxReportAge time.Duration
 	// Metrics receives each pool's demand and stranded slices; nil records nothing.
@@ -93,10 +107,11 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	all := handler.EnqueueRequestsFromMapFunc(r.allPolicies)
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.GPUPoolPolicy{}).
+		// Unstructured, decoded per object: see policies.go.
+		For(newPolicyObject()).
 		Owns(&v1alpha1.RepartitionPlan{}).
 		// A policy's selector decides its neighbours' conflicts too.
-		Watches(&v1alpha1.GPUPoolPolicy{}, all).
+		Watches(newPolicyObject(), all).
 		Watches(&corev1.Node{}, all).
 		Watches(&corev1.Pod{}, all).
 		Watches(&v1alpha1.GPUNode{}, all).
@@ -108,14 +123,18 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // allPolicies maps any change in the cluster to every policy: pools are few, and a pod or a
 // node may move demand or capacity into any of them.
 func (r *PolicyReconciler) allPolicies(ctx context.Context, _ client.Object) []reconcile.Request {
-	var list v1alpha1.GPUPoolPolicyList
-	if err := r.Client.List(ctx, &list); err != nil {
+	policies, bad, err := listPolicies(ctx, r.Client)
+	if err != nil {
 		logf.FromContext(ctx).Error(err, "listing policies to requeue")
 		return nil
 	}
-	out := make([]reconcile.Request, 0, len(list.Items))
-	for _, p := range list.Items {
+	out := make([]reconcile.Request, 0, len(policies)+len(bad))
+	for _, p := range policies {
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+	}
+	// Undecodable ones too: their condition must be written once, and kept.
+	for _, b := range bad {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: b.object.GetName()}})
 	}
 	return out
 }
@@ -132,14 +151,18 @@ type world struct {
 
 func (r *PolicyReconciler) read(ctx context.Context) (*world, error) {
 	var (
-		policies v1alpha1.GPUPoolPolicyList
 		nodes    corev1.NodeList
 		gpuNodes v1alpha1.GPUNodeList
 		pods     corev1.PodList
 		pdbs     policyv1.PodDisruptionBudgetList
 		plans    v1alpha1.RepartitionPlanList
 	)
-	for _, l := range []client.ObjectList{&policies, &nodes, &gpuNodes, &pdbs, &plans} {
+	// Policies that cannot be decoded take no part in conflicts: each reports its own problem.
+	policies, _, err := listPolicies(ctx, r.Client)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range []client.ObjectList{&nodes, &gpuNodes, &pdbs, &plans} {
 		if err := r.Client.List(ctx, l); err != nil {
 			return nil, fmt.Errorf("listing %T: %w", l, err)
 		}
@@ -163,32 +186,41 @@ func (r *PolicyReconciler) read(ctx context.Context) (*world, error) {
 		}
 		pods.Items = append(pods.Items, onNode.Items...)
 	}
-	return &world{policies: policies.Items, nodes: nodes.Items, gpuNodes: gpuNodes.Items,
+	return &world{policies: policies, nodes: nodes.Items, gpuNodes: gpuNodes.Items,
 		pods: pods.Items, pdbs: pdbs.Items, plans: plans.Items}, nil
 }
 
 // Reconcile observes the policy's pool, proposes a plan when pending demand needs one, and
-// writes the policy's status.
+// writes the policy's status. A policy the controller cannot use (it cannot be decoded, or the
+// planner cannot plan for it) still gets its status written, with a condition saying what to fix.
 func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := logf.FromContext(ctx)
-	policy := &v1alpha1.GPUPoolPolicy{}
-	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.Metrics.ForgetPolicy(req.Name)
-		}
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	policy, bad, err := getPolicy(ctx, r.Client, req.Name)
+	switch {
+	case err != nil:
+		return reconcile.Result{}, err
+	case bad != nil:
+		return reconcile.Result{}, r.reportUndecodable(ctx, bad)
+	case policy == nil:
+		r.Metrics.ForgetPolicy(req.Name)
+		return reconcile.Result{}, nil
 	}
 	if !policy.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
 	}
 	now := r.Clock.Now()
+	problems := pool.Problems(&policy.Spec)
+	if len(problems) > 0 && problems[0].Blocking {
+		return reconcile.Result{}, r.reportUnusable(ctx, policy, reasonInvalidSpec, pool.Message(problems, 5))
+	}
+	selector, err := policy.Spec.NodeSelector.AsSelector()
+	if err != nil {
+		// pool.Problems reports every selector that does not parse; this is a safety net.
+		return reconcile.Result{}, r.reportUnusable(ctx, policy, reasonInvalidSpec, "spec.nodeSelector: "+err.Error())
+	}
 	w, err := r.read(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
-	}
-	selector, err := metav1.LabelSelectorAsSelector(&policy.Spec.NodeSelector)
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("policy %s: spec.nodeSelector: %w", policy.Name, err)
 	}
 	conflicts := conflictingNodes(policy, selector, w)
 	frozen, inFlight := frozenNodes(policy, w, conflicts, now)
@@ -201,19 +233,24 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	pending = inPool(pending, selector, w.nodes)
 
 	window := durationOr(policy.Spec.Planning.StabilizationWindow, defaultStabilization)
-	young := youngAwaitingPlan(policy, ownPlans(policy, w.plans), now, window)
+	own := ownPlans(policy, w.plans)
+	young := youngAwaitingPlan(policy, own, now, window)
 	res := r.remembered(policy, young, frozenKey(frozen))
 	if res == nil {
 		if res, err = planner.Plan(planner.Input{Snapshot: snap, Pending: pending, Policy: policy,
 			Frozen: frozen, InFlight: inFlight, Now: now}); err != nil {
-			return reconcile.Result{}, fmt.Errorf("planning policy %s: %w", policy.Name, err)
+			return reconcile.Result{RequeueAfter: policyRecheckInterval},
+				r.reportUnusable(ctx, policy, reasonPlanningFailed, fmt.Sprintf("the planner cannot plan for this policy: %v", err))
 		}
 	}
-	current, err := r.propose(ctx, policy, ownPlans(policy, w.plans), res, now)
+	current, err := r.propose(ctx, policy, own, res, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	r.remember(policy, current, res, frozenKey(frozen))
+	if err := r.collectPlans(ctx, policy, own); err != nil {
+		return reconcile.Result{}, err
+	}
 
 	status := poolStatus(policy, selector, snap, pending, res)
 	status.CurrentPlan = ""
@@ -223,6 +260,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	// A copy: SetStatusCondition edits in place, and the old status is compared below.
 	status.Conditions = slices.Clone(policy.Status.Conditions)
 	r.setConditions(ctx, policy, &status, w, conflicts, current, res, len(pending))
+	setSpecCondition(policy, &status, problems)
 	if err := r.writeStatus(ctx, policy, status); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -230,11 +268,76 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	log.V(1).Info("observed pool", "nodes", status.Pool.Nodes, "pending", status.PendingPods,
 		"plan", status.CurrentPlan)
 	// Time alone moves pods past minPendingAge, plans past their TTL and out of the window.
-	after := min(minAge, policyRecheckInterval)
+	after := min(max(minAge, time.Second), policyRecheckInterval)
 	if young != nil {
 		after = min(after, max(time.Second, young.CreationTimestamp.Add(window).Sub(now)))
 	}
 	return reconcile.Result{RequeueAfter: after}, nil
+}
+
+// setSpecCondition reports the policy's problems that do not stop planning (a catalog profile
+// its product lacks, an entry another shadows) as SpecValid=False, so that an ineffective part
+// of the policy is never ignored in silence.
+func setSpecCondition(policy *v1alpha1.GPUPoolPolicy, status *v1alpha1.GPUPoolPolicyStatus, problems []pool.Problem) {
+	cond := metav1.Condition{Type: v1alpha1.ConditionSpecValid, Status: metav1.ConditionTrue, Reason: "Valid",
+		Message: "every part of the spec is usable", ObservedGeneration: policy.Generation}
+	if len(problems) > 0 {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, reasonIneffectiveSpec, pool.Message(problems, 5)
+	}
+	meta.SetStatusCondition(&status.Conditions, cond)
+}
+
+// reportUnusable writes the status of a policy the controller cannot plan for: Ready=False
+// (and SpecValid=False for a spec problem) with what to fix. The rest of the status is kept
+// as last observed.
+func (r *PolicyReconciler) reportUnusable(ctx context.Context, policy *v1alpha1.GPUPoolPolicy, reason, msg string) error {
+	status := *policy.Status.DeepCopy()
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse,
+		Reason: reason, Message: msg, ObservedGeneration: policy.Generation})
+	if reason == reasonInvalidSpec {
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionSpecValid, Status: metav1.ConditionFalse,
+			Reason: reason, Message: msg, ObservedGeneration: policy.Generation})
+	}
+	if !meta.IsStatusConditionFalse(policy.Status.Conditions, v1alpha1.ConditionReady) ||
+		meta.FindStatusCondition(policy.Status.Conditions, v1alpha1.ConditionReady).Message != msg {
+		r.Recorder.Eventf(policy, nil, corev1.EventTypeWarning, reason, "Plan", "%s", msg)
+	}
+	return r.writeStatus(ctx, policy, status)
+}
+
+// reportUndecodable writes Ready=False on a stored policy that the manager cannot decode,
+// through a merge patch of the raw object's status, so that the other policies and the plan
+// and cordon controllers carry on.
+func (r *PolicyReconciler) reportUndecodable(ctx context.Context, bad *undecodable) error {
+	u := bad.object
+	var conditions []metav1.Condition
+	if raw, ok, _ := unstructured.NestedSlice(u.Object, "status", "conditions"); ok {
+		for _, c := range raw {
+			var cond metav1.Condition
+			if m, ok := c.(map[string]any); ok && runtime.DefaultUnstructuredConverter.FromUnstructured(m, &cond) == nil {
+				conditions = append(conditions, cond)
+			}
+		}
+	}
+	msg := bad.err.Error() + ": fix the field with kubectl edit gpupoolpolicy " + u.GetName() +
+		" (the API server's rules now refuse such a value)"
+	before := meta.FindStatusCondition(conditions, v1alpha1.ConditionReady)
+	if before != nil && before.Reason == reasonUndecodable && before.Message == msg && before.ObservedGeneration == u.GetGeneration() {
+		return nil
+	}
+	cond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reasonUndecodable,
+		Message: msg, ObservedGeneration: u.GetGeneration()}
+	meta.SetStatusCondition(&conditions, cond)
+	logf.FromContext(ctx).Info("policy cannot be decoded; it is left alone", "policy", u.GetName(), "error", bad.err.Error())
+	r.Recorder.Eventf(u, nil, corev1.EventTypeWarning, reasonUndecodable, "Decode", "%s", msg)
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": conditions}})
+	if err != nil {
+		return fmt.Errorf("encoding the status of policy %s: %w", u.GetName(), err)
+	}
+	if err := r.Client.Status().Patch(ctx, u, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("writing the status of undecodable policy %s: %w", u.GetName(), err)
+	}
+	return nil
 }
 
 // youngAwaitingPlan is the policy's plan that waits for approval and is younger than the
@@ -290,6 +393,10 @@ func (r *PolicyReconciler) remember(policy *v1alpha1.GPUPoolPolicy, current *v1a
 // never touched: the planner waits for it.
 func (r *PolicyReconciler) propose(ctx context.Context, policy *v1alpha1.GPUPoolPolicy,
 	plans []v1alpha1.RepartitionPlan, res *planner.Result, now time.Time) (*v1alpha1.RepartitionPlan, error) {
+	plans, err := r.withJustCreated(ctx, policy, plans)
+	if err != nil {
+		return nil, err
+	}
 	var awaiting *v1alpha1.RepartitionPlan
 	for i := range plans {
 		// The gate's verdict, not only the recorded phase: an approval annotation the plan
@@ -314,23 +421,134 @@ func (r *PolicyReconciler) propose(ctx context.Context, policy *v1alpha1.GPUPool
 		return awaiting, nil
 	case awaiting != nil && now.Sub(awaiting.CreationTimestamp.Time) < window:
 		return awaiting, nil
+	case refusedRecently(plans, want.Spec.Hash, now):
+		// A human's no (or nobody's yes within planTTL) is not overridden by proposing the very
+		// same change again the same day. A plan that failed or was superseded does not count:
+		// retrying an identical change is allowed.
+		if awaiting != nil {
+			return awaiting, nil
+		}
+		return nil, nil
 	case awaiting != nil:
-		if err := r.supersede(ctx, awaiting, "superseded by "+want.Name); err != nil {
+		if err := r.supersede(ctx, awaiting, "superseded by a new plan"); err != nil {
 			return nil, err
 		}
 	}
-	if err := r.Client.Create(ctx, want); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			// Today's plan with this very hash exists and ended (rejected, expired): a
-			// human's no is not overridden by proposing the same change again.
-			return nil, nil
-		}
-		return nil, fmt.Errorf("creating plan %s: %w", want.Name, err)
+	if err := r.create(ctx, want, now); err != nil {
+		return nil, err
 	}
 	r.Recorder.Eventf(want, policy, corev1.EventTypeNormal, reasonPlanProposed, "Propose",
 		"plan %s changes %d node(s), evicts %d pod(s), serves %d pending pod(s); approve with: kubectl annotate repartitionplan %s %s=%s",
 		want.Name, len(want.Spec.Steps), evictions(want), len(want.Spec.Expected.Pods), want.Name, v1alpha1.AnnotationApprove, want.Spec.Hash)
 	return want, nil
+}
+
+// withJustCreated adds the plan this manager last created for the policy when the cache does
+// not show it yet, read from the API server: otherwise the pass after a create would see no
+// plan, report none in the status and might propose a second one.
+func (r *PolicyReconciler) withJustCreated(ctx context.Context, policy *v1alpha1.GPUPoolPolicy,
+	plans []v1alpha1.RepartitionPlan) ([]v1alpha1.RepartitionPlan, error) {
+	r.mu.Lock()
+	last, ok := r.lastPlan[policy.Name]
+	r.mu.Unlock()
+	if !ok || slices.ContainsFunc(plans, func(p v1alpha1.RepartitionPlan) bool { return p.Name == last.plan }) {
+		return plans, nil
+	}
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	live := &v1alpha1.RepartitionPlan{}
+	err := reader.Get(ctx, types.NamespacedName{Name: last.plan}, live)
+	switch {
+	case apierrors.IsNotFound(err):
+		return plans, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading plan %s: %w", last.plan, err)
+	case !metav1.IsControlledBy(live, policy):
+		return plans, nil
+	}
+	return append([]v1alpha1.RepartitionPlan{*live}, plans...), nil
+}
+
+// refusalMemory is how long a rejected or expired change is not proposed again.
+const refusalMemory = 24 * time.Hour
+
+// refusedRecently reports whether a plan with this hash was rejected or expired within
+// refusalMemory.
+func refusedRecently(plans []v1alpha1.RepartitionPlan, hash string, now time.Time) bool {
+	for _, p := range plans {
+		if p.Spec.Hash == hash && (p.Status.Phase == v1alpha1.PlanRejected || p.Status.Phase == v1alpha1.PlanExpired) &&
+			now.Sub(p.CreationTimestamp.Time) < refusalMemory {
+			return true
+		}
+	}
+	return false
+}
+
+// create creates the plan under a fresh name that nobody can guess: a policy's next plan name
+// must not be something another user can create first and so block planning. A name already
+// taken (by chance, or by a squatter) is never adopted; another one is tried.
+func (r *PolicyReconciler) create(ctx context.Context, plan *v1alpha1.RepartitionPlan, now time.Time) error {
+	policy := plan.Spec.Policy
+	for attempt := 0; ; attempt++ {
+		plan.Name = planName(policy, now)
+		err := r.Client.Create(ctx, plan)
+		switch {
+		case err == nil:
+			return nil
+		case apierrors.IsAlreadyExists(err) && attempt < 3:
+			continue
+		default:
+			return fmt.Errorf("creating plan %s: %w", plan.Name, err)
+		}
+	}
+}
+
+// planName is <policy>-<yyyymmdd>-<8 random hex digits>, cut to fit an object name.
+func planName(policy string, now time.Time) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	suffix := fmt.Sprintf("-%s-%s", now.UTC().Format("20060102"), hex.EncodeToString(b[:]))
+	prefix := policy
+	if max := validation.DNS1123SubdomainMaxLength - len(suffix); len(prefix) > max {
+		prefix = strings.TrimRight(prefix[:max], "-.")
+	}
+	return prefix + suffix
+}
+
+// keepFinishedPlans is how many finished plans of a policy are kept for their history; older
+// ones are deleted, so plans do not pile up in etcd.
+const keepFinishedPlans = 10
+
+// collectPlans deletes a policy's finished plans beyond the newest keepFinishedPlans. Plans
+// are listed newest first.
+func (r *PolicyReconciler) collectPlans(ctx context.Context, policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan) error {
+	kept := 0
+	for i := range plans {
+		p := &plans[i]
+		if !finished(p.Status.Phase) || !metav1.IsControlledBy(p, policy) {
+			continue
+		}
+		if kept++; kept <= keepFinishedPlans {
+			continue
+		}
+		err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting finished plan %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// finished reports whether a plan in this phase will never act again.
+func finished(phase v1alpha1.PlanPhase) bool {
+	switch phase {
+	case v1alpha1.PlanSucceeded, v1alpha1.PlanFailed, v1alpha1.PlanRolledBack, v1alpha1.PlanRejected,
+		v1alpha1.PlanExpired, v1alpha1.PlanSuperseded:
+		return true
+	}
+	return false
 }
 
 func (r *PolicyReconciler) supersede(ctx context.Context, plan *v1alpha1.RepartitionPlan, why string) error {
@@ -437,8 +655,12 @@ func (r *PolicyReconciler) setOperatorCondition(ctx context.Context, policy *v1a
 	set(v1alpha1.ConditionGPUOperatorConfigured, true, "Configured", "ClusterPolicy "+list.Items[0].GetName()+" uses gpupool's config maps")
 }
 
+// durationOr is the duration, or def when it is unset. Zero is a value, not "unset":
+// minPendingAge: 0s plans at once. The API server bounds every duration (see
+// v1alpha1.GPUPoolPolicySpec.Durations), and pool.Problems stops planning for a stored policy
+// whose durations are out of bounds.
 func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
-	if d == nil || d.Duration <= 0 {
+	if d == nil {
 		return def
 	}
 	return d.Duration
@@ -452,11 +674,12 @@ func evictions(p *v1alpha1.RepartitionPlan) int {
 	return n
 }
 
-// ownPlans are the plans the policy owns, newest first.
+// ownPlans are the plans the policy controls, newest first. A plan that only names the policy
+// in spec.policy is someone else's: the plan controller refuses it, and planning ignores it.
 func ownPlans(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan) []v1alpha1.RepartitionPlan {
 	var out []v1alpha1.RepartitionPlan
 	for _, p := range plans {
-		if p.Spec.Policy == policy.Name {
+		if p.Spec.Policy == policy.Name && metav1.IsControlledBy(&p, policy) {
 			out = append(out, p)
 		}
 	}
@@ -473,7 +696,7 @@ func conflictingNodes(policy *v1alpha1.GPUPoolPolicy, selector labels.Selector, 
 		if other.Name == policy.Name {
 			continue
 		}
-		sel, err := metav1.LabelSelectorAsSelector(&other.Spec.NodeSelector)
+		sel, err := other.Spec.NodeSelector.AsSelector()
 		if err != nil || sel.Empty() {
 			continue
 		}
@@ -554,7 +777,7 @@ func inPool(reqs []demand.Request, selector labels.Selector, nodes []corev1.Node
 // blockedNodes names pool nodes the planner cannot reason about because their agent does not
 // report, so that a silent agent never looks like a healthy, idle pool.
 func blockedNodes(w *world, policy *v1alpha1.GPUPoolPolicy) string {
-	selector, err := metav1.LabelSelectorAsSelector(&policy.Spec.NodeSelector)
+	selector, err := policy.Spec.NodeSelector.AsSelector()
 	if err != nil {
 		return ""
 	}

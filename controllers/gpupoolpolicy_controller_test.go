@@ -106,7 +106,7 @@ func poolPolicy(name string, selector map[string]string) *v1.GPUPoolPolicy {
 	return &v1.GPUPoolPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1.GPUPoolPolicySpec{
-			NodeSelector: metav1.LabelSelector{MatchLabels: selector},
+			NodeSelector: v1.PoolSelector{MatchLabels: selector},
 			Catalog: []v1.CatalogEntry{{Product: "H200",
 				MIGProfiles: []v1.MIGProfileName{"1g.18gb", "3g.71gb", "7g.141gb"}}},
 		},

@@ -58,7 +58,7 @@ func (r *PlanReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Node{}, onNode).
 		Watches(&v1alpha1.GPUNode{}, onNode).
 		// A policy's approval mode and planTTL decide its waiting plans.
-		Watches(&v1alpha1.GPUPoolPolicy{}, handler.EnqueueRequestsFromMapFunc(r.plansOfPolicy)).
+		Watches(newPolicyObject(), handler.EnqueueRequestsFromMapFunc(r.plansOfPolicy)).
 		Named("repartitionplan").
 		Complete(r)
 }
@@ -108,14 +108,25 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	policy := &v1alpha1.GPUPoolPolicy{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: plan.Spec.Policy}, policy); err != nil {
-		if client.IgnoreNotFound(err) != nil {
-			return reconcile.Result{}, fmt.Errorf("reading policy %s of plan %s: %w", plan.Spec.Policy, plan.Name, err)
-		}
-		policy = nil
+	policy, bad, err := getPolicy(ctx, r.Client, plan.Spec.Policy)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("plan %s: %w", plan.Name, err)
+	}
+	if bad != nil {
+		// Nothing is decided on a policy that cannot be read: the policy reports why, and the
+		// plan waits for it to be fixed.
+		return reconcile.Result{RequeueAfter: time.Minute}, nil
 	}
 	now := r.Clock.Now()
+	if policy != nil && !finished(plan.Status.Phase) {
+		inPool, err := r.poolMembers(ctx, policy)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if refusal := rollout.Authenticate(plan, policy, inPool); refusal.Refused() {
+			return reconcile.Result{}, r.refuse(ctx, plan, policy, refusal)
+		}
+	}
 	d := rollout.Gate(plan, policy, now)
 
 	status := *plan.Status.DeepCopy()
@@ -190,6 +201,39 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{RequeueAfter: max(time.Second, plan.CreationTimestamp.Add(ttl).Sub(now))}, nil
 	}
 	return reconcile.Result{}, nil
+}
+
+// refuse ends a plan that must not run, before it touches anything: phase Failed, Ready=False
+// with the reason, and a Warning Event. It acts on no node; a node that a forged status claims
+// the plan cordoned is the cordon janitor's to judge.
+func (r *PlanReconciler) refuse(ctx context.Context, plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy, refusal rollout.Refusal) error {
+	status := *plan.Status.DeepCopy()
+	status.Phase, status.ObservedGeneration = v1alpha1.PlanFailed, plan.Generation
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse,
+		Reason: refusal.Reason, Message: "refused: " + refusal.Message, ObservedGeneration: plan.Generation})
+	if equality.Semantic.DeepEqual(plan.Status, status) {
+		return nil
+	}
+	r.Recorder.Eventf(plan, policyRef(policy), corev1.EventTypeWarning, refusal.Reason, "Refuse", "refused: %s", refusal.Message)
+	plan.Status = status
+	if err := r.Client.Status().Update(ctx, plan); err != nil {
+		return fmt.Errorf("writing status of refused plan %s: %w", plan.Name, err)
+	}
+	r.Metrics.ObservePlan(plan.Spec.Policy, plan.Name, status.Phase)
+	return nil
+}
+
+// poolMembers lists the policy's pool as it is now, for Authenticate.
+func (r *PlanReconciler) poolMembers(ctx context.Context, policy *v1alpha1.GPUPoolPolicy) (func(string) bool, error) {
+	nodes, err := r.poolNodes(ctx, policy)
+	if err != nil {
+		return nil, err
+	}
+	names := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		names[n.Name] = true
+	}
+	return func(node string) bool { return names[node] }, nil
 }
 
 // policyRef makes the policy the Event's related object when it exists; a nil interface, not

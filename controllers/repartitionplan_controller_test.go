@@ -18,7 +18,7 @@ func gatePlan(name, hash string) *v1.RepartitionPlan {
 	return &v1.RepartitionPlan{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Hash: hash, Disruptive: true, Steps: []v1.NodeStep{{
-			Node: "gpu-1", GPUs: []v1.GPUChange{{Index: 0, To: v1.ProfileCounts{"7g.141gb": 1}}},
+			Node: "gpu-1", MIGConfigName: "gpupool-7a7a7a7a7a", GPUs: []v1.GPUChange{{Index: 0, To: v1.ProfileCounts{"7g.141gb": 1}}},
 		}}},
 	}
 }
@@ -33,6 +33,8 @@ func TestApprovalGate(t *testing.T) {
 	policy := poolPolicy("pool-a", map[string]string{"pool": "nowhere"})
 	policy.Spec.Disruption.PlanTTL = &metav1.Duration{Duration: 10 * time.Minute}
 	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	// The plans' node is in the pool: a plan naming a node outside it is refused outright.
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "nowhere", v1.LabelGPUProduct: "NVIDIA-H200"})
 
 	phase := func(p *v1.RepartitionPlan) func(Gomega) v1.PlanPhase {
 		return func(g Gomega) v1.PlanPhase {
@@ -53,7 +55,7 @@ func TestApprovalGate(t *testing.T) {
 	}
 
 	approved := gatePlan("pool-a-approved", "1f3e9a7c00000001")
-	g.Expect(env.Client.Create(ctx, approved)).To(Succeed())
+	createPlan(t, env, approved)
 	g.Eventually(phase(approved)).WithTimeout(30 * time.Second).Should(Equal(v1.PlanAwaitingApproval))
 
 	annotate(approved, v1.AnnotationApprove, "deadbeef")
@@ -79,7 +81,7 @@ func TestApprovalGate(t *testing.T) {
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 
 	rejected := gatePlan("pool-a-rejected", "1f3e9a7c00000002")
-	g.Expect(env.Client.Create(ctx, rejected)).To(Succeed())
+	createPlan(t, env, rejected)
 	annotate(rejected, v1.AnnotationReject, "not during the training run")
 	g.Eventually(phase(rejected)).WithTimeout(30 * time.Second).Should(Equal(v1.PlanRejected))
 	annotate(rejected, v1.AnnotationApprove, rejected.Spec.Hash)
@@ -87,7 +89,7 @@ func TestApprovalGate(t *testing.T) {
 		Should(Equal(v1.PlanRejected), "a rejection is final")
 
 	expiring := gatePlan("pool-a-expiring", "1f3e9a7c00000003")
-	g.Expect(env.Client.Create(ctx, expiring)).To(Succeed())
+	createPlan(t, env, expiring)
 	g.Eventually(phase(expiring)).WithTimeout(30 * time.Second).Should(Equal(v1.PlanAwaitingApproval))
 	clock.Step(11 * time.Minute)
 	// The controller's wake-up runs on real time; any event makes it look at the new time.

@@ -38,11 +38,7 @@ func makePlan(t *testing.T, env *testenv.Env, name, hash string, steps ...v1.Nod
 	t.Helper()
 	plan := &v1.RepartitionPlan{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Hash: hash, Steps: steps}}
-	for _, s := range steps {
-		plan.Spec.Disruptive = plan.Spec.Disruptive || s.Disruptive
-	}
-	NewWithT(t).Expect(env.Client.Create(context.Background(), plan)).To(Succeed())
-	return plan
+	return createPlan(t, env, plan)
 }
 
 func getPlan(g Gomega, env *testenv.Env, plan *v1.RepartitionPlan) *v1.RepartitionPlan {
@@ -173,7 +169,7 @@ func TestBudgetOneWithThreeNodesChangesOneNodeAtATime(t *testing.T) {
 	}
 	autoPolicy(t, env)
 	plan := makePlan(t, env, "pool-a-20261129-b1b1b1b1", "b1b1b1b1b1b1b1b1",
-		toThreeG("gpu-1", "gpupool-b1-1"), toThreeG("gpu-2", "gpupool-b1-2"), toThreeG("gpu-3", "gpupool-b1-3"))
+		toThreeG("gpu-1", "gpupool-b100000001"), toThreeG("gpu-2", "gpupool-b100000002"), toThreeG("gpu-3", "gpupool-b100000003"))
 
 	finished := map[string]bool{}
 	for range nodes {
@@ -224,10 +220,10 @@ func TestFailedNodeIsReopenedOnlyWhenNoGPUIsHalfConfigured(t *testing.T) {
 	policy.Spec.Disruption.MaxDisruptedNodes = ptr.To(intstrOf(2))
 	g.Expect(env.Client.Create(context.Background(), policy)).To(Succeed())
 	plan := makePlan(t, env, "pool-a-20261129-f0f0f0f0", "f0f0f0f0f0f0f0f0",
-		toThreeG("whole", "gpupool-f0-1"), toThreeG("half", "gpupool-f0-2"))
+		toThreeG("whole", "gpupool-f000000001"), toThreeG("half", "gpupool-f000000002"))
 	g.Eventually(func(g Gomega) {
-		g.Expect(getNode(g, env, "whole").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-f0-1"))
-		g.Expect(getNode(g, env, "half").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-f0-2"))
+		g.Expect(getNode(g, env, "whole").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-f000000001"))
+		g.Expect(getNode(g, env, "half").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-f000000002"))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 
 	// mig-manager destroyed the old instances on "half" and gave up after creating one.
@@ -268,9 +264,9 @@ func relabelledUnderAuto(t *testing.T) (*testenv.Env, *clocktesting.FakeClock, *
 	policy.Spec.Disruption.Approval = v1.ApprovalAuto
 	policy.Spec.Disruption.ConfigureTimeout = &metav1.Duration{Duration: 5 * time.Minute}
 	g.Expect(env.Client.Create(context.Background(), policy)).To(Succeed())
-	plan := makePlan(t, env, "pool-a-20261129-a0a0a0a0", "a0a0a0a0a0a0a0a0", toThreeG("gpu-1", "gpupool-a0"))
+	plan := makePlan(t, env, "pool-a-20261129-a0a0a0a0", "a0a0a0a0a0a0a0a0", toThreeG("gpu-1", "gpupool-a0a0a0a0a0"))
 	g.Eventually(func(g Gomega) {
-		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-a0"))
+		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-a0a0a0a0a0"))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	return env, clock, plan
 }
@@ -351,7 +347,7 @@ func TestNewManagerResumesMidPlanWithoutRepeatingEvictionOrRelabel(t *testing.T)
 	}()
 
 	stopFirst, first := startManager(t, env, clock, false)
-	plan := makePlan(t, env, "pool-a-20261129-d0d0d0d0", "d0d0d0d0d0d0d0d0", toThreeG("gpu-1", "gpupool-d0", "infer"))
+	plan := makePlan(t, env, "pool-a-20261129-d0d0d0d0", "d0d0d0d0d0d0d0d0", toThreeG("gpu-1", "gpupool-d0d0d0d0d0", "infer"))
 	g.Eventually(func(g Gomega) {
 		got := &corev1.Pod{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pod), got)).To(Succeed())
@@ -363,7 +359,7 @@ func TestNewManagerResumesMidPlanWithoutRepeatingEvictionOrRelabel(t *testing.T)
 	// The pod is still terminating when the second replica starts; then the kubelet confirms.
 	stopSecond, second := startManager(t, env, clock, false)
 	g.Expect(env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())
-	g.Eventually(relabels).WithTimeout(30 * time.Second).Should(Receive(Equal("gpupool-d0")))
+	g.Eventually(relabels).WithTimeout(30 * time.Second).Should(Receive(Equal("gpupool-d0d0d0d0d0")))
 	g.Eventually(func(g Gomega) {
 		g.Expect(getPlan(g, env, plan).Status.Nodes[0].State).To(Equal(v1.NodeConfiguring))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
@@ -395,7 +391,7 @@ func TestOrphanedCordonsAreReleasedOnStart(t *testing.T) {
 		gpuNode(t, env, n, 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
 	}
 	autoPolicy(t, env)
-	failed := makePlan(t, env, "pool-a-20261129-e1e1e1e1", "e1e1e1e1e1e1e1e1", toThreeG("failed", "gpupool-e1"))
+	failed := makePlan(t, env, "pool-a-20261129-e1e1e1e1", "e1e1e1e1e1e1e1e1", toThreeG("failed", "gpupool-e1e1e1e1e1"))
 	failed.Status = v1.RepartitionPlanStatus{Phase: v1.PlanFailed, Approved: true, Progress: "0/1",
 		Nodes: []v1.NodeStepStatus{{Node: "failed", State: v1.NodeFailed, Message: "mig-manager reported failed"}}}
 	g.Expect(env.Client.Status().Update(ctx, failed)).To(Succeed())
@@ -454,9 +450,9 @@ func TestApprovedPlanIsCancelledWhenTheClusterMovedOn(t *testing.T) {
 	autoPolicy(t, env)
 	plan := &v1.RepartitionPlan{ObjectMeta: metav1.ObjectMeta{Name: "pool-a-20261129-c1c1c1c1"},
 		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Hash: "c1c1c1c1c1c1c1c1", Disruptive: true,
-			Steps:    []v1.NodeStep{toThreeG("gpu-1", "gpupool-c1", "infer")},
+			Steps:    []v1.NodeStep{toThreeG("gpu-1", "gpupool-c1c1c1c1c1", "infer")},
 			Expected: v1.PlanExpectation{Pods: []v1.PodReference{{Namespace: "default", Name: "long-gone"}}}}}
-	g.Expect(env.Client.Create(context.Background(), plan)).To(Succeed())
+	createPlan(t, env, plan)
 	g.Eventually(func(g Gomega) {
 		got := getPlan(g, env, plan)
 		g.Expect(got.Status.Phase).To(Equal(v1.PlanSuperseded))

@@ -8,14 +8,18 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
 	"github.com/gpupool/gpupool/internal/metrics"
 	"github.com/gpupool/gpupool/internal/testenv"
@@ -58,6 +62,7 @@ func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock,
 	t.Helper()
 	g := NewWithT(t)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme,
+		Client:  client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		// Every test runs its own manager in this process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
@@ -67,7 +72,7 @@ func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock,
 	g.Expect(err).NotTo(HaveOccurred())
 	var recorder events.EventRecorder = mgr.GetEventRecorder("gpupool-policy-controller")
 	if withPolicies {
-		g.Expect((&controllers.PolicyReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder, Metrics: m}).
+		g.Expect((&controllers.PolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock, Recorder: recorder, Metrics: m}).
 			SetupWithManager(mgr)).To(Succeed())
 	}
 	g.Expect((&controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder,
@@ -93,4 +98,42 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
+}
+
+// createPlan creates a hand-made plan as the manager would have made it: controlled by its
+// policy (which must exist), every eviction naming its pod's UID (the pods must exist), the
+// disruptive flags true exactly where pods are evicted, and spec.hash the hash of the steps.
+// The plan controller refuses plans without these; the tests of that refusal build their
+// forgeries from a plan this returns.
+func createPlan(t *testing.T, env *testenv.Env, plan *v1.RepartitionPlan) *v1.RepartitionPlan {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	signPlan(t, env, plan)
+	g.Expect(env.Client.Create(ctx, plan)).To(Succeed())
+	return plan
+}
+
+// signPlan fills in what createPlan promises, without creating the plan.
+func signPlan(t *testing.T, env *testenv.Env, plan *v1.RepartitionPlan) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	policy := &v1.GPUPoolPolicy{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: plan.Spec.Policy}, policy)).To(Succeed(), "the plan's policy must exist")
+	plan.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(policy, v1.GroupVersion.WithKind("GPUPoolPolicy"))}
+	plan.Spec.Disruptive = false
+	for i := range plan.Spec.Steps {
+		step := &plan.Spec.Steps[i]
+		step.Disruptive = len(step.Evictions) > 0
+		plan.Spec.Disruptive = plan.Spec.Disruptive || step.Disruptive
+		for j := range step.Evictions {
+			e := &step.Evictions[j]
+			pod := &corev1.Pod{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: e.Name}, pod)).To(Succeed(),
+				"a pod the plan evicts must exist")
+			e.UID = string(pod.UID)
+		}
+	}
+	plan.Spec.Hash = v1.HashSteps(plan.Spec.Steps)
 }

@@ -1,5 +1,10 @@
 package v1alpha1
 
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
 // PodReference names a pod; pods are namespaced while every gpupool kind is cluster-scoped.
 type PodReference struct {
 	// Namespace of the pod.
@@ -47,4 +52,58 @@ type SharingConfig struct {
 	// +kubebuilder:validation:Maximum=256
 	// +optional
 	Replicas int32 `json:"replicas,omitempty"`
+}
+
+// PoolSelector selects a pool's nodes by their labels. It has the shape and meaning of a
+// Kubernetes label selector (metav1.LabelSelector), with bounds and rules the API server
+// checks when the policy is written, so that a selector the controller cannot parse, or one
+// that selects every node, is never stored.
+type PoolSelector struct {
+	// MatchLabels selects nodes that carry every one of these labels.
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.size() <= 317 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))`,message="label keys must be qualified names such as pool or example.com/pool (at most 63 characters after an optional DNS prefix)"
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, self[k].size() <= 63)`,message="label values are at most 63 characters"
+	// +optional
+	MatchLabels map[string]string `json:"matchLabels,omitempty"`
+	// MatchExpressions selects nodes whose labels satisfy every requirement.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	MatchExpressions []PoolSelectorRequirement `json:"matchExpressions,omitempty"`
+}
+
+// PoolSelectorRequirement is one requirement of a PoolSelector, as in metav1.LabelSelector.
+// +kubebuilder:validation:XValidation:rule="self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) : (!has(self.values) || size(self.values) == 0)",message="values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist"
+type PoolSelectorRequirement struct {
+	// Key is the label key the requirement applies to.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
+	Key string `json:"key"`
+	// Operator relates the key to the values.
+	// +kubebuilder:validation:Enum=In;NotIn;Exists;DoesNotExist
+	Operator metav1.LabelSelectorOperator `json:"operator"`
+	// Values for In and NotIn.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`
+	// +listType=atomic
+	// +optional
+	Values []string `json:"values,omitempty"`
+}
+
+// LabelSelector is the selector as Kubernetes spells it.
+func (s PoolSelector) LabelSelector() *metav1.LabelSelector {
+	out := &metav1.LabelSelector{MatchLabels: s.MatchLabels}
+	for _, e := range s.MatchExpressions {
+		out.MatchExpressions = append(out.MatchExpressions, metav1.LabelSelectorRequirement{
+			Key: e.Key, Operator: e.Operator, Values: e.Values})
+	}
+	return out
+}
+
+// AsSelector parses the selector. The API server's rules make an error here rare (a policy
+// stored before they existed); callers report it on the policy rather than skip it silently.
+func (s PoolSelector) AsSelector() (labels.Selector, error) {
+	return metav1.LabelSelectorAsSelector(s.LabelSelector())
 }

@@ -17,6 +17,10 @@ const (
 	ConditionGPUOperatorConfigured = "GPUOperatorConfigured"
 	// ConditionConflict is True when another policy selects some of the same nodes.
 	ConditionConflict = "Conflict"
+	// ConditionSpecValid is False when a part of the spec cannot take effect (a catalog profile
+	// the GPU product does not have, a catalog entry another one shadows) or, with Ready=False,
+	// when the controller cannot use the policy at all; the message names the field and the fix.
+	ConditionSpecValid = "SpecValid"
 )
 
 // Condition types reported on GPUNode status.

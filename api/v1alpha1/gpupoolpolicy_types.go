@@ -21,11 +21,11 @@ const (
 )
 
 // GPUPoolPolicySpec is the user's intent for one pool of GPU nodes.
-// +kubebuilder:validation:XValidation:rule="has(self.nodeSelector.matchLabels) || has(self.nodeSelector.matchExpressions)",message="nodeSelector must select something: an empty selector would put every node of the cluster in the pool",fieldPath=".nodeSelector"
+// +kubebuilder:validation:XValidation:rule="(has(self.nodeSelector.matchLabels) && size(self.nodeSelector.matchLabels) > 0) || (has(self.nodeSelector.matchExpressions) && size(self.nodeSelector.matchExpressions) > 0)",message="nodeSelector must select something: an empty selector (no matchLabels, matchLabels: {} or matchExpressions: []) would put every node of the cluster in the pool",fieldPath=".nodeSelector"
 type GPUPoolPolicySpec struct {
 	// NodeSelector selects the nodes of the pool. Two policies selecting one node is a conflict:
 	// both report Conflict and neither touches that node.
-	NodeSelector metav1.LabelSelector `json:"nodeSelector"`
+	NodeSelector PoolSelector `json:"nodeSelector"`
 
 	// Catalog lists, per GPU product, the MIG profiles and sharing modes gpupool may configure.
 	// A product missing from the catalog is never reconfigured.
@@ -149,6 +149,7 @@ type DisruptionPolicy struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,5}(\\\\.[0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4}$') && duration(self) >= duration('1s') && duration(self) <= duration('168h')",message="must be a duration between 1s and 168h, such as 90s, 15m or 2h"
 	// +kubebuilder:default="15m"
 	// +optional
 	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
@@ -157,6 +158,7 @@ type DisruptionPolicy struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,5}(\\\\.[0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4}$') && duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="must be a duration between 1s and 24h, such as 90s, 15m or 2h"
 	// +kubebuilder:default="10m"
 	// +optional
 	ConfigureTimeout *metav1.Duration `json:"configureTimeout,omitempty"`
@@ -165,6 +167,7 @@ type DisruptionPolicy struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,5}(\\\\.[0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4}$') && duration(self) >= duration('1m') && duration(self) <= duration('720h')",message="must be a duration between 1m and 720h, such as 90s, 15m or 2h"
 	// +kubebuilder:default="1h"
 	// +optional
 	PlanTTL *metav1.Duration `json:"planTTL,omitempty"`
@@ -189,6 +192,7 @@ type PlanningPolicy struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,5}(\\\\.[0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4}$') && duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="must be a duration between 0s and 24h, such as 90s, 15m or 2h"
 	// +kubebuilder:default="30s"
 	// +optional
 	MinPendingAge *metav1.Duration `json:"minPendingAge,omitempty"`
@@ -197,6 +201,7 @@ type PlanningPolicy struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,5}(\\\\.[0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4}$') && duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="must be a duration between 0s and 24h, such as 90s, 15m or 2h"
 	// +kubebuilder:default="2m"
 	// +optional
 	StabilizationWindow *metav1.Duration `json:"stabilizationWindow,omitempty"`

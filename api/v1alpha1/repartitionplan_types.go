@@ -1,12 +1,18 @@
 package v1alpha1
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // RepartitionPlanSpec is one proposed change to MIG layouts or sharing configs. It is
 // immutable: an approval is bound to spec.hash, and a different change is a different plan.
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: create a new RepartitionPlan instead"
+// +kubebuilder:validation:XValidation:rule="(has(self.disruptive) && self.disruptive) == self.steps.exists(s, has(s.evictions) && size(s.evictions) > 0)",message="disruptive must be true exactly when some step evicts a pod",fieldPath=".disruptive"
 type RepartitionPlanSpec struct {
 	// Policy names the GPUPoolPolicy this plan serves.
 	// +kubebuilder:validation:MinLength=1
@@ -36,6 +42,8 @@ type RepartitionPlanSpec struct {
 
 // NodeStep is the change a plan makes on one node.
 // +kubebuilder:validation:XValidation:rule="size(self.gpus) > 0 || has(self.sharingConfig)",message="a step changes at least one GPU layout or the sharing config"
+// +kubebuilder:validation:XValidation:rule="(has(self.disruptive) && self.disruptive) == (has(self.evictions) && size(self.evictions) > 0)",message="disruptive must be true exactly when the step evicts a pod",fieldPath=".disruptive"
+// +kubebuilder:validation:XValidation:rule="has(self.sharingConfig) == has(self.sharingConfigName)",message="sharingConfig and sharingConfigName go together"
 type NodeStep struct {
 	// Node is the name of the node.
 	// +kubebuilder:validation:MinLength=1
@@ -51,8 +59,9 @@ type NodeStep struct {
 	GPUs []GPUChange `json:"gpus"`
 
 	// MIGConfigName is the immutable mig-parted config entry that holds the node's new layout,
-	// written into nvidia.com/mig.config.
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// written into nvidia.com/mig.config. It is always one of gpupool's own entries
+	// (gpupool-<10 hex digits>), never an entry someone else maintains.
+	// +kubebuilder:validation:Pattern=`^gpupool-[0-9a-f]{10}$`
 	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	MIGConfigName string `json:"migConfigName,omitempty"`
@@ -62,8 +71,8 @@ type NodeStep struct {
 	SharingConfig *SharingConfig `json:"sharingConfig,omitempty"`
 
 	// SharingConfigName is the immutable device-plugin config key written into
-	// nvidia.com/device-plugin.config.
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// nvidia.com/device-plugin.config: one of gpupool's own keys.
+	// +kubebuilder:validation:Pattern=`^gpupool-(none|ts-[0-9]{1,3}|mps-[0-9]{1,2})$`
 	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	SharingConfigName string `json:"sharingConfigName,omitempty"`
@@ -95,6 +104,11 @@ type GPUChange struct {
 // Eviction is a pod that a plan evicts, with why.
 type Eviction struct {
 	PodReference `json:",inline"`
+	// UID is the pod's UID when the plan was made. Only that very pod is ever evicted: a pod
+	// that has since been replaced under the same name is left alone.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	UID string `json:"uid,omitempty"`
 	// Reason is why the pod must go, e.g. "holds 1g.18gb on GPU 0".
 	// +kubebuilder:validation:MaxLength=256
 	// +optional
@@ -230,4 +244,17 @@ type RepartitionPlanList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []RepartitionPlan `json:"items"`
+}
+
+// HashSteps identifies what a plan does (its steps, not what it predicts), so that an approval
+// binds to the exact changes and evictions. The planner sets spec.hash with it, and the plan
+// controller recomputes it before executing, so a plan whose hash was made up never runs.
+func HashSteps(steps []NodeStep) string {
+	data, err := json.Marshal(steps)
+	if err != nil {
+		// NodeStep holds only strings, integers, booleans and maps of them.
+		panic(fmt.Sprintf("encoding plan steps: %v", err))
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])[:16]
 }

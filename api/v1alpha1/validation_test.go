@@ -3,6 +3,7 @@ package v1alpha1_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -23,7 +24,7 @@ func validPolicy(name string) *v1.GPUPoolPolicy {
 	return &v1.GPUPoolPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1.GPUPoolPolicySpec{
-			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}},
+			NodeSelector: v1.PoolSelector{MatchLabels: map[string]string{"pool": "a"}},
 			Catalog: []v1.CatalogEntry{{
 				Product:     "NVIDIA-H200",
 				MIGProfiles: []v1.MIGProfileName{"1g.18gb", "3g.71gb"},
@@ -42,7 +43,7 @@ func validPlan(name string) *v1.RepartitionPlan {
 			Hash:   "1f3e9a7c",
 			Steps: []v1.NodeStep{{
 				Node:          "gpu-node-1",
-				MIGConfigName: "gpupool-6b2d41a0",
+				MIGConfigName: "gpupool-6b2d41a0c9",
 				GPUs: []v1.GPUChange{{
 					Index: 0,
 					From:  v1.ProfileCounts{"1g.18gb": 7},
@@ -137,9 +138,52 @@ var _ = Describe("GPUPoolPolicy validation", func() {
 			p.Spec.Catalog[0].Sharing = &v1.SharingCatalog{TimeSlicing: &v1.ReplicaChoices{Replicas: []int32{1}}}
 		}, "spec.catalog[0].sharing.timeSlicing.replicas[0]", "should be greater than or equal to 2"),
 		Entry("empty node selector that would take every node", func(p *v1.GPUPoolPolicy) {
-			p.Spec.NodeSelector = metav1.LabelSelector{}
+			p.Spec.NodeSelector = v1.PoolSelector{}
 		}, "spec.nodeSelector", "must select something"),
+		Entry("matchLabels: {} that would take every node", func(p *v1.GPUPoolPolicy) {
+			p.Spec.NodeSelector = v1.PoolSelector{MatchLabels: map[string]string{}}
+		}, "spec.nodeSelector", "must select something"),
+		Entry("matchExpressions: [] that would take every node", func(p *v1.GPUPoolPolicy) {
+			p.Spec.NodeSelector = v1.PoolSelector{MatchExpressions: []v1.PoolSelectorRequirement{}}
+		}, "spec.nodeSelector", "must select something"),
+		Entry("selector operator Kubernetes does not have", func(p *v1.GPUPoolPolicy) {
+			p.Spec.NodeSelector = v1.PoolSelector{MatchExpressions: []v1.PoolSelectorRequirement{{Key: "pool", Operator: "Gt", Values: []string{"1"}}}}
+		}, "spec.nodeSelector.matchExpressions[0].operator", `supported values: "In", "NotIn", "Exists", "DoesNotExist"`),
+		Entry("In without values", func(p *v1.GPUPoolPolicy) {
+			p.Spec.NodeSelector = v1.PoolSelector{MatchExpressions: []v1.PoolSelectorRequirement{{Key: "pool", Operator: "In"}}}
+		}, "spec.nodeSelector.matchExpressions[0]", "values must be non-empty for In and NotIn"),
+		Entry("Exists with values", func(p *v1.GPUPoolPolicy) {
+			p.Spec.NodeSelector = v1.PoolSelector{MatchExpressions: []v1.PoolSelectorRequirement{{Key: "pool", Operator: "Exists", Values: []string{"a"}}}}
+		}, "spec.nodeSelector.matchExpressions[0]", "empty for Exists and DoesNotExist"),
+		Entry("label key that is no qualified name", func(p *v1.GPUPoolPolicy) {
+			p.Spec.NodeSelector = v1.PoolSelector{MatchLabels: map[string]string{"bad key!": "a"}}
+		}, "spec.nodeSelector.matchLabels", "label keys must be qualified names"),
+		Entry("expression key that is no qualified name", func(p *v1.GPUPoolPolicy) {
+			p.Spec.NodeSelector = v1.PoolSelector{MatchExpressions: []v1.PoolSelectorRequirement{{Key: "-pool", Operator: "Exists"}}}
+		}, "spec.nodeSelector.matchExpressions[0].key", "should match"),
+		Entry("label value too long", func(p *v1.GPUPoolPolicy) {
+			p.Spec.NodeSelector = v1.PoolSelector{MatchLabels: map[string]string{"pool": strings.Repeat("a", 64)}}
+		}, "spec.nodeSelector.matchLabels", "at most 63 characters"),
+		Entry("drainTimeout of zero, which would fail every drain", func(p *v1.GPUPoolPolicy) {
+			p.Spec.Disruption.DrainTimeout = duration("0s")
+		}, "spec.disruption.drainTimeout", "must be a duration between 1s and 168h"),
+		Entry("configureTimeout beyond a day", func(p *v1.GPUPoolPolicy) {
+			p.Spec.Disruption.ConfigureTimeout = duration("25h")
+		}, "spec.disruption.configureTimeout", "must be a duration between 1s and 24h"),
+		Entry("stabilizationWindow beyond a day", func(p *v1.GPUPoolPolicy) {
+			p.Spec.Planning.StabilizationWindow = duration("48h")
+		}, "spec.planning.stabilizationWindow", "must be a duration between 0s and 24h"),
 	)
+
+	It("accepts minPendingAge: 0s, which plans at once", func(ctx SpecContext) {
+		p := validPolicy("at-once")
+		p.Spec.Planning.MinPendingAge = duration("0s")
+		Expect(env.Client.Create(ctx, p)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(env.Client.Delete(ctx, p)).To(Succeed()) })
+		got := &v1.GPUPoolPolicy{}
+		Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(p), got)).To(Succeed())
+		Expect(got.Spec.Planning.MinPendingAge.Duration).To(BeZero(), "zero is kept, not replaced by the default")
+	})
 
 	// kubectl sends whatever a user typed; a Go client could not even encode these values.
 	DescribeTable("rejects values typed by hand with a message naming the field",
@@ -157,6 +201,12 @@ var _ = Describe("GPUPoolPolicy validation", func() {
 			"spec.planning.stabilizationWindow", "should match"),
 		Entry("approval mode in the wrong case", []string{"spec", "disruption", "approval"}, "manual",
 			"spec.disruption.approval", `supported values: "Manual", "AutoIdle", "Auto"`),
+		// The old pattern accepted it; Go cannot decode it, which once kept the manager's
+		// policy informer from ever syncing.
+		Entry("planTTL too large for any duration type", []string{"spec", "disruption", "planTTL"}, "9999999999h",
+			"spec.disruption.planTTL", "must be a duration between 1m and 720h"),
+		Entry("planTTL of a year", []string{"spec", "disruption", "planTTL"}, "8761h",
+			"spec.disruption.planTTL", "must be a duration between 1m and 720h"),
 	)
 })
 
@@ -188,6 +238,24 @@ var _ = Describe("RepartitionPlan validation", func() {
 		Entry("two steps for one node", func(p *v1.RepartitionPlan) {
 			p.Spec.Steps = append(p.Spec.Steps, p.Spec.Steps[0])
 		}, "spec.steps[1]", "Duplicate value"),
+		Entry("a plan that evicts but says it is not disruptive", func(p *v1.RepartitionPlan) {
+			p.Spec.Steps[0].Evictions = []v1.Eviction{{PodReference: v1.PodReference{Namespace: "team", Name: "infer"}, UID: "u"}}
+			p.Spec.Steps[0].Disruptive = true
+		}, "spec.disruptive", "disruptive must be true exactly when some step evicts a pod"),
+		Entry("a step that evicts but says it is not disruptive", func(p *v1.RepartitionPlan) {
+			p.Spec.Steps[0].Evictions = []v1.Eviction{{PodReference: v1.PodReference{Namespace: "team", Name: "infer"}, UID: "u"}}
+			p.Spec.Disruptive = true
+		}, "spec.steps[0].disruptive", "disruptive must be true exactly when the step evicts a pod"),
+		Entry("a disruptive plan that evicts nothing", func(p *v1.RepartitionPlan) {
+			p.Spec.Disruptive = true
+		}, "spec.disruptive", "disruptive must be true exactly when some step evicts a pod"),
+		Entry("a step naming an entry gpupool does not own", func(p *v1.RepartitionPlan) {
+			p.Spec.Steps[0].MIGConfigName = "all-disabled"
+		}, "spec.steps[0].migConfigName", "should match"),
+		Entry("a sharing key gpupool does not own", func(p *v1.RepartitionPlan) {
+			p.Spec.Steps[0].SharingConfig = &v1.SharingConfig{Mode: v1.SharingTimeSlicing, Replicas: 4}
+			p.Spec.Steps[0].SharingConfigName = "default"
+		}, "spec.steps[0].sharingConfigName", "should match"),
 	)
 
 	It("refuses any edit of spec once created, but allows status and approval", func(ctx SpecContext) {

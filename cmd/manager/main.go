@@ -31,6 +31,7 @@ import (
 
 // options are the manager's command-line settings.
 type options struct {
+	metricsCertDir          string
 	metricsAddr             string
 	metricsSecure           bool
 	probeAddr               string
@@ -45,6 +46,8 @@ func main() {
 	var opts options
 	flag.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8443",
 		"Address the metrics endpoint binds to (:8443 for HTTPS, :8080 for HTTP, 0 to disable).")
+	flag.StringVar(&opts.metricsCertDir, "metrics-cert-dir", "",
+		"Folder with tls.crt and tls.key for the metrics endpoint (e.g. a mounted cert-manager Secret); a self-signed certificate when empty.")
 	flag.BoolVar(&opts.metricsSecure, "metrics-secure", true,
 		"Serve metrics over HTTPS, authenticated and authorised through the API server.")
 	flag.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8081",
@@ -94,6 +97,7 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 	metricsOpts := metricsserver.Options{
 		BindAddress:   opts.metricsAddr,
 		SecureServing: opts.metricsSecure,
+		CertDir:       opts.metricsCertDir,
 		TLSOpts:       tlsOpts,
 	}
 	if opts.metricsSecure {
@@ -110,6 +114,9 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 				&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{opts.namespace: {}}},
 			},
 		},
+		// Policies are read as unstructured objects and decoded one at a time (controllers/
+		// policies.go); those reads must come from the cache too.
+		Client:                        client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        opts.probeAddr,
 		LeaderElection:                opts.leaderElect,
@@ -131,7 +138,7 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 	if err != nil {
 		return err
 	}
-	policies := &controllers.PolicyReconciler{Client: mgr.GetClient(), Clock: clock.RealClock{},
+	policies := &controllers.PolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock.RealClock{},
 		Recorder: mgr.GetEventRecorder("gpupool-policy-controller"), Metrics: m}
 	if err := policies.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the policy controller: %w", err)

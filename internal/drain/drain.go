@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
 )
 
 // Outcome is what one pass did with, or learnt about, one listed pod.
@@ -65,6 +66,10 @@ type Options struct {
 	// listed name with another UID is a replacement (a StatefulSet pod recreated after its
 	// eviction), so it counts as Gone and is not evicted again.
 	UIDs map[types.NamespacedName]types.UID
+	// Rules are the policy's eviction rules (evictUnmanaged, evictEmptyDir), checked again on
+	// every pod just before its eviction. The plan controller cancels a step whose pods break
+	// them before it asks for a pass; this is defence in depth for the moment in between.
+	Rules inventory.EvictionRules
 }
 
 // PodResult is the outcome of one pass for one listed pod.
@@ -223,6 +228,10 @@ func passPod(ctx context.Context, c client.Client, node string, key types.Namesp
 		return res
 	}
 	if why := refusal(pod); why != "" {
+		res.Outcome, res.Message = Refused, why
+		return res
+	}
+	if why := inventory.SafetyBlocker(pod, opts.Rules); why != "" {
 		res.Outcome, res.Message = Refused, why
 		return res
 	}

@@ -33,6 +33,8 @@ func newPod(ns, name string, opts ...podOpt) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + ns + "-" + name)},
 		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "i"}}},
 	}
+	// Managed by default, as the pods gpupool plans to evict are; ownedBy replaces the owner.
+	ownedBy("ReplicaSet", "rs")(p)
 	for _, o := range opts {
 		o(p)
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
 
@@ -63,7 +64,7 @@ func TestPassAgainstAPIServer(t *testing.T) {
 	}
 
 	list := []types.NamespacedName{client.ObjectKeyFromObject(guarded), client.ObjectKeyFromObject(free)}
-	first, err := Pass(ctx, c, node, list, Options{})
+	first, err := Pass(ctx, c, node, list, Options{Rules: inventory.EvictionRules{EvictUnmanaged: true}})
 	if err != nil {
 		t.Fatalf("first pass: %v", err)
 	}
@@ -73,7 +74,7 @@ func TestPassAgainstAPIServer(t *testing.T) {
 	t.Logf("first pass: %s", first.Message())
 
 	// Nothing runs a kubelet here, so the evicted pod stays terminating: the next pass waits.
-	second, err := Pass(ctx, c, node, list, Options{})
+	second, err := Pass(ctx, c, node, list, Options{Rules: inventory.EvictionRules{EvictUnmanaged: true}})
 	if err != nil {
 		t.Fatalf("second pass: %v", err)
 	}

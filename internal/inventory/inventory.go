@@ -96,6 +96,8 @@ type Instance struct {
 type Pod struct {
 	// Key is namespace/name.
 	Key types.NamespacedName
+	// UID of the pod, recorded in a plan's evictions.
+	UID types.UID
 	// Requests as the scheduler counts them.
 	Requests corev1.ResourceList
 	// Priority of the pod.
@@ -296,6 +298,7 @@ func unattributedGPUPods(n *Node) string {
 func newPod(p *corev1.Pod, budgets *budgets, opts Options) *Pod {
 	pod := &Pod{
 		Key:      types.NamespacedName{Namespace: p.Namespace, Name: p.Name},
+		UID:      p.UID,
 		Requests: demand.PodRequests(p),
 	}
 	if p.Spec.Priority != nil {
@@ -310,28 +313,14 @@ func newPod(p *corev1.Pod, budgets *budgets, opts Options) *Pod {
 // evictionBlocker says why gpupool must not evict the pod, following kubectl drain's defaults
 // and gpupool's do-not-disrupt annotation.
 func evictionBlocker(p *corev1.Pod, pdbs []string, budgets *budgets, opts Options) string {
-	if p.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
-		return "annotated " + v1alpha1.AnnotationDoNotDisrupt
-	}
-	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return "a static (mirror) pod"
-	}
-	if p.DeletionTimestamp != nil {
+	// In kubectl drain's order: do-not-disrupt and mirror pods are named as such even while
+	// they terminate.
+	_, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]
+	if p.DeletionTimestamp != nil && !mirror && p.Annotations[v1alpha1.AnnotationDoNotDisrupt] != "true" {
 		return "already terminating"
 	}
-	owner := metav1.GetControllerOf(p)
-	if owner != nil && owner.Kind == "DaemonSet" {
-		return "a DaemonSet pod"
-	}
-	if owner == nil && !opts.EvictUnmanaged {
-		return "not managed by a controller, so nothing would recreate it (policy evictUnmanaged is false)"
-	}
-	if !opts.EvictEmptyDir {
-		for _, v := range p.Spec.Volumes {
-			if v.EmptyDir != nil {
-				return fmt.Sprintf("uses emptyDir volume %q whose data eviction would lose (policy evictEmptyDir is false)", v.Name)
-			}
-		}
+	if why := SafetyBlocker(p, EvictionRules{EvictEmptyDir: opts.EvictEmptyDir, EvictUnmanaged: opts.EvictUnmanaged}); why != "" {
+		return why
 	}
 	// The Eviction API refuses a pod that more than one budget covers, whatever they allow.
 	if len(pdbs) > 1 {
@@ -465,4 +454,42 @@ func addTo(sum, add corev1.ResourceList) {
 		cur.Add(q)
 		sum[name] = cur
 	}
+}
+
+// EvictionRules are a policy's choices about which pods may be evicted at all.
+type EvictionRules struct {
+	// EvictEmptyDir allows evicting pods with emptyDir volumes (their data is lost).
+	EvictEmptyDir bool
+	// EvictUnmanaged allows evicting pods that no controller recreates (they are lost).
+	EvictUnmanaged bool
+}
+
+// SafetyBlocker says why evicting the pod is never safe under the rules, whatever its
+// PodDisruptionBudgets allow; "" when it may be evicted. The planner uses it to choose pods and
+// the plan controller uses it again just before evicting, so a pod that became unsafe since
+// planning (or that a forged plan names) is never evicted. The rules follow kubectl drain's
+// defaults (mirror and DaemonSet pods, unmanaged pods, emptyDir data) and gpupool's
+// do-not-disrupt annotation.
+func SafetyBlocker(p *corev1.Pod, rules EvictionRules) string {
+	if p.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
+		return "annotated " + v1alpha1.AnnotationDoNotDisrupt
+	}
+	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return "a static (mirror) pod"
+	}
+	owner := metav1.GetControllerOf(p)
+	if owner != nil && owner.Kind == "DaemonSet" {
+		return "a DaemonSet pod"
+	}
+	if owner == nil && !rules.EvictUnmanaged {
+		return "not managed by a controller, so nothing would recreate it (policy evictUnmanaged is false)"
+	}
+	if !rules.EvictEmptyDir {
+		for _, v := range p.Spec.Volumes {
+			if v.EmptyDir != nil {
+				return fmt.Sprintf("uses emptyDir volume %q whose data eviction would lose (policy evictEmptyDir is false)", v.Name)
+			}
+		}
+	}
+	return ""
 }

@@ -232,7 +232,7 @@ func policy(opts ...policyOpt) *v1alpha1.GPUPoolPolicy {
 	p := &v1alpha1.GPUPoolPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "pool-a"},
 		Spec: v1alpha1.GPUPoolPolicySpec{
-			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}},
+			NodeSelector: v1alpha1.PoolSelector{MatchLabels: map[string]string{"pool": "a"}},
 			Disruption:   v1alpha1.DisruptionPolicy{Approval: v1alpha1.ApprovalManual},
 		},
 	}

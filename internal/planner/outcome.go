@@ -235,7 +235,7 @@ func (p *planState) steps(chosen map[*nodeInfo]*proposal, res *Result) ([]Step, 
 					res.SlicesGained[name] -= n
 				}
 				for _, pod := range gi.pods {
-					step.Evictions = append(step.Evictions, Eviction{Pod: pod.Key,
+					step.Evictions = append(step.Evictions, Eviction{Pod: pod.Key, UID: pod.UID,
 						Reason: fmt.Sprintf("holds %s on GPU %d", holding(gi, pod.Key), gi.gpu.Index)})
 				}
 			}

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -163,7 +162,7 @@ func Budget(v *intstr.IntOrString, poolNodes int) int {
 
 // poolNodes picks the policy's nodes, sorted by name.
 func poolNodes(snap *inventory.Snapshot, policy *v1alpha1.GPUPoolPolicy) ([]*inventory.Node, error) {
-	sel, err := metav1.LabelSelectorAsSelector(&policy.Spec.NodeSelector)
+	sel, err := policy.Spec.NodeSelector.AsSelector()
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: spec.nodeSelector: %w", policy.Name, err)
 	}

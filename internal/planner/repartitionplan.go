@@ -3,7 +3,6 @@ package planner
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -53,7 +52,7 @@ func (r *Result) RepartitionPlan(policy *v1alpha1.GPUPoolPolicy, now time.Time) 
 		}
 		for _, e := range s.Evictions {
 			step.Evictions = append(step.Evictions, v1alpha1.Eviction{
-				PodReference: v1alpha1.PodReference{Namespace: e.Pod.Namespace, Name: e.Pod.Name}, Reason: e.Reason})
+				PodReference: v1alpha1.PodReference{Namespace: e.Pod.Namespace, Name: e.Pod.Name}, UID: string(e.UID), Reason: e.Reason})
 		}
 		spec.Steps = append(spec.Steps, step)
 	}
@@ -63,7 +62,7 @@ func (r *Result) RepartitionPlan(policy *v1alpha1.GPUPoolPolicy, now time.Time) 
 	spec.Expected.SlicesGained = counts(r.SlicesGained)
 	spec.Expected.StrandedBefore = counts(r.StrandedBefore)
 	spec.Expected.StrandedAfter = counts(r.StrandedAfter)
-	spec.Hash = hashSteps(spec.Steps)
+	spec.Hash = v1alpha1.HashSteps(spec.Steps)
 
 	suffix := fmt.Sprintf("-%s-%s", now.UTC().Format("20060102"), spec.Hash[:8])
 	prefix := policy.Name
@@ -87,18 +86,6 @@ func (r *Result) RepartitionPlan(policy *v1alpha1.GPUPoolPolicy, now time.Time) 
 		},
 		Spec: spec,
 	}
-}
-
-// hashSteps identifies what a plan does (not what it predicts), so an approval binds to the
-// exact changes and evictions.
-func hashSteps(steps []v1alpha1.NodeStep) string {
-	data, err := json.Marshal(steps)
-	if err != nil {
-		// NodeStep holds only strings, integers and maps of them.
-		panic(fmt.Sprintf("encoding plan steps: %v", err))
-	}
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])[:16]
 }
 
 func counts(l map[string]int) v1alpha1.ProfileCounts {

@@ -116,7 +116,9 @@ type GPUChange struct {
 
 // Eviction is a pod a step evicts, with why.
 type Eviction struct {
-	Pod    types.NamespacedName
+	Pod types.NamespacedName
+	// UID is the pod's UID, so that execution evicts only this very pod.
+	UID    types.UID
 	Reason string
 }
 

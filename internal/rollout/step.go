@@ -45,6 +45,10 @@ type Observation struct {
 	CordonedBy string
 	// PodsLeft counts the step's evictions still on the node.
 	PodsLeft int
+	// Unsafe, when set, names a pod the step would evict that may not be evicted now under the
+	// policy's eviction rules (it became unsafe since planning, or the plan never should have
+	// named it), and why. The step is cancelled before it evicts anything more.
+	Unsafe string
 	// DrainMessage names the pods a PodDisruptionBudget still protects, from the last pass.
 	DrainMessage string
 	// ConfigWritten is true when gpupool's ConfigMaps hold the step's mig-parted entry and,
@@ -125,6 +129,14 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 	}
 	if !obs.NodeExists {
 		return fail(cur, now, "node "+step.Node+" no longer exists", nil)
+	}
+	if obs.Unsafe != "" && (cur.State == v1alpha1.NodePending || cur.State == v1alpha1.NodeCordoned || cur.State == v1alpha1.NodeDraining) {
+		// Nothing on the GPUs changed yet: cancel the step and give the node back.
+		var undo []Action
+		if cur.State != v1alpha1.NodePending {
+			undo = reopen(cur)
+		}
+		return fail(cur, now, "cancelled: "+obs.Unsafe, undo)
 	}
 	switch cur.State {
 	case v1alpha1.NodePending:
@@ -258,7 +270,8 @@ func fail(cur v1alpha1.NodeStepStatus, now time.Time, msg string, actions []Acti
 
 // Progress decides which pending steps may start now and the plan's phase. At most budget
 // nodes are between cordon and done at once; after any failure no new node starts, so a
-// fault does not spread across the pool.
+// fault does not spread across the pool. A budget of zero starts nothing: once no step is in
+// flight the plan has Failed (stopped), so it never stays Executing.
 func Progress(steps []v1alpha1.NodeStep, status []v1alpha1.NodeStepStatus, budget int) (start []string, phase v1alpha1.PlanPhase, progress string) {
 	byNode := map[string]v1alpha1.NodeStepState{}
 	for _, s := range status {
@@ -286,6 +299,10 @@ func Progress(steps []v1alpha1.NodeStep, status []v1alpha1.NodeStepStatus, budge
 		return nil, v1alpha1.PlanFailed, progress
 	case failed > 0:
 		return nil, v1alpha1.PlanExecuting, progress
+	case budget <= 0 && active == 0:
+		// Nothing runs and nothing may start (the budget was lowered to zero, or the approval
+		// was withdrawn): the plan stops here rather than stay Executing for ever.
+		return nil, v1alpha1.PlanFailed, progress
 	}
 	for _, node := range pending {
 		if active >= budget {

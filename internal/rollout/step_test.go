@@ -230,6 +230,10 @@ func TestProgress(t *testing.T) {
 			phase: v1alpha1.PlanFailed, progress: "1/3"},
 		{name: "all done", status: st(v1alpha1.NodeDone, v1alpha1.NodeDone, v1alpha1.NodeDone), budget: 1,
 			phase: v1alpha1.PlanSucceeded, progress: "3/3"},
+		{name: "budget lowered to zero mid-plan: the active node finishes", status: st(v1alpha1.NodeDone, v1alpha1.NodeConfiguring),
+			budget: 0, phase: v1alpha1.PlanExecuting, progress: "1/3", invariant: "a node in flight is never abandoned"},
+		{name: "budget zero and nothing active: the plan stops", status: st(v1alpha1.NodeDone, v1alpha1.NodeDone),
+			budget: 0, phase: v1alpha1.PlanFailed, progress: "2/3", invariant: "never Executing for ever"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -294,4 +298,27 @@ func TestSharingIsAppliedAfterTheLayoutIsVerified(t *testing.T) {
 			g.Expect(res.Status.Message).To(ContainSubstring(tc.message))
 		})
 	}
+}
+
+// TestUnsafeEvictionCancelsTheStepBeforeAnyDisruption guards the eviction re-check: a pod the
+// step would evict that may not be evicted now fails the step, before the cordon when it is
+// still pending and by reopening the node when it is cordoned or draining.
+func TestUnsafeEvictionCancelsTheStepBeforeAnyDisruption(t *testing.T) {
+	g := NewWithT(t)
+	unsafe := "pod team/infer may not be evicted now: annotated gpupool.io/do-not-disrupt"
+
+	res := rollout.Step(planName, nodeStep, v1alpha1.NodeStepStatus{}, rollout.Observation{NodeExists: true, Unsafe: unsafe}, timeouts, t0)
+	g.Expect(res.Status.State).To(Equal(v1alpha1.NodeFailed))
+	g.Expect(res.Status.Message).To(Equal("cancelled: " + unsafe))
+	g.Expect(res.Actions).To(BeEmpty(), "nothing was cordoned, so nothing to undo")
+
+	obs := cordoned()
+	obs.Unsafe, obs.PodsLeft = unsafe, 1
+	for _, state := range []v1alpha1.NodeStepState{v1alpha1.NodeCordoned, v1alpha1.NodeDraining} {
+		res = rollout.Step(planName, nodeStep, at(state, false), obs, timeouts, t0.Add(time.Second))
+		g.Expect(res.Status.State).To(Equal(v1alpha1.NodeFailed), "from %s", state)
+		g.Expect(res.Actions).To(Equal([]rollout.Action{rollout.ActionUncordon}), "from %s", state)
+	}
+	res = rollout.Step(planName, nodeStep, at(v1alpha1.NodeDraining, true), obs, timeouts, t0.Add(time.Second))
+	g.Expect(res.Actions).To(Equal([]rollout.Action{rollout.ActionReleaseCordon}), "someone else's cordon stays")
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -137,7 +136,7 @@ func (s *Snapshot) Plan(opts Options) (*Report, error) {
 func (s *Snapshot) selectedBy(policies []*v1alpha1.GPUPoolPolicy) (map[string][]string, error) {
 	out := map[string][]string{}
 	for _, p := range policies {
-		sel, err := metav1.LabelSelectorAsSelector(&p.Spec.NodeSelector)
+		sel, err := p.Spec.NodeSelector.AsSelector()
 		if err != nil {
 			return nil, &Error{Object: "GPUPoolPolicy " + p.Name, Field: "spec.nodeSelector", Message: err.Error()}
 		}

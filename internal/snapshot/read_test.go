@@ -232,7 +232,7 @@ func TestReadInvalid(t *testing.T) {
 	}, {
 		name:  "negative duration",
 		input: list(policyWith("maxDisruptedNodes: 50%", "maxDisruptedNodes: 50%\n    planning:\n      minPendingAge: -30s")),
-		want:  `item 0 (GPUPoolPolicy pool-a): spec.planning.minPendingAge: negative duration -30s: want 0 or more, such as 30s or 15m`,
+		want:  `item 0 (GPUPoolPolicy pool-a): spec.planning.minPendingAge: duration -30s out of range: want between 0s and 24h0m0s`,
 	}, {
 		name:  "catalog profile",
 		input: list(policyWith("migProfiles: [1g.18gb, 3g.71gb]", "migProfiles: [1g.18gb, 3g]")),

@@ -51,7 +51,7 @@ func validatePolicy(p *v1alpha1.GPUPoolPolicy) *fieldError {
 		return ferr
 	}
 	spec := &p.Spec
-	if ferr := validateSelector(&spec.NodeSelector); ferr != nil {
+	if ferr := validateSelector(spec.NodeSelector.LabelSelector()); ferr != nil {
 		return ferr
 	}
 	if ferr := validateCatalog(spec.Catalog); ferr != nil {
@@ -80,19 +80,10 @@ func validatePolicy(p *v1alpha1.GPUPoolPolicy) *fieldError {
 				"invalid value %s: want a count of 0 or more, or a percentage from 0%% to 100%%", intOrStringText(v))}
 		}
 	}
-	durations := []struct {
-		field string
-		d     *metav1.Duration
-	}{
-		{"spec.disruption.drainTimeout", d.DrainTimeout},
-		{"spec.disruption.configureTimeout", d.ConfigureTimeout},
-		{"spec.disruption.planTTL", d.PlanTTL},
-		{"spec.planning.minPendingAge", spec.Planning.MinPendingAge},
-		{"spec.planning.stabilizationWindow", spec.Planning.StabilizationWindow},
-	}
-	for _, dur := range durations {
-		if dur.d != nil && dur.d.Duration < 0 {
-			return &fieldError{field: dur.field, msg: fmt.Sprintf("negative duration %s: want 0 or more, such as 30s or 15m", dur.d.Duration)}
+	for _, dur := range spec.Durations() {
+		if dur.Value != nil && (dur.Value.Duration < dur.Min || dur.Value.Duration > dur.Max) {
+			return &fieldError{field: dur.Field, msg: fmt.Sprintf("duration %s out of range: want between %s and %s",
+				dur.Value.Duration, dur.Min, dur.Max)}
 		}
 	}
 	return nil

@@ -194,7 +194,7 @@ func (s *scenario) onGPU1(node, app string, replicas int32, annotations map[stri
 // unpauseWhenPending starts planning once all of it is pending.
 func (s *scenario) createPolicy(edit func(*v1alpha1.GPUPoolPolicySpec)) {
 	p := &v1alpha1.GPUPoolPolicy{ObjectMeta: metav1.ObjectMeta{Name: s.policy}, Spec: v1alpha1.GPUPoolPolicySpec{
-		NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{scenarioLabel: s.name}},
+		NodeSelector: v1alpha1.PoolSelector{MatchLabels: map[string]string{scenarioLabel: s.name}},
 		Catalog: []v1alpha1.CatalogEntry{{Product: "NVIDIA-H200",
 			MIGProfiles: []v1alpha1.MIGProfileName{"1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"}}},
 		Disruption: v1alpha1.DisruptionPolicy{Approval: v1alpha1.ApprovalManual,

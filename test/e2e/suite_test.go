@@ -38,6 +38,7 @@ var scenarioNodes = []struct {
 	{"autoidle", 2},
 	{"sharing", 1},
 	{"migsharing", 1},
+	{"forgery", 1},
 }
 
 var (

@@ -87,6 +87,9 @@ type Cluster struct {
 	ManagerProbe string
 	// ManagerMetrics is the manager's plain-HTTP metrics address (its /metrics).
 	ManagerMetrics string
+	// ManagerKubeconfig is the manager's kubeconfig: it acts as its ServiceAccount
+	// (ManagerUser), with the RBAC of config/rbac and under the policies of config/admission.
+	ManagerKubeconfig string
 
 	opts     Options
 	progress io.Writer
@@ -138,6 +141,10 @@ func (c *Cluster) start(ctx context.Context) error {
 			!apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
 		}
+	}
+	fmt.Fprintln(c.progress, "installing the admission policies and the manager's ServiceAccount and RBAC")
+	if err := c.installTrustBoundary(ctx); err != nil {
+		return err
 	}
 	fmt.Fprintf(c.progress, "installing ClusterPolicy %s (MIG strategy mixed, operator namespace %s)\n", ClusterPolicyName, OperatorNamespace)
 	if err := sim.InstallClusterPolicy(ctx, cl, ClusterPolicy()); err != nil {
@@ -255,7 +262,7 @@ func (c *Cluster) StartManager(ctx context.Context) error {
 		return err
 	}
 	c.ManagerProbe, c.ManagerMetrics = probe, metrics
-	args := append([]string{"--kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--namespace=" + Namespace,
+	args := append([]string{"--kubeconfig=" + c.ManagerKubeconfig, "--leader-elect=false", "--namespace=" + Namespace,
 		"--health-probe-bind-address=" + probe, "--metrics-bind-address=" + metrics, "--metrics-secure=false",
 		// gpusim reads the ConfigMap from the API server, not from a kubelet-synced volume.
 		"--config-propagation=1s"}, c.opts.ManagerArgs...)

@@ -57,7 +57,7 @@ func Policy(product *mig.Product, profiles []string, approval v1alpha1.ApprovalM
 	return &v1alpha1.GPUPoolPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "bench"},
 		Spec: v1alpha1.GPUPoolPolicySpec{
-			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "bench"}},
+			NodeSelector: v1alpha1.PoolSelector{MatchLabels: map[string]string{"pool": "bench"}},
 			Catalog:      []v1alpha1.CatalogEntry{entry},
 			Disruption:   v1alpha1.DisruptionPolicy{Approval: approval, MaxDisruptedNodes: &b},
 			Planning:     v1alpha1.PlanningPolicy{MinPendingAge: &metav1.Duration{}},

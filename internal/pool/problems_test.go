@@ -1,0 +1,96 @@
+package pool
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+func TestProblems(t *testing.T) {
+	base := func() v1alpha1.GPUPoolPolicySpec {
+		return v1alpha1.GPUPoolPolicySpec{
+			NodeSelector: v1alpha1.PoolSelector{MatchLabels: map[string]string{"pool": "a"}},
+			Catalog:      []v1alpha1.CatalogEntry{{Product: "NVIDIA-H200", MIGProfiles: []v1alpha1.MIGProfileName{"1g.18gb", "3g.71gb"}}},
+		}
+	}
+	cases := []struct {
+		name     string
+		mutate   func(*v1alpha1.GPUPoolPolicySpec)
+		field    string // "" when the spec has no problem
+		message  string
+		blocking bool
+	}{
+		{name: "a valid spec", mutate: func(*v1alpha1.GPUPoolPolicySpec) {}},
+		{name: "a selector that selects every node", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.NodeSelector = v1alpha1.PoolSelector{MatchLabels: map[string]string{}}
+		}, field: "spec.nodeSelector", message: "selects every node", blocking: true},
+		{name: "a selector that does not parse", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.NodeSelector = v1alpha1.PoolSelector{MatchExpressions: []v1alpha1.PoolSelectorRequirement{{Key: "pool", Operator: "Gt"}}}
+		}, field: "spec.nodeSelector", message: "cannot be parsed", blocking: true},
+		{name: "a label value that does not parse", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.NodeSelector = v1alpha1.PoolSelector{MatchLabels: map[string]string{"pool": "a b"}}
+		}, field: "spec.nodeSelector", message: "cannot be parsed", blocking: true},
+		{name: "a duration stored before the bounds", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.Disruption.PlanTTL = &metav1.Duration{Duration: 10000 * time.Hour}
+		}, field: "spec.disruption.planTTL", message: "outside 1m0s..720h0m0s", blocking: true},
+		{name: "zero drain timeout from before the bounds", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.Disruption.DrainTimeout = &metav1.Duration{}
+		}, field: "spec.disruption.drainTimeout", message: "outside 1s..168h0m0s", blocking: true},
+		{name: "minPendingAge zero is fine", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.Planning.MinPendingAge = &metav1.Duration{}
+		}},
+		{name: "a profile the product does not have", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.Catalog[0].MIGProfiles = append(s.Catalog[0].MIGProfiles, "3g.40gb")
+		}, field: "spec.catalog[0].migProfiles", message: "H200-141GB has no MIG profile 3g.40gb"},
+		{name: "an unknown product is the agent's to describe", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.Catalog[0].Product = "NVIDIA-Z9000"
+			s.Catalog[0].MIGProfiles = []v1alpha1.MIGProfileName{"2g.33gb"}
+		}},
+		{name: "an entry an earlier one shadows", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.Catalog[0].Product = "H100"
+			s.Catalog = append(s.Catalog, v1alpha1.CatalogEntry{Product: "H100-NVL", AllowWholeGPU: true})
+		}, field: "spec.catalog[1].product", message: `entry "H100-NVL" is never used`},
+		{name: "the more specific entry first shadows nothing", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.Catalog = []v1alpha1.CatalogEntry{{Product: "H100-NVL", AllowWholeGPU: true}, {Product: "H100", AllowWholeGPU: true}}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := base()
+			tc.mutate(&spec)
+			got := Problems(&spec)
+			if tc.field == "" {
+				if len(got) > 0 {
+					t.Fatalf("problems %v, want none", got)
+				}
+				return
+			}
+			if len(got) == 0 {
+				t.Fatalf("no problem, want %s: %s", tc.field, tc.message)
+			}
+			p := got[0]
+			if p.Field != tc.field || !strings.Contains(p.Message, tc.message) || p.Blocking != tc.blocking {
+				t.Errorf("got %+v, want field %s, message containing %q, blocking %t", p, tc.field, tc.message, tc.blocking)
+			}
+		})
+	}
+}
+
+func TestBlockingProblemsComeFirst(t *testing.T) {
+	spec := v1alpha1.GPUPoolPolicySpec{
+		NodeSelector: v1alpha1.PoolSelector{MatchLabels: map[string]string{"pool": "a"}},
+		Catalog:      []v1alpha1.CatalogEntry{{Product: "NVIDIA-H200", MIGProfiles: []v1alpha1.MIGProfileName{"3g.40gb"}}},
+	}
+	spec.Planning.StabilizationWindow = &metav1.Duration{Duration: 48 * time.Hour}
+	got := Problems(&spec)
+	if len(got) != 2 || !got[0].Blocking || got[1].Blocking {
+		t.Fatalf("got %v, want the blocking duration problem before the catalog one", got)
+	}
+	if msg := Message(got, 1); !strings.Contains(msg, "and 1 more") {
+		t.Errorf("Message(got, 1) = %q, want it to say how many it left out", msg)
+	}
+}

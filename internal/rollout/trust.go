@@ -1,0 +1,109 @@
+package rollout
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// Reasons a plan is refused before it may touch any node: it is not a plan the manager made
+// for its policy. They are the reason of the plan's Ready=False condition and of its Event.
+const (
+	ReasonNotOwned          = "NotOwnedByPolicy"
+	ReasonNodeOutsidePool   = "NodeOutsidePool"
+	ReasonSpecHashMismatch  = "HashMismatch"
+	ReasonDisruptiveLie     = "DisruptiveMismatch"
+	ReasonForeignConfigName = "ForeignConfigName"
+	ReasonNotApproved       = "NotApproved"
+	ReasonMissingPodUID     = "EvictionWithoutUID"
+)
+
+// Refusal says why a plan must not run; the zero value means it may.
+type Refusal struct {
+	Reason, Message string
+}
+
+// Refused reports whether the plan must not run.
+func (r Refusal) Refused() bool { return r.Reason != "" }
+
+// Authenticate decides whether a plan is one the manager made for its policy, and may
+// therefore run at all. A RepartitionPlan is input from the API like any other object: anyone
+// allowed to create one could name an existing policy and some pods. Only a plan that the
+// policy controls (a controller ownerReference carrying the policy's UID), whose every node is
+// in the policy's pool now, whose hash is the hash of its steps, whose disruptive flags tell
+// the truth, whose evictions name pod UIDs and whose config names are gpupool's own, is
+// executed. The admission policies shipped in config/ keep anyone but the manager from creating
+// plans; this check holds even where they are not installed.
+func Authenticate(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy, inPool func(node string) bool) Refusal {
+	owner := metav1.GetControllerOfNoCopy(plan)
+	if owner == nil || owner.Kind != "GPUPoolPolicy" || owner.Name != policy.Name || owner.UID != policy.UID ||
+		!strings.HasPrefix(owner.APIVersion, v1alpha1.GroupVersion.Group+"/") {
+		return Refusal{ReasonNotOwned, fmt.Sprintf("plan is not controlled by policy %s (uid %s): only plans the manager "+
+			"made for the policy run; delete this plan", policy.Name, policy.UID)}
+	}
+	if got := v1alpha1.HashSteps(plan.Spec.Steps); got != plan.Spec.Hash {
+		return Refusal{ReasonSpecHashMismatch, fmt.Sprintf("spec.hash %s is not the hash of the plan's steps (%s): the plan "+
+			"was not made by the manager; delete it", plan.Spec.Hash, got)}
+	}
+	evicts := false
+	for _, step := range plan.Spec.Steps {
+		if !inPool(step.Node) {
+			return Refusal{ReasonNodeOutsidePool, fmt.Sprintf("node %s is not in the pool of policy %s (its nodeSelector "+
+				"does not select it)", step.Node, policy.Name)}
+		}
+		if step.Disruptive != (len(step.Evictions) > 0) {
+			return Refusal{ReasonDisruptiveLie, fmt.Sprintf("the step on node %s says disruptive=%t but evicts %d pod(s)",
+				step.Node, step.Disruptive, len(step.Evictions))}
+		}
+		evicts = evicts || len(step.Evictions) > 0
+		if i := slices.IndexFunc(step.Evictions, func(e v1alpha1.Eviction) bool { return e.UID == "" }); i >= 0 {
+			e := step.Evictions[i]
+			return Refusal{ReasonMissingPodUID, fmt.Sprintf("the eviction of pod %s/%s on node %s names no pod UID, so it "+
+				"could evict a pod the planner never saw", e.Namespace, e.Name, step.Node)}
+		}
+		if !ownConfigName(step.MIGConfigName, "gpupool-") || (step.SharingConfigName != "" && !ownConfigName(step.SharingConfigName, "gpupool-")) {
+			return Refusal{ReasonForeignConfigName, fmt.Sprintf("the step on node %s names config %q/%q, which is not one of "+
+				"gpupool's own entries", step.Node, step.MIGConfigName, step.SharingConfigName)}
+		}
+	}
+	if plan.Spec.Disruptive != evicts {
+		return Refusal{ReasonDisruptiveLie, fmt.Sprintf("spec.disruptive is %t but the steps evict %s pods", plan.Spec.Disruptive,
+			map[bool]string{true: "some", false: "no"}[evicts])}
+	}
+	return Refusal{}
+}
+
+func ownConfigName(name, prefix string) bool {
+	return strings.HasPrefix(name, prefix) && len(name) > len(prefix)
+}
+
+// Approved says whether the plan's approval holds now: its gpupool.io/approve annotation
+// carries its own hash (an admission policy lets only approvers set it), or its policy's
+// approval mode approves it by itself. The plan's recorded phase is never evidence: whoever may
+// write a plan's status could write "Approved". A plan whose approval does not hold starts no
+// node.
+func Approved(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy) bool {
+	if policy == nil {
+		return false
+	}
+	annotations := plan.GetAnnotations()
+	if _, rejected := annotations[v1alpha1.AnnotationReject]; rejected {
+		return false
+	}
+	if annotations[v1alpha1.AnnotationApprove] == plan.Spec.Hash {
+		return true
+	}
+	// Not autoApproves: pausing a policy stops planning and new approvals, while plans it
+	// approved before run to completion.
+	switch policy.Spec.Disruption.Approval {
+	case v1alpha1.ApprovalAuto:
+		return true
+	case v1alpha1.ApprovalAutoIdle:
+		return !plan.Spec.Disruptive
+	}
+	return false
+}

@@ -1,0 +1,154 @@
+package admission_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/testenv"
+)
+
+// managerUser is the manager's ServiceAccount as config/base installs it.
+const managerUser = "system:serviceaccount:gpupool-system:gpupool-manager"
+
+// startWithAdmission starts an API server with the policies of config/admission installed and
+// returns a client factory that impersonates a user. Every user here is bound to cluster-admin,
+// so that what refuses a request is the admission policy, never RBAC.
+func startWithAdmission(t *testing.T) (*testenv.Env, func(user string) client.Client) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	env, err := testenv.Start()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = env.Stop() })
+	objs, err := testenv.KustomizationObjects(filepath.Join(env.RepoRoot, "config", "admission"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(objs).To(HaveLen(4), "two policies and their bindings")
+	for _, obj := range objs {
+		g.Expect(env.Client.Create(ctx, obj)).To(Succeed(), "creating %s %s", obj.GetKind(), obj.GetName())
+	}
+	g.Expect(env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "everyone-admin"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: "mallory"},
+			{Kind: "ServiceAccount", Name: "gpupool-manager", Namespace: "gpupool-system"}},
+	})).To(Succeed())
+	return env, func(user string) client.Client {
+		cfg := rest.CopyConfig(env.Config)
+		// Impersonating a ServiceAccount's user name gives it the ServiceAccount groups too.
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+		c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+		g.Expect(err).NotTo(HaveOccurred())
+		return c
+	}
+}
+
+func authoredPlan(name string) *v1.RepartitionPlan {
+	return &v1.RepartitionPlan{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Hash: "1f3e9a7c", Steps: []v1.NodeStep{{
+			Node: "gpu-node-1", GPUs: []v1.GPUChange{{Index: 0, To: v1.ProfileCounts{"7g.141gb": 1}}},
+		}}},
+	}
+}
+
+// TestOnlyTheManagerCreatesPlansAndWritesTheirStatus guards the trust boundary at the API: a
+// user with every RBAC right, but who is not gpupool's manager, can neither create a
+// RepartitionPlan nor write its status (where "Approved" lives), while the manager can.
+func TestOnlyTheManagerCreatesPlansAndWritesTheirStatus(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	_, as := startWithAdmission(t)
+
+	// The API server enforces a new policy within a second or so: wait until it refuses.
+	attempt := 0
+	g.Eventually(func() error {
+		attempt++
+		return as("mallory").Create(ctx, authoredPlan(fmt.Sprintf("forged-%d", attempt)))
+	}).WithTimeout(30 * time.Second).Should(MatchError(ContainSubstring(
+		"mallory may not create RepartitionPlans: only gpupool's manager (" + managerUser + ") makes plans")))
+
+	plan := authoredPlan("by-the-manager")
+	g.Expect(as(managerUser).Create(ctx, plan)).To(Succeed())
+
+	forge := func(c client.Client) error {
+		got := &v1.RepartitionPlan{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(plan), got); err != nil {
+			return err
+		}
+		got.Status.Phase, got.Status.Approved = v1.PlanApproved, true
+		return c.Status().Update(ctx, got)
+	}
+	err := forge(as("mallory"))
+	g.Expect(err).To(MatchError(ContainSubstring("mallory may not write the status of RepartitionPlan by-the-manager")))
+	got := &v1.RepartitionPlan{}
+	g.Expect(as("mallory").Get(ctx, client.ObjectKeyFromObject(plan), got)).To(Succeed())
+	g.Expect(got.Status.Phase).To(BeEmpty(), "the forged phase was not stored")
+
+	g.Expect(forge(as(managerUser))).To(Succeed(), "the manager records a plan's progress")
+	g.Expect(as("mallory").Delete(ctx, got)).To(Succeed(), "people may still delete a plan to cancel it")
+}
+
+// TestManagerMayChangeOnlyWhatAPlanNeedsOnANode guards the node-write policy: the manager may
+// cordon, annotate under gpupool.io/, set the two GPU Operator labels and drop mig-manager's
+// stale state label, and nothing else; other users are not this policy's business.
+func TestManagerMayChangeOnlyWhatAPlanNeedsOnANode(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	env, as := startWithAdmission(t)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-1",
+		Labels:      map[string]string{"pool": "a", v1.LabelMIGConfigState: "success", v1.LabelMIGConfig: "all-1g.18gb"},
+		Annotations: map[string]string{"team.example.com/owner": "ml"}}}
+	g.Expect(env.Client.Create(ctx, node)).To(Succeed())
+
+	edit := func(user string, change func(*corev1.Node)) error {
+		got := &corev1.Node{}
+		if err := as(user).Get(ctx, client.ObjectKeyFromObject(node), got); err != nil {
+			return err
+		}
+		patch := client.MergeFrom(got.DeepCopy())
+		change(got)
+		return as(user).Patch(ctx, got, patch)
+	}
+	attempt := 0
+	taint := func(n *corev1.Node) {
+		// A new key each time: a try that slipped through before the policy was active must
+		// not make the next one a duplicate.
+		attempt++
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: fmt.Sprintf("evil-%d", attempt), Effect: corev1.TaintEffectNoSchedule})
+	}
+	g.Eventually(func() error { return edit(managerUser, taint) }).WithTimeout(30 * time.Second).
+		Should(MatchError(ContainSubstring("may change only spec.unschedulable")))
+
+	refused := map[string]func(*corev1.Node){
+		"another label":           func(n *corev1.Node) { n.Labels["pool"] = "b" },
+		"a new label":             func(n *corev1.Node) { n.Labels["nvidia.com/gpu.deploy.device-plugin"] = "false" },
+		"the state label's value": func(n *corev1.Node) { n.Labels[v1.LabelMIGConfigState] = "failed" },
+		"another annotation":      func(n *corev1.Node) { n.Annotations["team.example.com/owner"] = "me" },
+		"an owner reference": func(n *corev1.Node) {
+			n.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "u"}}
+		},
+	}
+	for what, change := range refused {
+		g.Expect(edit(managerUser, change)).To(MatchError(ContainSubstring("gpupool's manager may")), "changing %s", what)
+	}
+
+	g.Expect(edit(managerUser, func(n *corev1.Node) {
+		n.Spec.Unschedulable = true
+		n.Annotations[v1.AnnotationCordonedBy] = "pool-a-20261201-0a1b2c3d"
+		n.Labels[v1.LabelMIGConfig] = "gpupool-0123456789"
+		n.Labels[v1.LabelDevicePluginConfig] = "gpupool-ts-4"
+		delete(n.Labels, v1.LabelMIGConfigState)
+	})).To(Succeed(), "what a plan step does")
+	g.Expect(edit("mallory", taint)).To(Succeed(), "other users are left to RBAC")
+}

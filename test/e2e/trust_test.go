@@ -1,0 +1,78 @@
+package e2e_test
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+var _ = Describe("the trust boundary", func() {
+	// Guards the admission policies as the simulated cluster installs them, with the manager
+	// running as its ServiceAccount under its real RBAC: a user allowed everything by RBAC (and
+	// the cluster admin) cannot create a plan, not even a perfect copy of what the manager would
+	// make, nor write the status of the manager's own plan to approve it; nothing is cordoned
+	// and nothing evicted, and the manager's plan still waits for a human.
+	It("refuses plans and plan status written by anyone but the manager, and nothing is disrupted", func() {
+		s := newScenario("forgery")
+		node := s.nodes[0]
+		s.createPolicy(func(spec *v1alpha1.GPUPoolPolicySpec) { spec.Disruption.Approval = v1alpha1.ApprovalAuto })
+		victim := s.pin("victim", node, 1)
+
+		mallory := impersonating("mallory", "cluster-admin")
+		policy := &v1alpha1.GPUPoolPolicy{}
+		Expect(k8s.Get(suiteCtx, client.ObjectKey{Name: s.policy}, policy)).To(Succeed())
+		forged := &v1alpha1.RepartitionPlan{
+			ObjectMeta: metav1.ObjectMeta{Name: s.policy + "-forged",
+				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(policy, v1alpha1.GroupVersion.WithKind("GPUPoolPolicy"))}},
+			Spec: v1alpha1.RepartitionPlanSpec{Policy: s.policy, Disruptive: true, Steps: []v1alpha1.NodeStep{{
+				Node: node, MIGConfigName: "gpupool-0123456789", Disruptive: true,
+				GPUs: []v1alpha1.GPUChange{{Index: 0, From: v1alpha1.ProfileCounts{"1g.18gb": 7}, To: v1alpha1.ProfileCounts{"7g.141gb": 1}}},
+				Evictions: []v1alpha1.Eviction{{PodReference: v1alpha1.PodReference{Namespace: s.ns, Name: victim.Name},
+					UID: string(victim.UID), Reason: "holds 1g.18gb on GPU 0"}},
+			}}},
+		}
+		forged.Spec.Hash = v1alpha1.HashSteps(forged.Spec.Steps)
+		Expect(mallory.Create(suiteCtx, forged.DeepCopy())).To(MatchError(ContainSubstring(
+			"mallory may not create RepartitionPlans: only gpupool's manager")))
+		Expect(k8s.Create(suiteCtx, forged.DeepCopy())).To(MatchError(ContainSubstring("may not create RepartitionPlans")),
+			"not even the cluster admin makes plans")
+
+		// The manager's own plan, for pending 3g pods, waits for a human under Manual.
+		s.editPolicy(func(spec *v1alpha1.GPUPoolPolicySpec) { spec.Disruption.Approval = v1alpha1.ApprovalManual })
+		s.deploy("train-3g", 1, s.inPool(), mig3g, 1, nil)
+		s.unpauseWhenPending(1)
+		plan := s.waitPlan(time.Minute, v1alpha1.PlanAwaitingApproval)
+		plan.Status.Phase, plan.Status.Approved = v1alpha1.PlanApproved, true
+		Expect(mallory.Status().Update(suiteCtx, plan)).To(MatchError(ContainSubstring(
+			"mallory may not write the status of RepartitionPlan " + plan.Name)))
+
+		Consistently(func(g Gomega) {
+			p := getPlan(g, plan.Name)
+			g.Expect(p.Status.Phase).To(Equal(v1alpha1.PlanAwaitingApproval))
+			g.Expect(p.Status.Approved).To(BeFalse())
+			expectOpen(g, node)
+			g.Expect(s.pods("victim")).To(ConsistOf(HaveField("UID", victim.UID)), "nothing was evicted")
+		}).WithTimeout(3*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
+	})
+})
+
+// impersonating returns a client acting as user, bound to clusterRole first, so that what
+// refuses its requests is admission, not RBAC.
+func impersonating(user, clusterRole string) client.Client {
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "e2e-" + user},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}}}
+	Expect(client.IgnoreAlreadyExists(k8s.Create(suiteCtx, binding))).To(Succeed())
+	cfg := rest.CopyConfig(cluster.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c, err := client.New(cfg, client.Options{Scheme: k8s.Scheme()})
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
