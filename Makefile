@@ -58,6 +58,7 @@ demo-down: ## Stop a cluster left up by `make demo-up` (from another terminal).
 test: generate manifests test-assets ## Run unit, envtest and local-cluster tests (builds the control plane once).
 	$(GO) test $(GOTEST_FLAGS) ./...
 	hack/images/prereqs.sh --optional $$($(GO) env GOHOSTARCH) && cd hack/images && $(GO) test $(GOTEST_FLAGS) ./...
+	cd test/helm && $(GO) test $(GOTEST_FLAGS) ./...
 
 ##@ Development
 
@@ -80,14 +81,16 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from markers.
+manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from markers (and copy them into the Helm chart).
 	$(CONTROLLER_GEN) crd rbac:roleName=manager-role paths=./api/... paths=./controllers/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	rm -f charts/gpupool/crds/*.yaml && cp config/crd/bases/*.yaml charts/gpupool/crds/ && cp config/rbac/role.yaml charts/gpupool/files/role.yaml
 
 .PHONY: verify
 verify: generate manifests ## Regenerate everything and fail on any difference from git.
 	$(GO) mod tidy
 	cd hack/tools && $(GO) mod tidy
+	cd test/helm && $(GO) mod tidy
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	@git diff --exit-code || { echo "make verify: the files above differ after regeneration; run make generate manifests, go mod tidy and commit" >&2; exit 1; }
