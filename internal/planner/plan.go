@@ -176,7 +176,7 @@ func Plan(in Input) (*Result, error) {
 		p.pdbLeft[k] = v
 	}
 	approval := spec.Disruption.Approval
-	p.evictOK = approval != v1alpha1.ApprovalAutoIdle
+	p.evictOK = approval != v1alpha1.ApprovalAutoIdle && in.EvictionsPaused == ""
 	cat := &catalog{entries: spec.Catalog, products: map[catalogKey]*productInfo{}}
 	for _, n := range pool {
 		p.nodes = append(p.nodes, newNodeInfo(n, cat, d, &in, len(p.classes), p.evictOK))

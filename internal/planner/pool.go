@@ -243,7 +243,7 @@ func newNodeInfo(n *inventory.Node, cat *catalog, d *dims, in *Input, classes in
 				gi.currentOpt = i
 			}
 		}
-		gi.changeable, gi.blocker = changeable(gi, n, evictOK)
+		gi.changeable, gi.blocker = changeable(gi, n, evictOK, in.EvictionsPaused)
 		sig := fmt.Sprintf("%t|%d|%s|%v", g.MIGEnabled, gi.currentOpt, layout, gi.changeable)
 		for _, p := range gi.pods {
 			per, whole, ok := gpuNeeds(p, ni.prod)
@@ -262,7 +262,7 @@ func newNodeInfo(n *inventory.Node, cat *catalog, d *dims, in *Input, classes in
 }
 
 // changeable decides whether a GPU may be re-carved, and if so which pods that evicts.
-func changeable(gi *gpuInfo, n *inventory.Node, evictOK bool) (bool, string) {
+func changeable(gi *gpuInfo, n *inventory.Node, evictOK bool, paused string) (bool, string) {
 	g := gi.gpu
 	if g.Error != "" {
 		return false, fmt.Sprintf("the agent could not read GPU %d: %s", g.Index, g.Error)
@@ -283,6 +283,9 @@ func changeable(gi *gpuInfo, n *inventory.Node, evictOK bool) (bool, string) {
 		gi.pods = append(gi.pods, p)
 	}
 	if len(gi.pods) > 0 && !evictOK {
+		if paused != "" {
+			return false, fmt.Sprintf("GPU %d has running pods and %s", g.Index, paused)
+		}
 		return false, fmt.Sprintf("GPU %d has running pods and approval %s forbids evictions", g.Index, v1alpha1.ApprovalAutoIdle)
 	}
 	return true, ""

@@ -28,6 +28,14 @@ func MIGConfigName(target []GPUTarget) string {
 	return "gpupool-" + hex.EncodeToString(h.Sum(nil))[:10]
 }
 
+// PlanEntryName is the mig-parted entry name a plan uses for a layout: derived from the
+// layout's name and the plan's, so that two plans never share an entry and a retry of the same
+// layout makes mig-manager apply it again.
+func PlanEntryName(layoutName, plan string) string {
+	sum := sha256.Sum256([]byte(layoutName + "/" + plan))
+	return "gpupool-" + hex.EncodeToString(sum[:])[:10]
+}
+
 // RepartitionPlan renders the result as the RepartitionPlan the controller creates for the
 // policy, owned by it; nil when the result changes nothing.
 func (r *Result) RepartitionPlan(policy *v1alpha1.GPUPoolPolicy, now time.Time) *v1alpha1.RepartitionPlan {

@@ -115,7 +115,7 @@ func (p *planState) shareNode(ni *nodeInfo) *shareProposal {
 	}
 	layout := p.shareLayout(ni, lead)
 	devices := len(ni.gpus) // replicas per device times devices is the node's capacity
-	choices := shareChoices(ni)
+	choices := p.shareChoices(ni)
 	if lead.sharedMIG() {
 		perGPU := 0
 		for _, n := range layout {
@@ -170,7 +170,7 @@ func (p *planState) shareNode(ni *nodeInfo) *shareProposal {
 // time-slicing; nil when the node cannot serve the class.
 func (p *planState) shareLayout(ni *nodeInfo, c *class) mig.Layout {
 	if c.sharedGPUs() {
-		if len(shareChoices(ni)) == 0 {
+		if len(p.shareChoices(ni)) == 0 {
 			return nil
 		}
 		return mig.Layout{}
@@ -236,14 +236,15 @@ func (p *planState) shareable(ni *nodeInfo) bool {
 }
 
 // shareChoices are the sharing settings the catalog allows on a node's product: MPS first,
-// because its clients get their own share of memory and compute, then time-slicing.
-func shareChoices(ni *nodeInfo) []v1alpha1.SharingConfig {
+// because its clients get their own share of memory and compute, when the device plugin can
+// run it (Input.AllowMPS), then time-slicing.
+func (p *planState) shareChoices(ni *nodeInfo) []v1alpha1.SharingConfig {
 	if ni.prod == nil || ni.prod.entry == nil || ni.prod.entry.Sharing == nil {
 		return nil
 	}
 	var out []v1alpha1.SharingConfig
 	sc := ni.prod.entry.Sharing
-	if sc.MPS != nil {
+	if sc.MPS != nil && p.in.AllowMPS {
 		for _, r := range sorted(sc.MPS.Replicas) {
 			out = append(out, v1alpha1.SharingConfig{Mode: v1alpha1.SharingMPS, Replicas: r})
 		}
@@ -344,10 +345,23 @@ func (p *planState) explainShared(c *class, what string) (Reason, string) {
 	case allowed == 0 && c.sharedMIG():
 		return ReasonPartitionShape, what + ": no GPU this pod may use has " + c.sharedProfile + " in the policy's catalog " +
 			"with time-slicing allowed (MPS does not share MIG devices; set spec.catalog[].sharing.timeSlicing)"
+	case allowed == 0 && !p.in.AllowMPS && p.catalogOffersMPS():
+		return ReasonPartitionShape, what + ": the policy's catalog allows only MPS on the GPUs this pod may use, and NVIDIA's " +
+			"device plugin refuses MPS under the mixed MIG strategy gpupool needs (set spec.catalog[].sharing.timeSlicing)"
 	case allowed == 0:
 		return ReasonPartitionShape, what + ": the policy's catalog allows neither time-slicing nor MPS on the GPUs this pod may use " +
 			"(set spec.catalog[].sharing)"
 	}
 	return ReasonCapacity, fmt.Sprintf("%s: sharing converts only idle nodes, within the disruption budget, and none of the %d "+
 		"node(s) that may share is idle and free to change", what, allowed)
+}
+
+// catalogOffersMPS reports whether any catalog entry allows MPS.
+func (p *planState) catalogOffersMPS() bool {
+	for _, e := range p.in.Policy.Spec.Catalog {
+		if e.Sharing != nil && e.Sharing.MPS != nil {
+			return true
+		}
+	}
+	return false
 }

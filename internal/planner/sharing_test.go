@@ -59,13 +59,16 @@ func TestSharingConvertsAnIdleNodeWithTheFewestReplicasThatServeTheDemand(t *tes
 }
 
 // TestSharingPrefersMPSWhenAllowed guards the mode choice: MPS gives each client its own share
-// of memory and compute, so it wins when the catalog allows it; it is only ever on MIG-disabled
-// GPUs.
+// of memory and compute, so it wins when the catalog allows it and the device plugin can run
+// it; it is only ever on MIG-disabled GPUs.
 func TestSharingPrefersMPSWhenAllowed(t *testing.T) {
 	g := NewWithT(t)
-	res := newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
-		pending("a", oneShare).pending("b", oneShare).pending("c", oneShare).
-		plan(policy(sharing([]int32{4}, []int32{2, 8})))
+	c := newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
+		pending("a", oneShare).pending("b", oneShare).pending("c", oneShare)
+	in := c.input(policy(sharing([]int32{4}, []int32{2, 8})))
+	in.AllowMPS = true
+	res, err := planner.Plan(in)
+	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Steps).To(HaveLen(1))
 	g.Expect(res.Steps[0].Sharing).To(Equal(&v1alpha1.SharingConfig{Mode: v1alpha1.SharingMPS, Replicas: 8}))
 	g.Expect(res.Steps[0].Target[0].MIGEnabled).To(BeFalse())
@@ -248,4 +251,24 @@ func TestRecarvingASharedNodeStopsSharing(t *testing.T) {
 	g.Expect(res.Steps).To(HaveLen(1))
 	g.Expect(res.Steps[0].Sharing).To(Equal(&v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}))
 	g.Expect(res.RepartitionPlan(policy(), now).Spec.Steps[0].SharingConfigName).To(Equal("gpupool-none"))
+}
+
+// TestSharingNeverPlansMPSTheDevicePluginRefuses guards the GPU Operator contract: under the
+// mixed MIG strategy (the default input) the device plugin refuses MPS and the node would
+// advertise nothing, so the planner shares with time-slicing where the catalog allows it, and
+// says why when the catalog allows only MPS.
+func TestSharingNeverPlansMPSTheDevicePluginRefuses(t *testing.T) {
+	g := NewWithT(t)
+	cluster := func() *cluster {
+		return newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
+			pending("a", oneShare).pending("b", oneShare).pending("c", oneShare)
+	}
+	res := cluster().plan(policy(sharing([]int32{4}, []int32{2, 8})))
+	g.Expect(res.Steps).To(HaveLen(1))
+	g.Expect(res.Steps[0].Sharing).To(Equal(&v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 4}))
+
+	res = cluster().plan(policy(sharing(nil, []int32{8})))
+	g.Expect(res.Steps).To(BeEmpty())
+	g.Expect(res.Unserved).To(HaveLen(3))
+	g.Expect(res.Unserved[0].Message).To(ContainSubstring("refuses MPS under the mixed MIG strategy"))
 }

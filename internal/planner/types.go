@@ -35,6 +35,16 @@ type Input struct {
 	// InFlight is how many of the pool's nodes executing plans are changing now; they count
 	// against maxDisruptedNodes.
 	InFlight int
+	// EvictionsPaused, when set, says why the planner may evict no pod in this pass (the
+	// policy's hourly bound on disruptive steps is spent); plans then only re-carve idle GPUs.
+	EvictionsPaused string
+	// AllowMPS lets the planner share whole GPUs with MPS where the catalog allows it. Leave it
+	// false on clusters of NVIDIA's GPU Operator with the mixed MIG strategy, which gpupool needs:
+	// the operator passes the strategy to every device plugin, and the device plugin refuses to
+	// start with MPS under it ("using --mig-strategy=mixed is not supported with MPS",
+	// NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go validateFlags), so the node would
+	// advertise no GPU at all. Time-slicing is used instead where the catalog allows it.
+	AllowMPS bool
 	// Now is the planning time (carried into the result, never read from a clock).
 	Now time.Time
 }

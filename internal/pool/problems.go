@@ -47,6 +47,17 @@ func Problems(spec *v1alpha1.GPUPoolPolicySpec) []Problem {
 	}
 	for i, e := range spec.Catalog {
 		out = append(out, unknownProfiles(i, e)...)
+		if e.Sharing != nil && e.Sharing.MPS != nil {
+			// NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go validateFlags; the GPU
+			// Operator passes ClusterPolicy spec.mig.strategy to every device plugin.
+			fix := "gpupool shares these GPUs with time-slicing instead"
+			if e.Sharing.TimeSlicing == nil {
+				fix = "allow spec.catalog[" + fmt.Sprint(i) + "].sharing.timeSlicing to share them at all"
+			}
+			out = append(out, Problem{Field: fmt.Sprintf("spec.catalog[%d].sharing.mps", i), Message: "NVIDIA's device plugin " +
+				"refuses MPS under the mixed MIG strategy that gpupool needs (the node would advertise no GPU), so it is never " +
+				"planned: " + fix})
+		}
 		for j := i + 1; j < len(spec.Catalog); j++ {
 			later := spec.Catalog[j]
 			if strings.Contains(strings.ToLower(later.Product), strings.ToLower(e.Product)) {

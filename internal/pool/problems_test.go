@@ -50,6 +50,9 @@ func TestProblems(t *testing.T) {
 			s.Catalog[0].Product = "NVIDIA-Z9000"
 			s.Catalog[0].MIGProfiles = []v1alpha1.MIGProfileName{"2g.33gb"}
 		}},
+		{name: "MPS the device plugin refuses under the mixed strategy", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.Catalog[0].Sharing = &v1alpha1.SharingCatalog{MPS: &v1alpha1.MPSReplicaChoices{Replicas: []int32{4}}}
+		}, field: "spec.catalog[0].sharing.mps", message: "allow spec.catalog[0].sharing.timeSlicing to share them at all"},
 		{name: "an entry an earlier one shadows", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
 			s.Catalog[0].Product = "H100"
 			s.Catalog = append(s.Catalog, v1alpha1.CatalogEntry{Product: "H100-NVL", AllowWholeGPU: true})

@@ -39,6 +39,9 @@ const (
 type Observation struct {
 	// NodeExists is false once the Node object is gone.
 	NodeExists bool
+	// ReportMissing is true when the node's GPUNode (the agent's report) is gone: nothing about
+	// its GPUs can be verified.
+	ReportMissing bool
 	// Unschedulable is the node's spec.unschedulable.
 	Unschedulable bool
 	// CordonedBy is the node's gpupool.io/cordoned-by annotation.
@@ -61,6 +64,12 @@ type Observation struct {
 	SharingAdvertised bool
 	// SharedResource names what the device plugin must advertise, for messages.
 	SharedResource string
+	// ExclusiveAdvertised is true when the node's allocatable shows the step's layout as the
+	// device plugin advertises it (one nvidia.com/mig-<profile> per instance, one nvidia.com/gpu
+	// per MIG-disabled GPU); always true for time-sliced steps, which SharingAdvertised covers.
+	ExclusiveAdvertised bool
+	// ExclusiveResources names them, for messages.
+	ExclusiveResources string
 	// LayoutExpected is true when GPUNode.spec.expectedLayout equals the step's target.
 	LayoutExpected bool
 	// MIGConfig and MIGState are the node's nvidia.com/mig.config and .state labels.
@@ -69,6 +78,8 @@ type Observation struct {
 	Verified metav1.ConditionStatus
 	// VerifyMessage is that condition's message (it lists the differences).
 	VerifyMessage string
+	// ReportTime is when the agent last read NVML (GPUNode status.observedTime).
+	ReportTime time.Time
 	// GPUsWhole is true when the agent reports every GPU the step changes with a whole layout,
 	// either the old one or the new one: nothing is half-configured, so a failed node may
 	// take work again.
@@ -130,6 +141,17 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 	if !obs.NodeExists {
 		return fail(cur, now, "node "+step.Node+" no longer exists", nil)
 	}
+	if obs.ReportMissing {
+		msg := "the node's GPUNode is gone, so its GPUs cannot be verified: check the gpupool agent on " + step.Node
+		switch cur.State {
+		case v1alpha1.NodePending:
+			return fail(cur, now, msg, nil)
+		case v1alpha1.NodeCordoned, v1alpha1.NodeDraining:
+			return fail(cur, now, msg, reopen(cur))
+		}
+		// Past the drain the GPUs may be half-configured: the node stays cordoned.
+		return failTouched(cur, now, msg, Observation{}, t)
+	}
 	if obs.Unsafe != "" && (cur.State == v1alpha1.NodePending || cur.State == v1alpha1.NodeCordoned || cur.State == v1alpha1.NodeDraining) {
 		// Nothing on the GPUs changed yet: cancel the step and give the node back.
 		var undo []Action
@@ -176,9 +198,26 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 			}
 			return stay(cur, "relabelled "+v1alpha1.LabelMIGConfig+"="+step.MIGConfigName, slowLook, ActionRelabel)
 		}
+		if obs.MIGState == "rebooting" && cur.RebootSeenTime == nil {
+			cur.RebootSeenTime = &metav1.Time{Time: now}
+		}
+		rebooted := cur.RebootSeenTime != nil
+		if rebooted && !obs.ReportTime.After(cur.RebootSeenTime.Time) {
+			// A report from before the reboot says nothing about the GPUs now: judge nothing on
+			// it, neither success nor a whole layout. The wait is bounded by the timeout below.
+			obs.GPUsWhole, obs.Verified = false, ""
+			if obs.MIGState == "success" {
+				return stay(cur, "mig-manager applied "+step.MIGConfigName+" after a reboot; waiting for the agent's first report since",
+					slowLook)
+			}
+		}
 		switch obs.MIGState {
 		case "success":
 			return move(cur, v1alpha1.NodeVerifying, now, "mig-manager applied "+step.MIGConfigName+"; verifying", quickLook)
+		case "rebooting":
+			if now.Sub(since) < t.Propagation+t.Configure {
+				return stay(cur, "mig-manager is rebooting "+step.Node+" to apply "+step.MIGConfigName, slowLook)
+			}
 		case "failed":
 			return failTouched(cur, now, "mig-manager reported failed for "+step.MIGConfigName+
 				": check the nvidia-mig-manager pod's log on "+step.Node, obs, t)
@@ -206,6 +245,15 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 					quickLook, ActionRelabelSharing)
 			}
 			return stay(cur, "waiting for the device plugin to advertise "+obs.SharedResource, quickLook)
+		}
+		if obs.Verified == metav1.ConditionTrue && !obs.ExclusiveAdvertised {
+			// mig-manager restarts the device plugin after a change; until it advertises the new
+			// devices the scheduler cannot use them, so the step is not done.
+			if now.Sub(since) >= t.Configure {
+				return failTouched(cur, now, "the device plugin did not advertise "+obs.ExclusiveResources+
+					" within configureTimeout "+t.Configure.String()+": check the nvidia-device-plugin pod on "+step.Node, obs, t)
+			}
+			return stay(cur, "layout verified; waiting for the device plugin to advertise "+obs.ExclusiveResources, quickLook)
 		}
 		if obs.Verified == metav1.ConditionTrue {
 			msg := "layout verified"

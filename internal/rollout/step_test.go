@@ -82,6 +82,9 @@ func configured(o rollout.Observation, label, state string) rollout.Observation 
 
 func verified(o rollout.Observation, s metav1.ConditionStatus) rollout.Observation {
 	o.Verified, o.VerifyMessage = s, "GPU 0: want 3g.71gb:2, have 1g.18gb:7"
+	// The device plugin advertises what the agent verified; TestVerifiedLayoutWaitsForTheDevicePlugin
+	// takes this away.
+	o.ExclusiveAdvertised, o.ExclusiveResources = s == metav1.ConditionTrue, "nvidia.com/mig-3g.71gb=2"
 	return o
 }
 
@@ -321,4 +324,69 @@ func TestUnsafeEvictionCancelsTheStepBeforeAnyDisruption(t *testing.T) {
 	}
 	res = rollout.Step(planName, nodeStep, at(v1alpha1.NodeDraining, true), obs, timeouts, t0.Add(time.Second))
 	g.Expect(res.Actions).To(Equal([]rollout.Action{rollout.ActionReleaseCordon}), "someone else's cordon stays")
+}
+
+// TestRebootWaitsForAReportFromAfterIt guards the rebooting path: mig-manager's "rebooting" is
+// waited out (not a failure), and neither its later "success" nor a timeout is judged on an agent
+// report older than the reboot: a stale whole layout must not reopen a half-configured node.
+func TestRebootWaitsForAReportFromAfterIt(t *testing.T) {
+	g := NewWithT(t)
+	step := v1alpha1.NodeStep{Node: "gpu-1", MIGConfigName: "gpupool-6b2d41a0aa"}
+	obs := cordoned()
+	obs.ConfigWritten, obs.LayoutExpected, obs.MIGConfig, obs.MIGState = true, true, step.MIGConfigName, "rebooting"
+	obs.GPUsWhole, obs.ReportTime = true, t0.Add(-time.Minute)
+
+	res := rollout.Step(planName, step, at(v1alpha1.NodeConfiguring, false), obs, timeouts, t0.Add(time.Minute))
+	g.Expect(res.Status.State).To(Equal(v1alpha1.NodeConfiguring))
+	g.Expect(res.Status.Message).To(ContainSubstring("rebooting"))
+	g.Expect(res.Status.RebootSeenTime).NotTo(BeNil())
+	seen := res.Status
+
+	obs.MIGState = "success"
+	res = rollout.Step(planName, step, seen, obs, timeouts, t0.Add(2*time.Minute))
+	g.Expect(res.Status.State).To(Equal(v1alpha1.NodeConfiguring), "the only report is from before the reboot")
+	g.Expect(res.Status.Message).To(ContainSubstring("waiting for the agent's first report since"))
+
+	obs.MIGState = "rebooting"
+	res = rollout.Step(planName, step, seen, obs, timeouts, t0.Add(timeouts.Propagation+timeouts.Configure+time.Second))
+	g.Expect(res.Status.State).To(Equal(v1alpha1.NodeFailed))
+	g.Expect(res.Actions).To(BeEmpty(), "a stale whole layout does not reopen the node")
+	g.Expect(res.Status.Message).To(ContainSubstring("stays cordoned"))
+
+	obs.MIGState, obs.ReportTime = "success", t0.Add(3*time.Minute)
+	res = rollout.Step(planName, step, seen, obs, timeouts, t0.Add(4*time.Minute))
+	g.Expect(res.Status.State).To(Equal(v1alpha1.NodeVerifying), "a report from after the reboot is believed")
+}
+
+// TestMissingReportFailsOnlyThatStep guards a GPUNode deleted mid-plan: before the drain the
+// node is given back; after it, it stays cordoned, since its GPUs cannot be verified.
+func TestMissingReportFailsOnlyThatStep(t *testing.T) {
+	g := NewWithT(t)
+	obs := cordoned()
+	obs.ReportMissing = true
+	res := rollout.Step(planName, nodeStep, at(v1alpha1.NodeDraining, false), obs, timeouts, t0)
+	g.Expect(res.Status.State).To(Equal(v1alpha1.NodeFailed))
+	g.Expect(res.Actions).To(Equal([]rollout.Action{rollout.ActionUncordon}))
+	res = rollout.Step(planName, nodeStep, at(v1alpha1.NodeConfiguring, false), obs, timeouts, t0)
+	g.Expect(res.Status.State).To(Equal(v1alpha1.NodeFailed))
+	g.Expect(res.Actions).To(BeEmpty())
+	g.Expect(res.Status.Message).To(ContainSubstring("GPUNode is gone"))
+}
+
+// TestVerifiedLayoutWaitsForTheDevicePlugin guards the end of a MIG step: a layout the agent
+// verified is of no use until the device plugin advertises it, so the node reopens only then,
+// and a plugin that never does fails the step within configureTimeout.
+func TestVerifiedLayoutWaitsForTheDevicePlugin(t *testing.T) {
+	g := NewWithT(t)
+	obs := verified(configured(cordoned(), nodeStep.MIGConfigName, "success"), metav1.ConditionTrue)
+	obs.ExclusiveAdvertised = false
+	res := rollout.Step(planName, nodeStep, at(v1alpha1.NodeVerifying, false), obs, timeouts, t0.Add(time.Second))
+	g.Expect(res.Status.State).To(Equal(v1alpha1.NodeVerifying))
+	g.Expect(res.Status.Message).To(Equal("layout verified; waiting for the device plugin to advertise nvidia.com/mig-3g.71gb=2"))
+	g.Expect(res.Actions).To(BeEmpty())
+
+	res = rollout.Step(planName, nodeStep, at(v1alpha1.NodeVerifying, false), whole(obs), timeouts, t0.Add(timeouts.Configure))
+	g.Expect(res.Status.State).To(Equal(v1alpha1.NodeFailed))
+	g.Expect(res.Status.Message).To(ContainSubstring("the device plugin did not advertise nvidia.com/mig-3g.71gb=2"))
+	g.Expect(res.Actions).To(Equal([]rollout.Action{rollout.ActionUncordon}), "the GPUs are whole, so the node reopens")
 }

@@ -1,0 +1,87 @@
+package pool
+
+import (
+	"fmt"
+	"time"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+// DefaultMaxDisruptiveStepsPerHour is the policy's default hourly bound on node steps that
+// evict pods (the CRD's default marker says the same).
+const DefaultMaxDisruptiveStepsPerHour = 20
+
+// DisruptiveStepsSince counts the node steps of the plans that evict pods and started at or
+// after since: how much of the hourly bound the policy has spent.
+func DisruptiveStepsSince(plans []v1alpha1.RepartitionPlan, since time.Time) int {
+	n := 0
+	for _, p := range plans {
+		disruptive := map[string]bool{}
+		for _, s := range p.Spec.Steps {
+			disruptive[s.Node] = len(s.Evictions) > 0
+		}
+		for _, st := range p.Status.Nodes {
+			if disruptive[st.Node] && st.StartedTime != nil && !st.StartedTime.Time.Before(since) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// EvictionsPaused says why the policy's plans may evict no pod now ("" when they may): its
+// maxDisruptiveStepsPerHour is spent by the steps its plans started in the last hour.
+func EvictionsPaused(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan, now time.Time) string {
+	bound := int32(DefaultMaxDisruptiveStepsPerHour)
+	if b := policy.Spec.Disruption.MaxDisruptiveStepsPerHour; b != nil {
+		bound = *b
+	}
+	spent := DisruptiveStepsSince(plans, now.Add(-time.Hour))
+	if spent < int(bound) {
+		return ""
+	}
+	return fmt.Sprintf("the policy's maxDisruptiveStepsPerHour (%d) is spent: %d node step(s) evicted pods in the last hour",
+		bound, spent)
+}
+
+// failureMemory is how far back a node's failed steps count towards its backoff.
+const failureMemory = 24 * time.Hour
+
+// maxFailureBackoff caps how long a node that keeps failing is left alone.
+const maxFailureBackoff = 6 * time.Hour
+
+// FailureBackoff says until when a node whose steps failed is not planned again, and how many
+// failures of the last day that wait is for (zero time when the node may be planned). Each
+// failure doubles the wait, from base (the policy's stabilization window, at least a minute)
+// up to six hours, so a node that mig-manager cannot configure is not drained again and again.
+func FailureBackoff(plans []v1alpha1.RepartitionPlan, node string, base time.Duration, now time.Time) (time.Time, int) {
+	var last time.Time
+	failures := 0
+	for _, p := range plans {
+		for _, st := range p.Status.Nodes {
+			if st.Node != node || st.State != v1alpha1.NodeFailed || st.LastTransitionTime == nil {
+				continue
+			}
+			at := st.LastTransitionTime.Time
+			if now.Sub(at) > failureMemory {
+				continue
+			}
+			failures++
+			if at.After(last) {
+				last = at
+			}
+		}
+	}
+	if failures == 0 {
+		return time.Time{}, 0
+	}
+	wait := max(base, time.Minute)
+	for i := 1; i < failures && wait < maxFailureBackoff; i++ {
+		wait *= 2
+	}
+	until := last.Add(min(wait, maxFailureBackoff))
+	if !until.After(now) {
+		return time.Time{}, failures
+	}
+	return until, failures
+}

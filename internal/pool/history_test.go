@@ -1,0 +1,71 @@
+package pool
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+func failedPlan(node string, at time.Time) v1alpha1.RepartitionPlan {
+	return v1alpha1.RepartitionPlan{
+		Spec: v1alpha1.RepartitionPlanSpec{Steps: []v1alpha1.NodeStep{{Node: node,
+			Evictions: []v1alpha1.Eviction{{PodReference: v1alpha1.PodReference{Namespace: "a", Name: "b"}}}}}},
+		Status: v1alpha1.RepartitionPlanStatus{Nodes: []v1alpha1.NodeStepStatus{{Node: node, State: v1alpha1.NodeFailed,
+			StartedTime: &metav1.Time{Time: at.Add(-time.Minute)}, LastTransitionTime: &metav1.Time{Time: at}}}},
+	}
+}
+
+func TestFailureBackoffDoublesPerFailure(t *testing.T) {
+	cases := []struct {
+		name     string
+		failures []time.Duration // ago
+		want     time.Duration   // wait from now; 0 means plannable
+	}{
+		{name: "never failed", want: 0},
+		{name: "one failure just now", failures: []time.Duration{0}, want: 2 * time.Minute},
+		{name: "one failure long enough ago", failures: []time.Duration{3 * time.Minute}, want: 0},
+		{name: "three failures: 8 minutes after the last", failures: []time.Duration{0, 10 * time.Minute, 20 * time.Minute}, want: 8 * time.Minute},
+		{name: "many failures stay capped", failures: []time.Duration{0, time.Minute, 2 * time.Minute, 3 * time.Minute, 4 * time.Minute,
+			5 * time.Minute, 6 * time.Minute, 7 * time.Minute, 8 * time.Minute, 9 * time.Minute}, want: 6 * time.Hour},
+		{name: "failures older than a day are forgiven", failures: []time.Duration{25 * time.Hour}, want: 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var plans []v1alpha1.RepartitionPlan
+			for _, ago := range tc.failures {
+				plans = append(plans, failedPlan("gpu-1", t0.Add(-ago)))
+			}
+			plans = append(plans, failedPlan("other", t0))
+			until, _ := FailureBackoff(plans, "gpu-1", 2*time.Minute, t0)
+			got := time.Duration(0)
+			if !until.IsZero() {
+				got = until.Sub(t0)
+			}
+			if got != tc.want {
+				t.Errorf("wait %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEvictionsPausedOnceTheHourlyBoundIsSpent(t *testing.T) {
+	policy := &v1alpha1.GPUPoolPolicy{}
+	policy.Spec.Disruption.MaxDisruptiveStepsPerHour = ptr.To(int32(2))
+	plans := []v1alpha1.RepartitionPlan{failedPlan("a", t0.Add(-10*time.Minute)), failedPlan("b", t0.Add(-2*time.Hour))}
+	if why := EvictionsPaused(policy, plans, t0); why != "" {
+		t.Fatalf("paused after one disruptive step in the hour: %s", why)
+	}
+	plans = append(plans, failedPlan("c", t0.Add(-30*time.Minute)))
+	if why := EvictionsPaused(policy, plans, t0); why == "" {
+		t.Fatal("not paused after two disruptive steps in the hour with a bound of 2")
+	}
+	if why := EvictionsPaused(policy, plans, t0.Add(time.Hour)); why != "" {
+		t.Fatalf("still paused an hour later: %s", why)
+	}
+}
