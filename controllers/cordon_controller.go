@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -20,10 +21,19 @@ import (
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/nvidia"
+	"github.com/gpupool/gpupool/internal/rollout"
 )
 
 // reasonCordonReleased is the Event reason when the janitor gives a node back.
 const reasonCordonReleased = "OrphanedCordonReleased"
+
+// reasonKeptCordoned is the Event reason when the janitor keeps an orphaned cordon because
+// the node's GPUs may be half-configured.
+const reasonKeptCordoned = "OrphanedCordonKept"
+
+// annotationKeptCordoned on a node says why the janitor keeps gpupool's orphaned cordon, so
+// that the reason is on the node and the Event is sent once per reason.
+const annotationKeptCordoned = "gpupool.io/kept-cordoned"
 
 // CordonReconciler makes sure no node stays cordoned by gpupool without a plan that explains
 // it. A crash between cordoning and recording, a plan deleted mid-flight, or a failed node that
@@ -93,6 +103,33 @@ func (r *CordonReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	}
 
+	gpuNode := &v1alpha1.GPUNode{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: node.Name}, gpuNode); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("reading GPUNode %s: %w", node.Name, err)
+		}
+		gpuNode = nil
+	}
+	if why := rollout.MayBeHalfConfigured(node, gpuNode); why != "" && (plan == nil || plan.Status.Phase != v1alpha1.PlanFailed) {
+		// The plan (or its policy) was deleted mid-flight: never reopen a node whose GPUs may be
+		// half-configured. Say once what to check; the node's next change brings it back here.
+		gone := "plan " + owner + " no longer exists"
+		if plan != nil {
+			gone = fmt.Sprintf("plan %s is %s", owner, plan.Status.Phase)
+		}
+		if node.Annotations[annotationKeptCordoned] != why {
+			patch := client.MergeFrom(node.DeepCopy())
+			metav1.SetMetaDataAnnotation(&node.ObjectMeta, annotationKeptCordoned, why)
+			if err := r.Client.Patch(ctx, node, patch); err != nil {
+				return reconcile.Result{}, fmt.Errorf("recording why node %s stays cordoned: %w", node.Name, err)
+			}
+			r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, reasonKeptCordoned, "Keep",
+				"%s while the node was being reconfigured, and %s: check its GPUs (nvidia-smi mig -lgi), then run kubectl uncordon %s",
+				gone, why, node.Name)
+		}
+		return reconcile.Result{}, nil
+	}
+
 	patch := client.MergeFrom(node.DeepCopy())
 	foreign := node.Annotations[v1alpha1.AnnotationWasUnschedulable] == "true"
 	if plan != nil {
@@ -106,6 +143,7 @@ func (r *CordonReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	delete(node.Annotations, v1alpha1.AnnotationCordonedBy)
 	delete(node.Annotations, v1alpha1.AnnotationWasUnschedulable)
+	delete(node.Annotations, annotationKeptCordoned)
 	if err := r.Client.Patch(ctx, node, patch); err != nil {
 		return reconcile.Result{}, fmt.Errorf("releasing gpupool's cordon on node %s: %w", node.Name, err)
 	}

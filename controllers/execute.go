@@ -27,7 +27,7 @@ import (
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=patch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
-// +kubebuilder:rbac:groups="",namespace=gpupool-system,resources=configmaps,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",namespace=gpu-operator,resources=configmaps,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=gpupool.io,resources=gpunodes,verbs=patch
 
 // DefaultConfigPropagation is how long the plan controller waits after writing the mig-parted
@@ -67,6 +67,20 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 			if !slices.Contains(start, step.Node) {
 				continue
 			}
+			// Every node is revalidated just before its first disruptive action, not only the
+			// plan's first: an earlier node may have taken minutes, and this one's GPUs or pods
+			// may have moved on since.
+			why, err := r.revalidateStep(ctx, plan, step)
+			if err != nil {
+				return 0, err
+			}
+			if why != "" {
+				failed := v1alpha1.NodeStepStatus{Node: step.Node, State: v1alpha1.NodeFailed,
+					Message: "cancelled before any disruption: " + why, LastTransitionTime: &metav1.Time{Time: now}}
+				status.Nodes = append(status.Nodes, failed)
+				r.recordStep(plan, step, failed, now)
+				continue
+			}
 			status.Nodes = append(status.Nodes, v1alpha1.NodeStepStatus{Node: step.Node, State: v1alpha1.NodePending})
 			i = len(status.Nodes) - 1
 		}
@@ -87,22 +101,15 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 			if msg != "" {
 				res.Status.Message = msg
 			}
+			if action == rollout.ActionEvict && msg != "" && msg != cur.Message && strings.Contains(msg, "blocked by PodDisruptionBudgets") {
+				// Once per change of the blockers, not once per pass.
+				node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: step.Node}}
+				r.Recorder.Eventf(plan, node, corev1.EventTypeWarning, "DrainBlocked", "Evict", "%s: %s", step.Node, msg)
+			}
 		}
 		status.Nodes[i] = res.Status
 		if res.Transition {
-			eventType := corev1.EventTypeNormal
-			if res.Status.State == v1alpha1.NodeFailed {
-				eventType = corev1.EventTypeWarning
-			}
-			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: step.Node}}
-			reason := "Node" + string(res.Status.State)
-			r.Recorder.Eventf(plan, node, eventType, reason, string(res.Status.State), "%s: %s", step.Node, res.Status.Message)
-			// The node's own events tell whoever runs kubectl describe node why it is cordoned.
-			r.Recorder.Eventf(node, plan, eventType, reason, string(res.Status.State), "plan %s: %s", plan.Name, res.Status.Message)
-			if finished := res.Status.State == v1alpha1.NodeDone || res.Status.State == v1alpha1.NodeFailed; finished &&
-				res.Status.StartedTime != nil {
-				r.Metrics.ObserveNodeStep(plan.Spec.Policy, res.Status.State, now.Sub(res.Status.StartedTime.Time))
-			}
+			r.recordStep(plan, step, res.Status, now)
 		}
 		if res.RequeueAfter > 0 && (requeue == 0 || res.RequeueAfter < requeue) {
 			requeue = res.RequeueAfter
@@ -127,6 +134,34 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 		requeue = time.Second
 	}
 	return requeue, nil
+}
+
+// recordStep reports a step's new state as an Event on the plan and on the node, and its
+// duration once it is finished.
+func (r *PlanReconciler) recordStep(plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep, st v1alpha1.NodeStepStatus, now time.Time) {
+	eventType := corev1.EventTypeNormal
+	if st.State == v1alpha1.NodeFailed {
+		eventType = corev1.EventTypeWarning
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: step.Node}}
+	reason := "Node" + string(st.State)
+	r.Recorder.Eventf(plan, node, eventType, reason, string(st.State), "%s: %s", step.Node, st.Message)
+	// The node's own events tell whoever runs kubectl describe node why it is cordoned.
+	r.Recorder.Eventf(node, plan, eventType, reason, string(st.State), "plan %s: %s", plan.Name, st.Message)
+	if finished := st.State == v1alpha1.NodeDone || st.State == v1alpha1.NodeFailed; finished && st.StartedTime != nil {
+		r.Metrics.ObserveNodeStep(plan.Spec.Policy, st.State, now.Sub(st.StartedTime.Time))
+	}
+}
+
+// revalidateStep is revalidation for one node's step, just before it starts: the step's GPUs
+// still have the layouts it was made for, no pod it does not evict runs on them, and no pod it
+// evicts became do-not-disrupt ("" when it still holds). Whether anyone is still pending is
+// the plan's question, asked before its first node.
+func (r *PlanReconciler) revalidateStep(ctx context.Context, plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep) (string, error) {
+	one := plan.DeepCopy()
+	one.Spec.Steps = []v1alpha1.NodeStep{step}
+	one.Spec.Expected.Pods = nil
+	return r.revalidate(ctx, one)
 }
 
 // budget is the policy's maxDisruptedNodes resolved against its pool's size now.
@@ -193,7 +228,15 @@ func (r *PlanReconciler) observe(ctx context.Context, plan *v1alpha1.Repartition
 
 	gpuNode := &v1alpha1.GPUNode{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, gpuNode); err != nil {
+		if apierrors.IsNotFound(err) {
+			// The step fails with a message; the rest of the plan and its status go on.
+			obs.ReportMissing = true
+			return nil, obs, nil
+		}
 		return nil, obs, fmt.Errorf("reading GPUNode %s: %w", step.Node, err)
+	}
+	if t := gpuNode.Status.ObservedTime; t != nil {
+		obs.ReportTime = t.Time
 	}
 	targets := targetsOf(step, gpuNode)
 	obs.LayoutExpected = slices.EqualFunc(gpuNode.Spec.ExpectedLayout, expectedLayout(targets), layoutEqual)
@@ -211,6 +254,11 @@ func (r *PlanReconciler) observe(ctx context.Context, plan *v1alpha1.Repartition
 		}
 	case !apierrors.IsNotFound(err):
 		return nil, obs, fmt.Errorf("reading ConfigMap %s/%s: %w", r.Namespace, MIGPartedConfigMap, err)
+	}
+	// Time-sliced devices are advertised as replicas, which the sharing check counts.
+	obs.ExclusiveAdvertised = true
+	if timeSliced := step.SharingConfig != nil && step.SharingConfig.Mode == v1alpha1.SharingTimeSlicing; !timeSliced {
+		obs.ExclusiveAdvertised, obs.ExclusiveResources = exclusiveAdvertised(targets, node)
 	}
 	if step.SharingConfigName != "" {
 		obs.SharingConfig = node.Labels[v1alpha1.LabelDevicePluginConfig]
@@ -266,6 +314,36 @@ func sharingAdvertised(step v1alpha1.NodeStep, targets []planner.GPUTarget, node
 	}
 	if len(parts) == 0 {
 		parts = []string{"no shared replicas"}
+	}
+	return ok, strings.Join(parts, ", ")
+}
+
+// exclusiveAdvertised says whether the node's allocatable shows the step's layout as the
+// device plugin advertises it under the mixed strategy: nvidia.com/mig-<profile> per instance
+// of each MIG-enabled GPU and nvidia.com/gpu per MIG-disabled one (when those are not shared).
+// A layout the agent verified is of no use until the scheduler can place pods on it. It also
+// names what must be advertised, for the step's message.
+func exclusiveAdvertised(targets []planner.GPUTarget, node *corev1.Node) (bool, string) {
+	want := map[corev1.ResourceName]int64{}
+	for _, t := range targets {
+		if !t.MIGEnabled {
+			want[demand.ResourceGPU]++
+			continue
+		}
+		for p, n := range t.Layout {
+			want[corev1.ResourceName(mig.ResourceName(p))] += int64(n)
+		}
+	}
+	ok := true
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if name == demand.ResourceGPU && demand.Quantity(node.Status.Allocatable, demand.ResourceSharedGPU) > 0 {
+			continue // whole GPUs shared by MPS are advertised as replicas; the sharing check counts them
+		}
+		if demand.Quantity(node.Status.Allocatable, name) != want[name] {
+			ok = false
+		}
+		parts = append(parts, fmt.Sprintf("%s=%d", name, want[name]))
 	}
 	return ok, strings.Join(parts, ", ")
 }

@@ -2,19 +2,23 @@ package controllers_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
@@ -33,15 +37,64 @@ func applyAsOperatorAndAgent(t *testing.T, env *testenv.Env, name string) {
 	verify(t, env, name)
 }
 
-// verify plays the agent: LayoutVerified True for the GPUNode's current generation.
+// verify plays the agent, LayoutVerified True for the GPUNode's current generation, and the
+// device plugin, advertising the expected layout's MIG devices (mixed strategy) in the node's
+// allocatable.
 func verify(t *testing.T, env *testenv.Env, name string) {
 	t.Helper()
 	g := NewWithT(t)
+	ctx := context.Background()
 	report := &v1.GPUNode{}
-	g.Expect(env.Client.Get(context.Background(), client.ObjectKey{Name: name}, report)).To(Succeed())
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: name}, report)).To(Succeed())
 	report.Status.Conditions = append(report.Status.Conditions, metav1.Condition{Type: v1.ConditionLayoutVerified,
 		Status: metav1.ConditionTrue, Reason: "Matches", LastTransitionTime: metav1.Now(), ObservedGeneration: report.Generation})
-	g.Expect(env.Client.Status().Update(context.Background(), report)).To(Succeed())
+	g.Expect(env.Client.Status().Update(ctx, report)).To(Succeed())
+	advertiseLayout(t, env, name, report.Spec.ExpectedLayout)
+}
+
+// advertiseLayout plays the device plugin: the node's allocatable and capacity show one
+// nvidia.com/mig-<profile> per instance of the layout and one nvidia.com/gpu per MIG-disabled
+// GPU, and nothing else of NVIDIA's.
+func advertiseLayout(t *testing.T, env *testenv.Env, name string, layout []v1.GPULayout) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	// The manager patches the node too (cordon, labels): retry on a conflict.
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error { return advertiseOnce(ctx, env, name, layout) })).To(Succeed())
+}
+
+func advertiseOnce(ctx context.Context, env *testenv.Env, name string, layout []v1.GPULayout) error {
+	node := &corev1.Node{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		return err
+	}
+	for _, list := range []corev1.ResourceList{node.Status.Allocatable, node.Status.Capacity} {
+		for r := range list {
+			if strings.HasPrefix(string(r), "nvidia.com/") && r != "nvidia.com/gpu.shared" && !strings.HasSuffix(string(r), ".shared") {
+				delete(list, r)
+			}
+		}
+	}
+	want := map[corev1.ResourceName]int64{}
+	for _, l := range layout {
+		if len(l.Profiles) == 0 {
+			want["nvidia.com/gpu"]++
+		}
+		for p, n := range l.Profiles {
+			want[corev1.ResourceName(mig.ResourceName(p))] += int64(n)
+		}
+	}
+	if node.Status.Allocatable == nil {
+		node.Status.Allocatable = corev1.ResourceList{}
+	}
+	if node.Status.Capacity == nil {
+		node.Status.Capacity = corev1.ResourceList{}
+	}
+	for r, n := range want {
+		node.Status.Allocatable[r] = *resource.NewQuantity(n, resource.DecimalSI)
+		node.Status.Capacity[r] = *resource.NewQuantity(n, resource.DecimalSI)
+	}
+	return env.Client.Status().Update(ctx, node)
 }
 
 // autoPolicy creates policy pool-a over nodes labelled pool=a, approving plans by itself.

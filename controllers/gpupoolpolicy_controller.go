@@ -75,6 +75,9 @@ type PolicyReconciler struct {
 	APIReader client.Reader
 	Clock     clock.Clock
 	Recorder  events.EventRecorder
+	// ConfigNamespace is where the plan controller writes gpupool's ConfigMaps: the GPU
+	// Operator's namespace. The ClusterPolicy check reports when the operator says otherwise.
+	ConfigNamespace string
 	// MaxReportAge is how old a GPUNode report may be before its node is not planned.
 	MaxReportAge time.Duration
 	// Metrics receives each pool's demand and stranded slices; nil records nothing.
@@ -238,7 +241,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	res := r.remembered(policy, young, frozenKey(frozen))
 	if res == nil {
 		if res, err = planner.Plan(planner.Input{Snapshot: snap, Pending: pending, Policy: policy,
-			Frozen: frozen, InFlight: inFlight, Now: now}); err != nil {
+			Frozen: frozen, InFlight: inFlight, EvictionsPaused: pool.EvictionsPaused(policy, own, now), Now: now}); err != nil {
 			return reconcile.Result{RequeueAfter: policyRecheckInterval},
 				r.reportUnusable(ctx, policy, reasonPlanningFailed, fmt.Sprintf("the planner cannot plan for this policy: %v", err))
 		}
@@ -417,11 +420,11 @@ func (r *PolicyReconciler) propose(ctx context.Context, policy *v1alpha1.GPUPool
 		return nil, nil
 	case want == nil:
 		return nil, r.supersede(ctx, awaiting, "pending demand no longer needs it")
-	case awaiting != nil && awaiting.Spec.Hash == want.Spec.Hash:
+	case awaiting != nil && hashAs(want, awaiting.Name) == awaiting.Spec.Hash:
 		return awaiting, nil
 	case awaiting != nil && now.Sub(awaiting.CreationTimestamp.Time) < window:
 		return awaiting, nil
-	case refusedRecently(plans, want.Spec.Hash, now):
+	case refusedRecently(plans, want, now):
 		// A human's no (or nobody's yes within planTTL) is not overridden by proposing the very
 		// same change again the same day. A plan that failed or was superseded does not count:
 		// retrying an identical change is allowed.
@@ -476,14 +479,25 @@ const refusalMemory = 24 * time.Hour
 
 // refusedRecently reports whether a plan with this hash was rejected or expired within
 // refusalMemory.
-func refusedRecently(plans []v1alpha1.RepartitionPlan, hash string, now time.Time) bool {
+func refusedRecently(plans []v1alpha1.RepartitionPlan, want *v1alpha1.RepartitionPlan, now time.Time) bool {
 	for _, p := range plans {
-		if p.Spec.Hash == hash && (p.Status.Phase == v1alpha1.PlanRejected || p.Status.Phase == v1alpha1.PlanExpired) &&
-			now.Sub(p.CreationTimestamp.Time) < refusalMemory {
+		if (p.Status.Phase == v1alpha1.PlanRejected || p.Status.Phase == v1alpha1.PlanExpired) &&
+			now.Sub(p.CreationTimestamp.Time) < refusalMemory && hashAs(want, p.Name) == p.Spec.Hash {
 			return true
 		}
 	}
 	return false
+}
+
+// hashAs is the hash the planner's plan want would have had if it had been created under
+// name: plans differ in their entry names only (see create), so this tells whether an
+// existing plan makes the very same change.
+func hashAs(want *v1alpha1.RepartitionPlan, name string) string {
+	steps := slices.Clone(want.Spec.Steps)
+	for i := range steps {
+		steps[i].MIGConfigName = planner.PlanEntryName(steps[i].MIGConfigName, name)
+	}
+	return v1alpha1.HashSteps(steps)
 }
 
 // create creates the plan under a fresh name that nobody can guess: a policy's next plan name
@@ -491,8 +505,21 @@ func refusedRecently(plans []v1alpha1.RepartitionPlan, hash string, now time.Tim
 // taken (by chance, or by a squatter) is never adopted; another one is tried.
 func (r *PolicyReconciler) create(ctx context.Context, plan *v1alpha1.RepartitionPlan, now time.Time) error {
 	policy := plan.Spec.Policy
+	layoutNames := make([]string, len(plan.Spec.Steps))
+	for i, s := range plan.Spec.Steps {
+		layoutNames[i] = s.MIGConfigName
+	}
 	for attempt := 0; ; attempt++ {
 		plan.Name = planName(policy, now)
+		// Each plan gets its own mig-parted entry names: mig-manager applies an entry only when
+		// the node's nvidia.com/mig.config changes (NVIDIA/mig-parted cmd/nvidia-mig-manager
+		// main.go), so a plan that retries a layout an earlier plan failed to apply must name a
+		// new entry, or the node would never be relabelled and the stale "failed" state would be
+		// read as this plan's result.
+		for i := range plan.Spec.Steps {
+			plan.Spec.Steps[i].MIGConfigName = planner.PlanEntryName(layoutNames[i], plan.Name)
+		}
+		plan.Spec.Hash = v1alpha1.HashSteps(plan.Spec.Steps)
 		err := r.Client.Create(ctx, plan)
 		switch {
 		case err == nil:
@@ -620,9 +647,13 @@ func (r *PolicyReconciler) setConditions(ctx context.Context, policy *v1alpha1.G
 		set(v1alpha1.ConditionReconfiguring, false, "Idle", "no plan is executing")
 	}
 	blocked := blockedNodes(w, policy)
-	if blocked != "" {
+	failed := lastFailedPlan(policy, w.plans)
+	switch {
+	case blocked != "":
 		set(v1alpha1.ConditionDegraded, true, "NodesNotPlannable", blocked)
-	} else {
+	case failed != "":
+		set(v1alpha1.ConditionDegraded, true, "PlanFailed", failed)
+	default:
 		set(v1alpha1.ConditionDegraded, false, "AllNodesReporting", "every pool node's agent reports its GPUs")
 	}
 	r.setOperatorCondition(ctx, policy, status, set)
@@ -647,12 +678,13 @@ func (r *PolicyReconciler) setOperatorCondition(ctx context.Context, policy *v1a
 		set(v1alpha1.ConditionGPUOperatorConfigured, false, "NoClusterPolicy", "no ClusterPolicy object exists")
 		return
 	}
-	problems := nvidia.CheckClusterPolicy(&list.Items[0], MIGPartedConfigMap, DevicePluginConfigMap)
+	problems := nvidia.CheckClusterPolicy(&list.Items[0], r.ConfigNamespace, MIGPartedConfigMap, DevicePluginConfigMap)
 	if len(problems) > 0 {
 		set(v1alpha1.ConditionGPUOperatorConfigured, false, "ClusterPolicyMisconfigured", nvidia.ProblemsMessage(problems))
 		return
 	}
-	set(v1alpha1.ConditionGPUOperatorConfigured, true, "Configured", "ClusterPolicy "+list.Items[0].GetName()+" uses gpupool's config maps")
+	set(v1alpha1.ConditionGPUOperatorConfigured, true, "Configured", "ClusterPolicy "+list.Items[0].GetName()+
+		" uses gpupool's config maps, which gpupool writes into the operator's namespace "+r.ConfigNamespace)
 }
 
 // durationOr is the duration, or def when it is unset. Zero is a value, not "unset":
@@ -732,6 +764,16 @@ func frozenNodes(policy *v1alpha1.GPUPoolPolicy, w *world, conflicts map[string]
 	window := durationOr(policy.Spec.Planning.StabilizationWindow, defaultStabilization)
 	inFlight := 0
 	for _, p := range w.plans {
+		for _, step := range p.Spec.Steps {
+			// A node whose step failed waits, longer after each failure, before it is planned
+			// again: a node mig-manager cannot configure is not drained again and again.
+			if until, failures := pool.FailureBackoff(w.plans, step.Node, window, now); !until.IsZero() {
+				frozen[step.Node] = fmt.Sprintf("its reconfiguration failed %d time(s) in the last day; next try after %s",
+					failures, until.UTC().Format(time.RFC3339))
+			}
+		}
+	}
+	for _, p := range w.plans {
 		running := p.Status.Phase == v1alpha1.PlanApproved || p.Status.Phase == v1alpha1.PlanExecuting
 		for _, step := range p.Spec.Steps {
 			var st *v1alpha1.NodeStepStatus
@@ -772,6 +814,31 @@ func inPool(reqs []demand.Request, selector labels.Selector, nodes []corev1.Node
 		}
 	}
 	return out
+}
+
+// lastFailedPlan says what failed when the policy's newest finished plan failed ("" when it
+// did not): a failed reconfiguration degrades the pool until a later plan finishes.
+func lastFailedPlan(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan) string {
+	for _, p := range ownPlans(policy, plans) {
+		if !finished(p.Status.Phase) {
+			continue
+		}
+		if p.Status.Phase != v1alpha1.PlanFailed {
+			return ""
+		}
+		msg := "plan " + p.Name + " failed"
+		if c := meta.FindStatusCondition(p.Status.Conditions, "Ready"); c != nil && c.Status == metav1.ConditionFalse {
+			msg += ": " + c.Message
+		}
+		for _, n := range p.Status.Nodes {
+			if n.State == v1alpha1.NodeFailed {
+				msg += "; node " + n.Node + ": " + n.Message
+				break
+			}
+		}
+		return msg
+	}
+	return ""
 }
 
 // blockedNodes names pool nodes the planner cannot reason about because their agent does not

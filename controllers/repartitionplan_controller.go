@@ -37,7 +37,8 @@ type PlanReconciler struct {
 	Client   client.Client
 	Clock    clock.Clock
 	Recorder events.EventRecorder
-	// Namespace holds gpupool's ConfigMaps (the manager's namespace).
+	// Namespace holds gpupool's ConfigMaps: the GPU Operator's namespace, where the operator
+	// mounts them into its mig-manager and device-plugin DaemonSets.
 	Namespace string
 	// ConfigPropagation is the wait between writing the ConfigMap and flipping the label;
 	// DefaultConfigPropagation when zero.

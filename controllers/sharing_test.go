@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -132,8 +133,11 @@ func TestSharingOfMIGDevicesWaitsForTheInstancesReplicas(t *testing.T) {
 func advertise(t *testing.T, env *testenv.Env, name, resourceName, quantity string) {
 	t.Helper()
 	g := NewWithT(t)
-	node := getNode(g, env, name)
-	node.Status.Allocatable[corev1.ResourceName(resourceName)] = resource.MustParse(quantity)
-	node.Status.Capacity[corev1.ResourceName(resourceName)] = resource.MustParse(quantity)
-	g.Expect(env.Client.Status().Update(context.Background(), node)).To(Succeed())
+	// The manager patches the node too (cordon, labels): retry on a conflict.
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node := getNode(g, env, name)
+		node.Status.Allocatable[corev1.ResourceName(resourceName)] = resource.MustParse(quantity)
+		node.Status.Capacity[corev1.ResourceName(resourceName)] = resource.MustParse(quantity)
+		return env.Client.Status().Update(context.Background(), node)
+	})).To(Succeed())
 }

@@ -172,6 +172,16 @@ type DisruptionPolicy struct {
 	// +optional
 	PlanTTL *metav1.Duration `json:"planTTL,omitempty"`
 
+	// MaxDisruptiveStepsPerHour bounds how many node steps that evict pods the policy's plans
+	// may start in any hour. Once it is spent, plans only re-carve idle GPUs until the hour
+	// has passed, so that no combination of demand, faults and Auto approval evicts pods in a
+	// loop.
+	// +kubebuilder:default=20
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	MaxDisruptiveStepsPerHour *int32 `json:"maxDisruptiveStepsPerHour,omitempty"`
+
 	// EvictEmptyDir allows evicting pods with emptyDir volumes (their data is lost).
 	// +optional
 	EvictEmptyDir bool `json:"evictEmptyDir,omitempty"`

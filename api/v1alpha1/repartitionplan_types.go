@@ -185,6 +185,10 @@ type NodeStepStatus struct {
 	// LastTransitionTime is when State last changed.
 	// +optional
 	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
+	// RebootSeenTime is when mig-manager was first seen rebooting the node for this step: only
+	// an agent report observed after it says anything about the GPUs' layout.
+	// +optional
+	RebootSeenTime *metav1.Time `json:"rebootSeenTime,omitempty"`
 }
 
 // RepartitionPlanStatus is the persisted state machine of a plan.

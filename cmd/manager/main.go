@@ -11,6 +11,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -27,18 +30,19 @@ import (
 	gpupoolv1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
 	"github.com/gpupool/gpupool/internal/metrics"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // options are the manager's command-line settings.
 type options struct {
 	metricsCertDir          string
+	operatorNamespace       string
 	metricsAddr             string
 	metricsSecure           bool
 	probeAddr               string
 	leaderElect             bool
 	leaderElectionNamespace string
 	enableHTTP2             bool
-	namespace               string
 	configPropagation       time.Duration
 }
 
@@ -46,6 +50,9 @@ func main() {
 	var opts options
 	flag.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8443",
 		"Address the metrics endpoint binds to (:8443 for HTTPS, :8080 for HTTP, 0 to disable).")
+	flag.StringVar(&opts.operatorNamespace, "gpu-operator-namespace", "",
+		"Namespace of NVIDIA's GPU Operator, where gpupool writes the ConfigMaps its mig-manager and device plugin mount; "+
+			"when empty, the ClusterPolicy's status.namespace, else "+nvidia.DefaultOperatorNamespace+".")
 	flag.StringVar(&opts.metricsCertDir, "metrics-cert-dir", "",
 		"Folder with tls.crt and tls.key for the metrics endpoint (e.g. a mounted cert-manager Secret); a self-signed certificate when empty.")
 	flag.BoolVar(&opts.metricsSecure, "metrics-secure", true,
@@ -58,8 +65,6 @@ func main() {
 		"Namespace of the leader-election Lease (default: the pod's namespace).")
 	flag.BoolVar(&opts.enableHTTP2, "enable-http2", false,
 		"Serve the metrics endpoint over HTTP/2 (off by default: CVE-2023-44487 and CVE-2023-39325).")
-	flag.StringVar(&opts.namespace, "namespace", envOr("POD_NAMESPACE", "gpupool-system"),
-		"Namespace of gpupool's ConfigMaps (the mig-parted config the GPU Operator reads).")
 	flag.DurationVar(&opts.configPropagation, "config-propagation", controllers.DefaultConfigPropagation,
 		"Wait between writing the mig-parted ConfigMap and relabelling a node, so the kubelet can refresh mig-manager's mounted copy.")
 	zapOpts := zap.Options{}
@@ -90,6 +95,12 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 		return fmt.Errorf("registering gpupool kinds: %w", err)
 	}
 
+	configNamespace, err := operatorNamespace(ctx, cfg, scheme, opts.operatorNamespace)
+	if err != nil {
+		return err
+	}
+	log.Info("gpupool's ConfigMaps go to the GPU Operator's namespace", "namespace", configNamespace)
+
 	var tlsOpts []func(*tls.Config)
 	if !opts.enableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
@@ -109,9 +120,10 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 		// managedFields are a large share of every cached object and nothing here reads them.
 		Cache: cache.Options{
 			DefaultTransform: cache.TransformStripManagedFields(),
-			// gpupool reads and writes only its own ConfigMaps; RBAC grants no more.
+			// gpupool reads and writes only its own ConfigMaps, in the GPU Operator's namespace;
+			// RBAC grants no more.
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{opts.namespace: {}}},
+				&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{configNamespace: {}}},
 			},
 		},
 		// Policies are read as unstructured objects and decoded one at a time (controllers/
@@ -139,12 +151,13 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 		return err
 	}
 	policies := &controllers.PolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock.RealClock{},
-		Recorder: mgr.GetEventRecorder("gpupool-policy-controller"), Metrics: m}
+		ConfigNamespace: configNamespace,
+		Recorder:        mgr.GetEventRecorder("gpupool-policy-controller"), Metrics: m}
 	if err := policies.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the policy controller: %w", err)
 	}
 	plans := &controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock.RealClock{},
-		Recorder: mgr.GetEventRecorder("gpupool-plan-controller"), Namespace: opts.namespace, Metrics: m,
+		Recorder: mgr.GetEventRecorder("gpupool-plan-controller"), Namespace: configNamespace, Metrics: m,
 		ConfigPropagation: opts.configPropagation}
 	if err := plans.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the plan controller: %w", err)
@@ -161,9 +174,31 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 	return nil
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
+// operatorNamespace is where gpupool writes its ConfigMaps: the flag's value, else the GPU
+// Operator's own namespace from its ClusterPolicy (the operator mounts the ConfigMaps into its
+// DaemonSets, so they must be there), else the operator's usual namespace. The policy
+// controller's ClusterPolicy check reports it when the operator later says otherwise.
+func operatorNamespace(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, flagValue string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
 	}
-	return def
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return "", fmt.Errorf("creating a client to read the ClusterPolicy: %w", err)
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(nvidia.ClusterPolicyGVK.GroupVersion().WithKind(nvidia.ClusterPolicyGVK.Kind + "List"))
+	err = c.List(ctx, list)
+	switch {
+	case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
+		return nvidia.DefaultOperatorNamespace, nil
+	case err != nil:
+		return "", fmt.Errorf("reading the GPU Operator's ClusterPolicy to find its namespace (or pass --gpu-operator-namespace): %w", err)
+	}
+	for i := range list.Items {
+		if ns := nvidia.OperatorNamespace(&list.Items[i]); ns != "" {
+			return ns, nil
+		}
+	}
+	return nvidia.DefaultOperatorNamespace, nil
 }

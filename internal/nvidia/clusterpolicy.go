@@ -40,12 +40,31 @@ func ProblemsMessage(problems []Problem) string {
 	return strings.Join(fixes, "; ")
 }
 
+// DefaultOperatorNamespace is the namespace the GPU Operator's Helm chart is installed into in
+// NVIDIA's instructions; gpupool uses it when there is no ClusterPolicy to ask.
+const DefaultOperatorNamespace = "gpu-operator"
+
+// OperatorNamespace is the namespace the GPU Operator runs its operands in, as it reports it
+// in ClusterPolicy status.namespace; "" when it has not reported one. The operator mounts the
+// ConfigMaps named in spec.migManager.config.name and spec.devicePlugin.config.name into its
+// mig-manager and device-plugin DaemonSets as volumes, and a pod can mount only ConfigMaps of
+// its own namespace, so gpupool must write them there (NVIDIA/gpu-operator
+// controllers/object_controls.go, TransformMigManager and TransformDevicePlugin).
+func OperatorNamespace(obj *unstructured.Unstructured) string {
+	if obj == nil {
+		return ""
+	}
+	ns, _, _ := unstructured.NestedString(obj.Object, "status", "namespace")
+	return ns
+}
+
 // CheckClusterPolicy lists the settings of the GPU Operator's ClusterPolicy that gpupool needs
-// and finds missing: the mixed MIG strategy (one resource per profile, which demand is counted
+// and finds missing: the operator's namespace being the one gpupool writes its ConfigMaps into
+// (configNamespace), the mixed MIG strategy (one resource per profile, which demand is counted
 // in), mig-manager enabled and reading migConfigMap (where gpupool writes its entries), and the
 // device plugin reading devicePluginConfigMap (where it writes sharing settings; not checked
 // when that name is empty). A nil policy is one problem: the GPU Operator is not installed.
-func CheckClusterPolicy(obj *unstructured.Unstructured, migConfigMap, devicePluginConfigMap string) []Problem {
+func CheckClusterPolicy(obj *unstructured.Unstructured, configNamespace, migConfigMap, devicePluginConfigMap string) []Problem {
 	if obj == nil {
 		return []Problem{{
 			Want: "a ClusterPolicy",
@@ -57,6 +76,17 @@ func CheckClusterPolicy(obj *unstructured.Unstructured, migConfigMap, devicePlug
 		name = DefaultClusterPolicyName
 	}
 	var problems []Problem
+	switch ns := OperatorNamespace(obj); {
+	case ns == "":
+		problems = append(problems, Problem{Field: "status.namespace", Want: configNamespace, Fix: fmt.Sprintf(
+			"ClusterPolicy %s reports no status.namespace yet, so where the GPU Operator mounts its ConfigMaps from is unknown "+
+				"(gpupool writes them into %s): check that the GPU Operator is running and has reconciled it", name, configNamespace)})
+	case ns != configNamespace:
+		problems = append(problems, Problem{Field: "status.namespace", Want: configNamespace, Got: ns, Fix: fmt.Sprintf(
+			"the GPU Operator runs in namespace %s (ClusterPolicy %s status.namespace) and mounts its ConfigMaps only from there, "+
+				"but gpupool writes them into %s: restart the manager with --gpu-operator-namespace=%s (Helm value gpuOperator.namespace), "+
+				"and grant it the ConfigMap Role in that namespace", ns, name, configNamespace, ns)})
+	}
 	check := func(want string, path ...string) {
 		got, found, err := unstructured.NestedFieldNoCopy(obj.Object, path...)
 		gotText, isString := got.(string)

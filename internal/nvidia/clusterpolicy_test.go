@@ -8,7 +8,7 @@ import (
 )
 
 func clusterPolicy(name string, spec map[string]any) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec, "status": map[string]any{"namespace": "gpu-operator"}}}
 	u.SetGroupVersionKind(ClusterPolicyGVK)
 	u.SetName(name)
 	return u
@@ -86,6 +86,29 @@ func TestCheckClusterPolicy(t *testing.T) {
 			want: []string{`set spec.mig.strategy to mixed (now not a string: 3): kubectl patch clusterpolicies.nvidia.com cluster-policy --type merge -p '{"spec":{"mig":{"strategy":"mixed"}}}'`},
 		},
 		{
+			name: "operator in another namespace",
+			policy: func() *unstructured.Unstructured {
+				u := clusterPolicy("cluster-policy", goodSpec())
+				u.Object["status"] = map[string]any{"namespace": "nvidia-gpu-operator"}
+				return u
+			}(),
+			dpCM: dpCM,
+			want: []string{"the GPU Operator runs in namespace nvidia-gpu-operator (ClusterPolicy cluster-policy status.namespace) and mounts " +
+				"its ConfigMaps only from there, but gpupool writes them into gpu-operator: restart the manager with " +
+				"--gpu-operator-namespace=nvidia-gpu-operator (Helm value gpuOperator.namespace), and grant it the ConfigMap Role in that namespace"},
+		},
+		{
+			name: "operator has not reconciled yet",
+			policy: func() *unstructured.Unstructured {
+				u := clusterPolicy("cluster-policy", goodSpec())
+				delete(u.Object, "status")
+				return u
+			}(),
+			dpCM: dpCM,
+			want: []string{"ClusterPolicy cluster-policy reports no status.namespace yet, so where the GPU Operator mounts its ConfigMaps " +
+				"from is unknown (gpupool writes them into gpu-operator): check that the GPU Operator is running and has reconciled it"},
+		},
+		{
 			name: "no ClusterPolicy",
 			dpCM: dpCM,
 			want: []string{"no ClusterPolicy (nvidia.com/v1) found: install the NVIDIA GPU Operator, whose Helm chart creates cluster-policy"},
@@ -93,7 +116,7 @@ func TestCheckClusterPolicy(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			problems := CheckClusterPolicy(tc.policy, migCM, tc.dpCM)
+			problems := CheckClusterPolicy(tc.policy, "gpu-operator", migCM, tc.dpCM)
 			var got []string
 			for _, p := range problems {
 				got = append(got, p.String())
@@ -108,7 +131,7 @@ func TestCheckClusterPolicy(t *testing.T) {
 func TestProblemFields(t *testing.T) {
 	s := goodSpec()
 	s["mig"] = map[string]any{"strategy": "single"}
-	problems := CheckClusterPolicy(clusterPolicy("cluster-policy", s), "gpupool-mig-parted", "")
+	problems := CheckClusterPolicy(clusterPolicy("cluster-policy", s), "gpu-operator", "gpupool-mig-parted", "")
 	if len(problems) != 1 {
 		t.Fatalf("problems %v", problems)
 	}

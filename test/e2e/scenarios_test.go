@@ -7,14 +7,17 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
 	"github.com/gpupool/gpupool/internal/rollout"
 	"github.com/gpupool/gpupool/internal/sim"
+	"github.com/gpupool/gpupool/test/simcluster"
 )
 
 var _ = Describe("gpupool on a simulated GPU cluster", func() {
@@ -67,6 +70,18 @@ var _ = Describe("gpupool on a simulated GPU cluster", func() {
 		}
 		Expect(threeG).To(BeNumerically(">=", 2), "the agent reports the new 3g.71gb instances")
 		Eventually(func(g Gomega) { expectOpen(g, node) }).WithTimeout(30 * time.Second).WithPolling(poll).Should(Succeed())
+
+		// The entry went where the GPU Operator mounts it from: the namespace in the
+		// ClusterPolicy's status, not gpupool's own; and the policy says the operator is set up.
+		cm := &corev1.ConfigMap{}
+		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: simcluster.OperatorNamespace, Name: simcluster.MIGConfigMap}, cm)).To(Succeed())
+		Expect(cm.Data["config.yaml"]).To(ContainSubstring(done.Spec.Steps[0].MIGConfigName))
+		Expect(apierrors.IsNotFound(k8s.Get(suiteCtx, client.ObjectKey{Namespace: simcluster.Namespace, Name: simcluster.MIGConfigMap},
+			&corev1.ConfigMap{}))).To(BeTrue(), "nothing is written into gpupool's own namespace")
+		policy := &v1alpha1.GPUPoolPolicy{}
+		Expect(k8s.Get(suiteCtx, client.ObjectKey{Name: s.policy}, policy)).To(Succeed())
+		Expect(policy.Status.Conditions).To(ContainElement(SatisfyAll(HaveField("Type", v1alpha1.ConditionGPUOperatorConfigured),
+			HaveField("Status", metav1.ConditionTrue))))
 
 		// The measurement leaves out the time the test itself held the plan unapproved.
 		ms := func(d time.Duration) string { return d.Round(10 * time.Millisecond).String() }

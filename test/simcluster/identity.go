@@ -50,7 +50,8 @@ func (c *Cluster) installTrustBoundary(ctx context.Context) error {
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ManagerServiceAccount, Namespace: Namespace}},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gpupool-manager-rolebinding"}, Subjects: []rbacv1.Subject{subject},
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "manager-role"}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gpupool-manager-rolebinding", Namespace: Namespace},
+		// The Role for gpupool's ConfigMaps is in the GPU Operator's namespace.
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gpupool-manager-rolebinding", Namespace: OperatorNamespace},
 			Subjects: []rbacv1.Subject{subject}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "manager-role"}},
 	} {
 		if err := c.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {

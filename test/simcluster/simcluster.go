@@ -31,16 +31,14 @@ import (
 	"github.com/gpupool/gpupool/test/localcluster"
 )
 
-// Namespace is the manager's namespace (its --namespace), where it writes its ConfigMaps today.
+// Namespace is the manager's namespace, where its ServiceAccount lives.
 const Namespace = "gpupool-system"
 
 // OperatorNamespace is the simulated GPU Operator's namespace, the ClusterPolicy's
 // status.namespace: the only place the simulated mig-manager and device plugin read their
-// ConfigMaps, as the real operator mounts them into its DaemonSets there. It equals Namespace
-// while the manager writes its ConfigMaps into its own namespace; once the manager writes them
-// into ClusterPolicy.status.namespace, change it to "gpu-operator" (the operator's usual
-// namespace) and nothing else.
-const OperatorNamespace = Namespace
+// ConfigMaps, as the real operator mounts them into its DaemonSets there, and where the manager,
+// which finds it in the ClusterPolicy, writes them.
+const OperatorNamespace = "gpu-operator"
 
 // The GPU Operator's ClusterPolicy the simulated cluster installs: the settings gpupool checks
 // (internal/nvidia CheckClusterPolicy) and the simulated operands read.
@@ -262,7 +260,7 @@ func (c *Cluster) StartManager(ctx context.Context) error {
 		return err
 	}
 	c.ManagerProbe, c.ManagerMetrics = probe, metrics
-	args := append([]string{"--kubeconfig=" + c.ManagerKubeconfig, "--leader-elect=false", "--namespace=" + Namespace,
+	args := append([]string{"--kubeconfig=" + c.ManagerKubeconfig, "--leader-elect=false",
 		"--health-probe-bind-address=" + probe, "--metrics-bind-address=" + metrics, "--metrics-secure=false",
 		// gpusim reads the ConfigMap from the API server, not from a kubelet-synced volume.
 		"--config-propagation=1s"}, c.opts.ManagerArgs...)
