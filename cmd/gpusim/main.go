@@ -148,12 +148,14 @@ renameByDefault (nvidia.com/gpu.shared, nvidia.com/mig-<profile>.shared). A conf
 plugin refuses (an unknown key, a file that does not decode, MPS under the mixed strategy, more
 than 48 MPS replicas) makes it advertise nothing: every nvidia.com/ resource goes to 0.
 
-Fault knobs, per node, as annotations:
-  %s: comma-separated %s | %s | %s
+Fault knobs, per node, as annotations (internal/sim/faults.go says what each does):
+  %s: comma-separated %s
   %s: a Go duration mig-manager stays pending before applying, e.g. 5s
+  %s: a Go duration a reboot keeps the host down (default %s)
 
 Flags:
 `, strings.Join(models, "\n"), strings.Join(sim.Presets(), ", "), v1alpha1.LabelDevicePluginConfig,
-		sim.AnnotationFault, sim.FaultFailNext, sim.FaultStuckPending, sim.FaultWrongLayout, sim.AnnotationApplyDelay)
+		sim.AnnotationFault, strings.Join(sim.FaultWords(), " | "), sim.AnnotationApplyDelay,
+		sim.AnnotationRebootDuration, sim.DefaultRebootDuration)
 	fs.PrintDefaults()
 }

@@ -120,13 +120,23 @@ func (r *reconciler) selectConfig(ctx context.Context, op operatorSettings, labe
 // nothing: every nvidia.com/ resource of the node goes to 0, until a config it accepts is
 // selected. It writes through the status subresource (a status change sent to the main
 // resource is dropped) and only the nvidia.com/ keys, so cpu, memory and pods stay as they
-// are. While mig-manager has the device plugin paused, the node is left alone.
-func (r *reconciler) devicePlugin(ctx context.Context, n *Node, node *corev1.Node, op operatorSettings) error {
+// are. While mig-manager has the device plugin paused, the node is left alone. Under the
+// plugin-silent fault, once an apply has restarted it, the plugin advertises nothing, without
+// an Event (a plugin that hangs before it registers with the kubelet says nothing), until the
+// fault is removed.
+func (r *reconciler) devicePlugin(ctx context.Context, n *Node, node *corev1.Node, op operatorSettings, annotated Faults) error {
 	if node.Labels[labelDevicePluginDeploy] == pausedValue {
 		return nil
 	}
 	label := node.Labels[labelDevicePluginConfig]
 	log := logf.FromContext(ctx).WithValues("deviceConfig", label)
+	if n.pluginSilent {
+		if annotated.merge(n.peekFaults()).PluginSilent {
+			return r.silentPlugin(ctx, n, node)
+		}
+		n.pluginSilent = false
+		log.Info("fault plugin-silent removed: the device plugin registers again")
+	}
 	gpus, err := n.GPUs()
 	if err != nil {
 		return fmt.Errorf("device plugin on node %s: %w", n.name, err)
@@ -176,6 +186,27 @@ func (r *reconciler) devicePlugin(ctx context.Context, n *Node, node *corev1.Nod
 		return fmt.Errorf("device plugin: patching the capacity of node %s: %w", n.name, err)
 	}
 	log.Info("advertised devices", "capacity", patch["capacity"])
+	return nil
+}
+
+// silentPlugin is the plugin-silent fault: the node advertises none of its device-plugin
+// resources, and no device is handed out.
+func (r *reconciler) silentPlugin(ctx context.Context, n *Node, node *corev1.Node) error {
+	n.mu.Lock()
+	n.plugin = nil
+	n.mu.Unlock()
+	patch := capacityPatch(node.Status, nothingAdvertised(node.Status))
+	if len(patch) == 0 {
+		return nil
+	}
+	body, err := jsonPatchBody(map[string]any{"status": patch})
+	if err != nil {
+		return err
+	}
+	if err := r.client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("device plugin: patching the capacity of node %s: %w", n.name, err)
+	}
+	logf.FromContext(ctx).Info("fault plugin-silent: the device plugin advertises nothing", "capacity", patch["capacity"])
 	return nil
 }
 

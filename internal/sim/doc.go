@@ -42,8 +42,12 @@
 // end-to-end suite run (kwok simulates kubelets, not drivers), and because the controller's
 // protocol with the operator (immutable entry names, label flips, pending/failed states, in-use
 // refusals, operand pauses) can only be tested against something that keeps that protocol as
-// strictly as the real one. Fault knobs (Faults, AnnotationFault, AnnotationApplyDelay) make
-// the operator's known failure modes reproducible.
+// strictly as the real one. Fault knobs (Faults, AnnotationFault, AnnotationApplyDelay,
+// AnnotationRebootDuration) make the operator's known failure modes reproducible: mig-manager
+// failing, wedged, applying the wrong layout or rebooting the host for a MIG mode change, the
+// device plugin not registering again, and the node's agent down. Each node's agent runs under
+// the simulator's control for that, stopped while the host reboots or the agent-down fault
+// holds it, and started again (as a new pod) afterwards.
 //
 // Product code never imports this package; only cmd/gpusim and tests do.
 package sim

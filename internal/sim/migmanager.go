@@ -137,17 +137,15 @@ func (m *migManagerMemory) finish(seq uint64) {
 // mig-manager cannot start (its volume does not mount, or it exits on the missing
 // CONFIG_FILE), so no state is written: the change waits, and is applied once the file is
 // there.
-func (r *reconciler) migManager(ctx context.Context, n *Node, node *corev1.Node, op operatorSettings) (ctrl.Result, error) {
+func (r *reconciler) migManager(ctx context.Context, n *Node, node *corev1.Node, op operatorSettings, annotated Faults) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
 	mm := &n.migManager
 	value, seq, begun, since, ok := mm.next()
 	if !ok {
 		return ctrl.Result{}, nil
 	}
-	annotated, err := ParseFaultAnnotations(node.Annotations)
-	if err != nil {
-		log.Error(err, "ignoring the node's fault annotations")
-		annotated = Faults{}
+	if n.reboot != nil {
+		return r.afterReboot(ctx, n, node, op, value, seq, annotated)
 	}
 	faults := n.peekFaults().merge(annotated)
 	if !begun {
@@ -180,7 +178,7 @@ func (r *reconciler) migManager(ctx context.Context, n *Node, node *corev1.Node,
 		set := map[string]*string{labelMIGConfigState: ptrTo(statePending)}
 		if faults.StuckPending {
 			// The known wedge: operands paused, pausing never completes, state stays pending.
-			maps.Copy(set, pauseLabels(node.Labels))
+			maps.Copy(set, r.pauseLabels(n, node.Labels, faults))
 		}
 		if err := r.patchLabels(ctx, node, set); err != nil {
 			return ctrl.Result{}, fmt.Errorf("setting state pending for %s on node %s: %w", value, n.name, err)
@@ -196,8 +194,12 @@ func (r *reconciler) migManager(ctx context.Context, n *Node, node *corev1.Node,
 	if wait := since.Add(faults.ApplyDelay).Sub(r.clock.Now()); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	if err := r.apply(ctx, n, node, op, value, annotated); err != nil {
+	rebooting, err := r.apply(ctx, n, node, op, value, annotated)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if rebooting {
+		return ctrl.Result{RequeueAfter: n.reboot.until.Sub(r.clock.Now())}, nil
 	}
 	mm.finish(seq)
 	return ctrl.Result{}, nil
@@ -216,10 +218,13 @@ func (r *reconciler) fail(ctx context.Context, n *Node, node *corev1.Node, value
 	return nil
 }
 
-// apply applies the entry named value and ends in state success or failed. It returns an
-// error only when the API server could not be told the outcome; the reconcile then retries,
-// which is safe because applying an entry that is already in place changes nothing.
-func (r *reconciler) apply(ctx context.Context, n *Node, node *corev1.Node, op operatorSettings, value string, annotated Faults) error {
+// apply applies the entry named value and ends in state success or failed, or, under the
+// reboot fault, in state rebooting with the host going down (rebooting true: the change is not
+// finished, afterReboot finishes it). It returns an error only when the API server could not be
+// told the outcome; the reconcile then retries, which is safe because applying an entry that
+// is already in place changes nothing.
+func (r *reconciler) apply(ctx context.Context, n *Node, node *corev1.Node, op operatorSettings, value string,
+	annotated Faults) (rebooting bool, err error) {
 	log := logf.FromContext(ctx).WithValues("config", value)
 	fail := func(reason, format string, args ...any) error {
 		return r.fail(ctx, n, node, value, reason, format, args...)
@@ -228,30 +233,27 @@ func (r *reconciler) apply(ctx context.Context, n *Node, node *corev1.Node, op o
 	// mig-parted apply reads the file again.
 	specs, err := r.readEntry(ctx, op, value)
 	if err != nil {
-		return fail(reasonConfigInvalid, "applying %s on node %s: %v", value, n.name, err)
+		return false, fail(reasonConfigInvalid, "applying %s on node %s: %v", value, n.name, err)
 	}
 	targets, err := n.resolveEntry(specs)
 	if err != nil {
-		return fail(reasonApplyFailed, "applying %s on node %s: %v", value, n.name, err)
+		return false, fail(reasonApplyFailed, "applying %s on node %s: %v", value, n.name, err)
 	}
 	faults := n.takeFaults().merge(annotated)
-	if faults.FailNext {
-		if annotated.FailNext {
-			rest := withoutFault(node.Annotations[AnnotationFault], FaultFailNext)
-			var v *string
-			if rest != "" {
-				v = &rest
-			}
-			if err := r.patch(ctx, node, map[string]any{"metadata": map[string]any{"annotations": map[string]*string{AnnotationFault: v}}}); err != nil {
-				return fmt.Errorf("consuming fault %s on node %s: %w", FaultFailNext, n.name, err)
+	if faults.FailNext || faults.FailAlways {
+		word := FaultFailAlways
+		if faults.FailNext {
+			word = FaultFailNext
+			if err := r.consumeFault(ctx, node, annotated.FailNext, FaultFailNext); err != nil {
+				return false, err
 			}
 		}
-		return fail(reasonInjected, "applying %s on node %s: injected fault %s", value, n.name, FaultFailNext)
+		return false, fail(reasonInjected, "applying %s on node %s: injected fault %s", value, n.name, word)
 	}
 
 	gpus, err := n.GPUs()
 	if err != nil {
-		return fail(reasonApplyFailed, "applying %s: %v", value, err)
+		return false, fail(reasonApplyFailed, "applying %s: %v", value, err)
 	}
 	changed := map[int]gpuTarget{}
 	for i, t := range targets {
@@ -261,15 +263,15 @@ func (r *reconciler) apply(ctx context.Context, n *Node, node *corev1.Node, op o
 	}
 	if len(changed) == 0 {
 		log.Info("MIG configuration already in place")
-		return r.succeed(ctx, node, value, "already in place")
+		return false, r.succeed(ctx, node, value, "already in place")
 	}
 	if faults.WrongLayout {
 		dropOneInstance(log, changed)
 	}
 
 	// mig-parted stops the GPU clients before it touches a GPU.
-	if err := r.patchLabels(ctx, node, pauseLabels(node.Labels)); err != nil {
-		return fmt.Errorf("pausing GPU operands on node %s: %w", n.name, err)
+	if err := r.patchLabels(ctx, node, r.pauseLabels(n, node.Labels, faults)); err != nil {
+		return false, fmt.Errorf("pausing GPU operands on node %s: %w", n.name, err)
 	}
 
 	n.mu.Lock()
@@ -277,13 +279,27 @@ func (r *reconciler) apply(ctx context.Context, n *Node, node *corev1.Node, op o
 	// cannot slip onto a GPU between this check and the destroy.
 	if _, _, err := r.syncLocked(ctx, n); err != nil {
 		n.mu.Unlock()
-		return fmt.Errorf("assigning devices on node %s: %w", n.name, err)
+		return false, fmt.Errorf("assigning devices on node %s: %w", n.name, err)
 	}
 	if busy := n.podsOnGPUsLocked(keysOf(changed)); len(busy) > 0 {
 		n.mu.Unlock()
-		return fail(reasonInUse, "applying %s on node %s: GPUs %v are in use by pods %s: a GPU whose layout changes must be idle",
+		return false, fail(reasonInUse, "applying %s on node %s: GPUs %v are in use by pods %s: a GPU whose layout changes must be idle",
 			value, n.name, slices.Sorted(maps.Keys(changed)), podList(busy))
 	}
+	if faults.Reboot {
+		n.mu.Unlock()
+		return true, r.rebootHost(ctx, n, node, value, faults, annotated.Reboot)
+	}
+	applyErr := n.applyLocked(log, gpus, changed)
+	n.mu.Unlock()
+	if applyErr != nil {
+		return false, fail(reasonApplyFailed, "applying %s on node %s: %v", value, n.name, applyErr)
+	}
+	return false, r.succeed(ctx, node, value, fmt.Sprintf("GPUs %v reconfigured", slices.Sorted(maps.Keys(changed))))
+}
+
+// applyLocked rebuilds the changed GPUs and makes NVML's process list follow. n.mu must be held.
+func (n *Node) applyLocked(log logr.Logger, gpus []GPUState, changed map[int]gpuTarget) error {
 	var applyErr error
 	for _, i := range slices.Sorted(maps.Keys(changed)) {
 		log.Info("reconfiguring GPU", "gpu", i, "from", describe(gpus[i]), "to", changed[i].String())
@@ -291,15 +307,26 @@ func (r *reconciler) apply(ctx context.Context, n *Node, node *corev1.Node, op o
 			break
 		}
 	}
-	after, readErr := n.GPUs()
-	if readErr == nil {
+	if after, err := n.GPUs(); err == nil {
 		n.setProcessesLocked(after)
 	}
-	n.mu.Unlock()
-	if applyErr != nil {
-		return fail(reasonApplyFailed, "applying %s on node %s: %v", value, n.name, applyErr)
+	return applyErr
+}
+
+// consumeFault removes word from the node's fault annotation when the annotation set it.
+func (r *reconciler) consumeFault(ctx context.Context, node *corev1.Node, annotated bool, word string) error {
+	if !annotated {
+		return nil
 	}
-	return r.succeed(ctx, node, value, fmt.Sprintf("GPUs %v reconfigured", slices.Sorted(maps.Keys(changed))))
+	rest := withoutFault(node.Annotations[AnnotationFault], word)
+	var v *string
+	if rest != "" {
+		v = &rest
+	}
+	if err := r.patch(ctx, node, map[string]any{"metadata": map[string]any{"annotations": map[string]*string{AnnotationFault: v}}}); err != nil {
+		return fmt.Errorf("consuming fault %s on node %s: %w", word, node.Name, err)
+	}
+	return nil
 }
 
 // succeed restores the paused operands and reports success.
@@ -434,8 +461,12 @@ func dropOneInstance(log logr.Logger, changed map[int]gpuTarget) {
 	}
 }
 
-// pauseLabels are the label changes that pause every deployed operand.
-func pauseLabels(labels map[string]string) map[string]*string {
+// pauseLabels are the label changes that pause every deployed operand. Pausing the device
+// plugin under the plugin-silent fault arms it: the plugin comes back silent.
+func (r *reconciler) pauseLabels(n *Node, labels map[string]string, faults Faults) map[string]*string {
+	if faults.PluginSilent && labels[labelDevicePluginDeploy] != "" {
+		n.pluginSilent = true
+	}
 	out := map[string]*string{}
 	for _, k := range pausableOperands {
 		if v := labels[k]; v != "" && v != pausedValue {

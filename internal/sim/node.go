@@ -56,6 +56,16 @@ type Node struct {
 	// migManager is what the simulated mig-manager remembers; it has its own lock because
 	// the informer's event handler records label changes while a reconcile may be applying.
 	migManager migManagerMemory
+
+	// reboot is the host reboot an apply asked for (the reboot fault), nil when none is under
+	// way; pluginSilent is true once an apply paused the device plugin under the plugin-silent
+	// fault. Only the node's reconcile touches them, as devicePlugin.
+	reboot       *rebootState
+	pluginSilent bool
+
+	// agent says whether the node's agent may run: not while the host reboots, nor under the
+	// agent-down fault.
+	agentState agentSwitch
 }
 
 // gpuProfile is one GPU-instance profile of a GPU as NVML describes it.
@@ -149,6 +159,13 @@ func (n *Node) takeFaults() Faults {
 	f := n.faults
 	n.faults.FailNext = false
 	return f
+}
+
+// takeReboot consumes the programmatic Reboot knob when it fires.
+func (n *Node) takeReboot() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.faults.Reboot = false
 }
 
 func (n *Node) device(i int) (nvml.Device, error) {

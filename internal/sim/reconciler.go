@@ -42,6 +42,8 @@ type reconciler struct {
 	clock         clock.Clock
 	// retryPeriod is how soon pods that could not get devices are tried again.
 	retryPeriod time.Duration
+	// agents is true when the simulator runs the nodes' agents.
+	agents bool
 }
 
 func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -53,6 +55,13 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, &node); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+
+	annotated, err := ParseFaultAnnotations(node.Annotations)
+	if err != nil {
+		logf.FromContext(ctx).Error(err, "ignoring the node's fault annotations")
+		annotated = Faults{}
+	}
+	n.agentState.set(agentDownFault, annotated.AgentDown || n.peekFaults().AgentDown)
 
 	n.mu.Lock()
 	_, starved, err := r.syncLocked(ctx, n)
@@ -71,11 +80,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, nil
 	}
-	result, err := r.migManager(ctx, n, &node, op)
+	result, err := r.migManager(ctx, n, &node, op, annotated)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.devicePlugin(ctx, n, &node, op); err != nil {
+	if err := r.devicePlugin(ctx, n, &node, op, annotated); err != nil {
 		return ctrl.Result{}, err
 	}
 	if len(starved) > 0 && (result.RequeueAfter == 0 || result.RequeueAfter > r.retryPeriod) {

@@ -167,6 +167,7 @@ func New(cfg *rest.Config, o Options) (*Sim, error) {
 		clusterPolicy:        o.ClusterPolicy,
 		clock:                o.Clock,
 		retryPeriod:          o.RetryPeriod,
+		agents:               !o.DisableAgents,
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("gpusim").
@@ -179,19 +180,30 @@ func New(cfg *rest.Config, o Options) (*Sim, error) {
 		return nil, fmt.Errorf("gpusim: building the controller: %w", err)
 	}
 	if !o.DisableAgents {
+		agentRecorder := mgr.GetEventRecorder("gpusim-agent")
 		for _, n := range s.order {
-			am, err := agent.NewManager(cfg, agent.ManagerOptions{
+			opts := agent.ManagerOptions{
 				NodeName:               n.name,
 				Read:                   agent.NVMLReader(n.NVML()),
 				Owners:                 func(context.Context) (map[string][]v1alpha1.PodReference, error) { return n.Owners(), nil },
 				RefreshPeriod:          o.AgentRefreshPeriod,
 				HealthProbeBindAddress: "0",
 				MetricsBindAddress:     "0",
-			})
-			if err != nil {
-				return nil, fmt.Errorf("gpusim: agent for node %s: %w", n.name, err)
 			}
-			if err := mgr.Add(am); err != nil {
+			build := func() (ctrl.Manager, error) {
+				am, err := agent.NewManager(cfg, opts)
+				if err != nil {
+					return nil, fmt.Errorf("gpusim: agent for node %s: %w", n.name, err)
+				}
+				return am, nil
+			}
+			first, err := build()
+			if err != nil {
+				return nil, err
+			}
+			runner := &agentRunner{node: n, build: build, first: first, client: mgr.GetClient(),
+				recorder: agentRecorder, log: s.log.WithName("agent")}
+			if err := mgr.Add(runner); err != nil {
 				return nil, fmt.Errorf("gpusim: adding the agent for node %s: %w", n.name, err)
 			}
 		}
