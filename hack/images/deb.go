@@ -72,7 +72,7 @@ func readDeb(r io.Reader) (*deb, error) {
 func (d *deb) readControl(tr *tar.Reader) error {
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return errors.New("control.tar has no control file")
 		}
 		if err != nil {
@@ -134,7 +134,7 @@ func readTree(tr *tar.Reader) ([]*node, error) {
 	var out []*node
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out, nil
 		}
 		if err != nil {

@@ -128,7 +128,7 @@ func aptDownload(cache, spec string) ([]byte, error) {
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("apt-get download %s: %v\n%s", spec, err, strings.TrimSpace(string(out)))
+		return nil, fmt.Errorf("apt-get download %s: %w\n%s", spec, err, strings.TrimSpace(string(out)))
 	}
 	debs, _ := filepath.Glob(filepath.Join(dir, "*.deb"))
 	if len(debs) != 1 {

@@ -107,7 +107,7 @@ func buildBinary(o options, s imageSpec, arch string) ([]byte, error) {
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("go build %s for linux/%s: %v\n%s", s.Package, arch, err, stderr.String())
+		return nil, fmt.Errorf("go build %s for linux/%s: %w\n%s", s.Package, arch, err, stderr.String())
 	}
 	return os.ReadFile(out)
 }

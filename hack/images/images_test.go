@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -297,20 +298,17 @@ func extract(t *testing.T, tr tree, dir string) {
 func runIn(t *testing.T, name string, args ...string) (int, string) {
 	t.Helper()
 	var out bytes.Buffer
-	cmd := exec.Command(name, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.Env = []string{"PATH=/nonexistent"}
 	cmd.Dir = t.TempDir()
-	if err := cmd.Start(); err != nil {
+	// A non-zero exit is an error here; the exit code below is what the tests check.
+	if err := cmd.Run(); err != nil && cmd.ProcessState == nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(time.Minute):
-		_ = cmd.Process.Kill()
-		<-done
+	if ctx.Err() != nil {
 		t.Fatalf("%s %q did not exit within a minute:\n%s", name, args, out.String())
 	}
 	return cmd.ProcessState.ExitCode(), out.String()

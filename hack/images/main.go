@@ -111,7 +111,7 @@ func (o *options) fromGit(version string) error {
 		b, err := cmd.Output()
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return "", fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, ee.Stderr)
+			return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, ee.Stderr)
 		}
 		return strings.TrimSpace(string(b)), err
 	}
