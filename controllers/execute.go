@@ -517,9 +517,16 @@ func (r *PlanReconciler) writeConfig(ctx context.Context, step v1alpha1.NodeStep
 	if err != nil {
 		return err
 	}
+	// NVIDIA's default config, which the ClusterPolicy named before it named gpupool's: nodes
+	// outside the pool still carry labels such as all-1g.10gb, whose entries come from it.
+	defaults := &corev1.ConfigMap{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: nvidia.DefaultMIGPartedConfigMap}, defaults); err != nil &&
+		!apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading NVIDIA's ConfigMap %s/%s: %w", r.Namespace, nvidia.DefaultMIGPartedConfigMap, err)
+	}
 	return r.updateConfigMap(ctx, MIGPartedConfigMap, func(data map[string]string) (map[string]string, error) {
 		next, err := nvidia.UpdateConfig([]byte(data[nvidia.ConfigMapKey]),
-			map[string][]planner.GPUTarget{step.MIGConfigName: targets}, inUse)
+			map[string][]planner.GPUTarget{step.MIGConfigName: targets}, inUse, []byte(defaults.Data[nvidia.ConfigMapKey]))
 		if err != nil {
 			return nil, err
 		}

@@ -23,6 +23,12 @@ const ConfigVersion = "v1"
 // ConfigMapKey is the ConfigMap key mig-manager reads its config file from.
 const ConfigMapKey = "config.yaml"
 
+// DefaultMIGPartedConfigMap is the ConfigMap the GPU Operator creates in its namespace with
+// NVIDIA's published mig-parted config (NVIDIA/gpu-operator assets/state-mig-manager/
+// 0400_configmap.yaml, controllers/object_controls.go MigPartedDefaultConfigMapName), under
+// the same key.
+const DefaultMIGPartedConfigMap = "default-mig-parted-config"
+
 // AllDisabled is the entry that turns MIG off on every GPU; the GPU Operator's default
 // mig.config label value, so the config must always hold it.
 const AllDisabled = "all-disabled"
@@ -38,6 +44,47 @@ type Config struct {
 	Version string
 	// MIGConfigs maps an entry name, the value of label nvidia.com/mig.config, to its specs.
 	MIGConfigs map[string][]DeviceSpec
+	// Foreign are entries gpupool does not own, kept verbatim as JSON: Marshal writes them as
+	// they came (JSON is YAML), and nothing else reads them.
+	Foreign map[string]json.RawMessage
+}
+
+// splitEntries reads a mig-parted config for an update: gpupool's own entries parsed (they
+// must be well-formed, gpupool wrote them), every other entry kept raw. An empty file has none.
+func splitEntries(data []byte) (map[string][]DeviceSpec, map[string]json.RawMessage, error) {
+	own, foreign := map[string][]DeviceSpec{}, map[string]json.RawMessage{}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return own, foreign, nil
+	}
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	var top struct {
+		Version    string                     `json:"version"`
+		MIGConfigs map[string]json.RawMessage `json:"mig-configs"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&top); err != nil {
+		return nil, nil, fmt.Errorf("not a mig-parted config with version and mig-configs: %w", err)
+	}
+	if top.Version != ConfigVersion {
+		return nil, nil, fmt.Errorf("unknown version %q: mig-parted reads %q", top.Version, ConfigVersion)
+	}
+	for name, raw := range top.MIGConfigs {
+		// all-disabled is the GPU Operator's name, kept verbatim like the user's entries.
+		if !strings.HasPrefix(name, ConfigPrefix) {
+			foreign[name] = raw
+			continue
+		}
+		parsed, err := parseEntries(json.RawMessage(`{"` + name + `":` + string(raw) + `}`))
+		if err != nil {
+			return nil, nil, err
+		}
+		own[name] = parsed[name]
+	}
+	return own, foreign, nil
 }
 
 // DeviceSpec is one item of an entry: the MIG settings for a set of GPUs.
@@ -201,7 +248,7 @@ func (c Config) Validate() error {
 	if c.Version != ConfigVersion {
 		return fmt.Errorf("unknown version %q: mig-parted reads %q", c.Version, ConfigVersion)
 	}
-	if len(c.MIGConfigs) == 0 {
+	if len(c.MIGConfigs)+len(c.Foreign) == 0 {
 		return errors.New("mig-configs: at least one entry is required")
 	}
 	for _, name := range sortedNames(c.MIGConfigs) {
@@ -260,9 +307,24 @@ func (c Config) Marshal() ([]byte, error) {
 	var b strings.Builder
 	b.WriteString("version: " + ConfigVersion + "\n")
 	b.WriteString("mig-configs:\n")
-	for _, name := range sortedNames(c.MIGConfigs) {
-		b.WriteString("  " + yamlKey(name) + ":\n")
-		writeSpecs(&b, c.MIGConfigs[name])
+	names := sortedNames(c.MIGConfigs)
+	for name := range c.Foreign {
+		if _, own := c.MIGConfigs[name]; !own {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if specs, own := c.MIGConfigs[name]; own {
+			b.WriteString("  " + yamlKey(name) + ":\n")
+			writeSpecs(&b, specs)
+			continue
+		}
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, c.Foreign[name]); err != nil {
+			return nil, fmt.Errorf("rendering mig-parted config entry %q: %w", name, err)
+		}
+		b.WriteString("  " + yamlKey(name) + ": " + compact.String() + "\n")
 	}
 	return []byte(b.String()), nil
 }
@@ -454,26 +516,43 @@ func entrySpecs(name string, targets []planner.GPUTarget) ([]DeviceSpec, error) 
 // Entries are immutable because mig-manager never re-applies an edited one: adding a name that
 // exists with other content is an error, and so is adding a name without ConfigPrefix, which
 // gpupool could never garbage-collect.
-func UpdateConfig(current []byte, add map[string][]planner.GPUTarget, inUse []string) ([]byte, error) {
-	old := Config{Version: ConfigVersion, MIGConfigs: map[string][]DeviceSpec{}}
-	if len(bytes.TrimSpace(current)) > 0 {
-		var err error
-		if old, err = ParseMIGPartedConfig(current); err != nil {
-			return nil, fmt.Errorf("reading the current mig-parted config: %w", err)
-		}
+//
+// Entries gpupool does not own are kept verbatim (as JSON, which is YAML to mig-parted), never
+// re-read with gpupool's parser: NVIDIA's accepts names and fields gpupool does not model (say
+// 1g.24gb+me,gfx), and one such entry must not stop gpupool from adding its own. An entry a
+// node's label names that the ConfigMap lacks (the ClusterPolicy used to point at NVIDIA's
+// default config) is taken verbatim from defaults, NVIDIA's default config, when it has one,
+// so the nodes outside the pool keep working.
+func UpdateConfig(current []byte, add map[string][]planner.GPUTarget, inUse []string, defaults []byte) ([]byte, error) {
+	own, foreign, err := splitEntries(current)
+	if err != nil {
+		return nil, fmt.Errorf("reading the current mig-parted config: %w", err)
+	}
+	old := Config{Version: ConfigVersion, MIGConfigs: own}
+	_, fallback, err := splitEntries(defaults)
+	if err != nil {
+		fallback = nil // NVIDIA's default config is only a source of entries, never a reason to stop
 	}
 	keep := make(map[string]bool, len(inUse))
 	for _, n := range inUse {
 		keep[n] = true
+		if _, ok := foreign[n]; !ok && !strings.HasPrefix(n, ConfigPrefix) && fallback[n] != nil {
+			foreign[n] = fallback[n]
+		}
 	}
-	next := Config{Version: ConfigVersion, MIGConfigs: map[string][]DeviceSpec{}}
+	if _, ok := foreign[AllDisabled]; !ok && fallback[AllDisabled] != nil {
+		foreign[AllDisabled] = fallback[AllDisabled]
+	}
+	next := Config{Version: ConfigVersion, MIGConfigs: map[string][]DeviceSpec{}, Foreign: foreign}
 	for name, specs := range old.MIGConfigs {
-		if !strings.HasPrefix(name, ConfigPrefix) || keep[name] {
+		if keep[name] {
 			next.MIGConfigs[name] = specs
 		}
 	}
-	if _, ok := next.MIGConfigs[AllDisabled]; !ok {
-		next.MIGConfigs[AllDisabled] = allDisabledSpecs()
+	if _, ok := next.Foreign[AllDisabled]; !ok {
+		// The GPU Operator's MIG-off entry, which its default config always has; written in
+		// the form it is kept in, so a second update writes the same bytes.
+		next.Foreign[AllDisabled] = json.RawMessage(`[{"devices":"all","mig-enabled":false}]`)
 	}
 	for _, name := range sortedTargetNames(add) {
 		if !strings.HasPrefix(name, ConfigPrefix) {

@@ -1,12 +1,15 @@
 package nvidia
 
 import (
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/planner"
@@ -368,8 +371,13 @@ func TestUpdateConfig(t *testing.T) {
 			wantErr: `"all-1g.18gb": gpupool only writes entries named gpupool-*`,
 		},
 		{
-			name:    "a broken current config is not overwritten",
-			current: []byte("version: v1\nmig-configs:\n  x: [{devices: all}]\n"),
+			name:    "a file that is no mig-parted config is not overwritten",
+			current: []byte("version: v2\nmig-configs:\n  x: [{devices: all, mig-enabled: false}]\n"),
+			wantErr: "reading the current mig-parted config",
+		},
+		{
+			name:    "a file that is not even YAML is not overwritten",
+			current: []byte("version: v1\nmig-configs: [\n"),
 			wantErr: "reading the current mig-parted config",
 		},
 		{
@@ -380,7 +388,7 @@ func TestUpdateConfig(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := UpdateConfig(tc.current, tc.add, tc.inUse)
+			out, err := UpdateConfig(tc.current, tc.add, tc.inUse, nil)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -393,6 +401,9 @@ func TestUpdateConfig(t *testing.T) {
 			cfg, err := ParseMIGPartedConfig(out)
 			if err != nil {
 				t.Fatalf("result does not parse: %v\n%s", err, out)
+			}
+			if _, ok := cfg.MIGConfigs[AllDisabled]; !ok {
+				t.Errorf("no %s entry:\n%s", AllDisabled, out)
 			}
 			if got := sortedNames(cfg.MIGConfigs); !reflect.DeepEqual(got, tc.wantNames) {
 				t.Errorf("entries %v, want %v", got, tc.wantNames)
@@ -412,7 +423,7 @@ func TestUpdateConfig(t *testing.T) {
 				}
 			}
 			// Same inputs again: same bytes, so the ConfigMap is not rewritten.
-			again, err := UpdateConfig(out, tc.add, tc.inUse)
+			again, err := UpdateConfig(out, tc.add, tc.inUse, nil)
 			if err != nil || string(again) != string(out) {
 				t.Errorf("second update differs: %v\n%s\nthen\n%s", err, out, again)
 			}
@@ -447,4 +458,68 @@ func FuzzParseMIGPartedConfig(f *testing.F) {
 			t.Fatalf("round trip changed the config:\n%+v\n%+v\n%s", cfg, again, out)
 		}
 	})
+}
+
+// TestUpdateConfigKeepsEntriesItCannotReadVerbatim guards the GPU Operator contract for the
+// nodes outside the pool: an entry in a form NVIDIA's parser accepts and gpupool's does not
+// (a Blackwell profile with attributes) is kept as it was, and an entry a node's label names
+// that the ConfigMap lacks comes from NVIDIA's default config.
+func TestUpdateConfigKeepsEntriesItCannotReadVerbatim(t *testing.T) {
+	current := []byte(`version: v1
+mig-configs:
+  all-disabled:
+    - devices: all
+      mig-enabled: false
+  rtx-gfx:
+    - device-filter: ["0x2BB510DE"]
+      devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.24gb+me,gfx": 4
+`)
+	defaults := []byte(`version: v1
+mig-configs:
+  all-1g.10gb:
+    - device-filter: ["0x20B010DE", "0x20B110DE"]
+      devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.5gb": 7
+  all-balanced:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {}
+`)
+	out, err := UpdateConfig(current, map[string][]planner.GPUTarget{"gpupool-new": {on(0, balanced)}},
+		[]string{"rtx-gfx", "all-1g.10gb"}, defaults)
+	if err != nil {
+		t.Fatalf("UpdateConfig: %v", err)
+	}
+	js, err := yaml.YAMLToJSON(out)
+	if err != nil {
+		t.Fatalf("result is not YAML: %v\n%s", err, out)
+	}
+	var got struct {
+		MIGConfigs map[string][]map[string]any `json:"mig-configs"`
+	}
+	if err := json.Unmarshal(js, &got); err != nil {
+		t.Fatalf("result: %v", err)
+	}
+	if d := got.MIGConfigs["rtx-gfx"]; len(d) != 1 || d[0]["mig-devices"].(map[string]any)["1g.24gb+me,gfx"] != float64(4) {
+		t.Errorf("rtx-gfx not kept verbatim: %v\n%s", d, out)
+	}
+	if d := got.MIGConfigs["all-1g.10gb"]; len(d) != 1 || d[0]["mig-devices"].(map[string]any)["1g.5gb"] != float64(7) {
+		t.Errorf("all-1g.10gb not taken from NVIDIA's defaults: %v\n%s", d, out)
+	}
+	if _, ok := got.MIGConfigs["all-balanced"]; ok {
+		t.Errorf("all-balanced copied although no node names it:\n%s", out)
+	}
+	if _, ok := got.MIGConfigs["gpupool-new"]; !ok {
+		t.Errorf("gpupool-new missing:\n%s", out)
+	}
+	again, err := UpdateConfig(out, map[string][]planner.GPUTarget{"gpupool-new": {on(0, balanced)}},
+		[]string{"rtx-gfx", "all-1g.10gb"}, defaults)
+	if err != nil || string(again) != string(out) {
+		t.Errorf("second update differs: %v\n%s\nthen\n%s", err, out, again)
+	}
 }
