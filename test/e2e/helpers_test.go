@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -610,4 +611,86 @@ func (s *scenario) runApproved(plan *v1alpha1.RepartitionPlan, app string, pods 
 		g.Expect(n.Status.Allocatable).NotTo(HaveKey(corev1.ResourceName(renamed)))
 		expectOpen(g, node)
 	}).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
+}
+
+// observedTime is when the node's agent last read NVML, as its GPUNode says (zero when the
+// GPUNode is gone).
+func observedTime(g Gomega, node string) time.Time {
+	report := &v1alpha1.GPUNode{}
+	err := k8s.Get(suiteCtx, client.ObjectKey{Name: node}, report)
+	if apierrors.IsNotFound(err) {
+		return time.Time{}
+	}
+	g.Expect(err).NotTo(HaveOccurred())
+	if report.Status.ObservedTime == nil {
+		return time.Time{}
+	}
+	return report.Status.ObservedTime.Time
+}
+
+// condition is the policy's status condition of type t (zero when it has none).
+func (s *scenario) condition(g Gomega, t string) metav1.Condition {
+	p := &v1alpha1.GPUPoolPolicy{}
+	g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Name: s.policy}, p)).To(Succeed())
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}
+
+// nodeEvents lists the notes of the Events about the node with reason, oldest first. It takes
+// those naming the node's UID, and those naming no UID at all: the plan controller records its
+// step Events on the node that way (controllers/execute.go recordStep), though kubectl describe
+// node shows only Events naming the node's UID or its name as the UID.
+func nodeEvents(g Gomega, node, reason string) []string {
+	n := getNode(g, node)
+	var list eventsv1.EventList
+	g.Expect(k8s.List(suiteCtx, &list)).To(Succeed())
+	slices.SortFunc(list.Items, func(a, b eventsv1.Event) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Node" && e.Regarding.Name == node && (e.Regarding.UID == n.UID || e.Regarding.UID == "") &&
+			e.Reason == reason {
+			out = append(out, e.Note)
+		}
+	}
+	return out
+}
+
+// watchNode records describe(node) each time it changes, from its current value on, until the
+// spec ends.
+func watchNode(node string, describe func(*corev1.Node) string) *history {
+	return watchEvents(&corev1.NodeList{}, []client.ListOption{client.MatchingFields{"metadata.name": node}},
+		func(h *history, ev watch.Event) {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok || ev.Type == watch.Deleted {
+				return
+			}
+			v := describe(n)
+			if seen := h.values(); len(seen) == 0 || seen[len(seen)-1] != v {
+				h.add(v)
+			}
+		})
+}
+
+// setNodeLabel sets (or, with an empty value, removes) a label on a node, as kubectl label does.
+func setNodeLabel(name, key, value string) {
+	node := getNode(Default, name)
+	patch := client.MergeFrom(node.DeepCopy())
+	if value == "" {
+		delete(node.Labels, key)
+	} else {
+		node.Labels[key] = value
+	}
+	Expect(k8s.Patch(suiteCtx, node, patch)).To(Succeed())
+}
+
+// uncordon is kubectl uncordon: what a user does once they checked a node gpupool kept cordoned.
+func uncordon(name string) {
+	node := getNode(Default, name)
+	patch := client.MergeFrom(node.DeepCopy())
+	node.Spec.Unschedulable = false
+	Expect(k8s.Patch(suiteCtx, node, patch)).To(Succeed())
 }

@@ -39,6 +39,12 @@ var scenarioNodes = []struct {
 	{"sharing", 1},
 	{"migsharing", 1},
 	{"forgery", 1},
+	{"retry", 1},
+	{"reboot", 1},
+	{"gpunode", 1},
+	{"orphan", 1},
+	{"silent", 1},
+	{"mps", 1},
 }
 
 var (
