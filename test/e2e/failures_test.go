@@ -2,6 +2,8 @@ package e2e_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -364,7 +366,124 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 			g.Expect(q.Value()).To(BeEquivalentTo(14))
 		}).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
 	})
+
+	// Guards the manager's high availability: with two replicas electing a leader, the leader
+	// killed mid-drain (SIGKILL, so its Lease is not released) is replaced by the other within
+	// the Lease's duration, and the new leader resumes the step from the plan's status: it does
+	// not evict the replacement of the pod the old leader evicted, evicts the one a
+	// PodDisruptionBudget held back once it allows it, and relabels the node once.
+	It("hands a plan over to the other replica within the lease when the leader is killed mid-drain, repeating no eviction or relabel", func() {
+		s := newScenario("leader")
+		node := s.nodes[0]
+		By("running two manager replicas that elect a leader")
+		replicas, err := cluster.StartManagerReplicas(suiteCtx, 2)
+		DeferCleanup(func() { Expect(cluster.StopManagerReplicas(suiteCtx)).To(Succeed()) })
+		Expect(err).NotTo(HaveOccurred())
+		leader, standby := waitLeader(replicas)
+
+		s.createPolicy(func(spec *v1alpha1.GPUPoolPolicySpec) {
+			spec.Planning.StabilizationWindow = &metav1.Duration{Duration: time.Minute}
+		})
+		first, guarded := s.twoOnGPU0(node, "first", "guarded")
+		s.setPDBMinAvailable("guarded", 0, 1)
+		deletions := watchDeletions(s.ns)
+		labels := watchLabel(node, v1alpha1.LabelMIGConfig)
+		s.deploy("train-3g", 1, s.inPool(), mig3g, 1, nil)
+		s.unpauseWhenPending(1)
+		plan := s.waitPlan(time.Minute, v1alpha1.PlanAwaitingApproval)
+		Expect(evicted(plan)).To(ConsistOf(s.ns+"/"+first.Name, s.ns+"/"+guarded.Name))
+
+		By("tightening the PodDisruptionBudget of one pod, then approving")
+		s.setPDBMinAvailable("guarded", 1, 0)
+		approve(plan)
+		Eventually(func(g Gomega) {
+			st := stepStatus(getPlan(g, plan.Name), node)
+			g.Expect(st.State).To(Equal(v1alpha1.NodeDraining))
+			g.Expect(st.Message).To(ContainSubstring(s.ns + "/" + guarded.Name))
+			g.Expect(deletions.values()).To(ConsistOf(first.Name + " " + string(first.UID)))
+		}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed(), s.diagnostics)
+		n, err := evictionsCounted(leader.Metrics, s.policy)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(n).To(BeEquivalentTo(1), "the leader evicted the first pod")
+
+		By("killing the leader mid-drain")
+		killed := time.Now()
+		Expect(cluster.Kill(leader.Process)).To(Succeed())
+		Eventually(func() bool { return isLeader(standby) }).WithTimeout(40*time.Second).WithPolling(poll).
+			Should(BeTrue(), "the other replica never took the lease over")
+		takeover := time.Since(killed)
+		AddReportEntry("leader killed mid-drain: the other replica leads after", takeover.Round(100*time.Millisecond).String())
+		Expect(takeover).To(BeNumerically("<", 20*time.Second), "controller-runtime's lease is 15s, retried every 2s")
+		Consistently(func(g Gomega) {
+			g.Expect(stepStatus(getPlan(g, plan.Name), node).State).To(Equal(v1alpha1.NodeDraining))
+			g.Expect(deletions.values()).To(HaveLen(1), "the new leader evicted again")
+		}).WithTimeout(3*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
+
+		By("relaxing the PodDisruptionBudget")
+		s.setPDBMinAvailable("guarded", 0, 1)
+		done := s.waitPhase(plan.Name, v1alpha1.PlanSucceeded, time.Minute)
+		s.waitRunning("train-3g", 1, time.Minute)
+		Expect(deletions.values()).To(ConsistOf(first.Name+" "+string(first.UID), guarded.Name+" "+string(guarded.UID)),
+			"each pod the plan names is evicted once, its replacement never")
+		n, err = evictionsCounted(standby.Metrics, s.policy)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(n).To(BeEquivalentTo(1), "the new leader evicted only the pod the budget had held back")
+		Expect(labels.values()).To(Equal([]string{"all-1g", done.Spec.Steps[0].MIGConfigName}), "relabelled once")
+		Expect(deletions.err() + labels.err()).To(BeEmpty())
+	})
 })
+
+// twoOnGPU0 runs one pod each of Deployments a and b (one 1g slice each) on GPU 0 of node and
+// a bare pod on GPU 1, so that serving a 3g pod means evicting both, which fit again on GPU 1.
+func (s *scenario) twoOnGPU0(node, a, b string) (corev1.Pod, corev1.Pod) {
+	var pods []corev1.Pod
+	for _, app := range []string{a, b} {
+		s.deploy(app, 1, onNode(node), mig1g, 1, nil)
+		pods = append(pods, s.waitRunning(app, 1, 30*time.Second)[0])
+		s.waitGPUHolds(node, 0, names(pods)...)
+	}
+	hold := s.bare("hold", onNode(node), mig1g, 5)
+	s.waitRunning(hold.Name, 1, 30*time.Second)
+	s.waitGPUHolds(node, 0, append(names(pods), hold.Name)...)
+	s.bare("pin", onNode(node), mig1g, 1)
+	s.waitRunning("pin", 1, 30*time.Second)
+	s.waitGPUHolds(node, 1, "pin")
+	Expect(k8s.Delete(suiteCtx, hold, client.GracePeriodSeconds(0))).To(Succeed())
+	Eventually(func() error {
+		return k8s.Get(suiteCtx, client.ObjectKeyFromObject(hold), &corev1.Pod{})
+	}).WithTimeout(30 * time.Second).WithPolling(poll).Should(MatchError(apierrors.IsNotFound, "IsNotFound"))
+	s.waitGPUHolds(node, 0, names(pods)...)
+	return pods[0], pods[1]
+}
+
+// isLeader says whether the manager replica holds the Lease, as its
+// leader_election_master_status metric says.
+func isLeader(r simcluster.Replica) bool {
+	resp, err := http.Get("http://" + r.Metrics + "/metrics") //nolint:noctx // loopback scrape
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return false
+	}
+	return strings.Contains(string(body), `leader_election_master_status{name="`+simcluster.LeaseName+`"} 1`)
+}
+
+// waitLeader waits until exactly one replica leads, and returns it and another one.
+func waitLeader(replicas []simcluster.Replica) (leader, other simcluster.Replica) {
+	Expect(replicas).To(HaveLen(2))
+	Eventually(func(g Gomega) {
+		a, b := isLeader(replicas[0]), isLeader(replicas[1])
+		g.Expect(a).NotTo(Equal(b), "exactly one replica leads")
+		leader, other = replicas[0], replicas[1]
+		if b {
+			leader, other = other, leader
+		}
+	}).WithTimeout(40 * time.Second).WithPolling(poll).Should(Succeed())
+	return leader, other
+}
 
 // victimOnGPU0 runs one pod of Deployment victim (one 1g slice) on GPU 0 of node and a bare
 // pod on GPU 1, so that serving a 3g pod means evicting the victim, which fits again on GPU 1

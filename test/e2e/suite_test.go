@@ -45,6 +45,7 @@ var scenarioNodes = []struct {
 	{"orphan", 1},
 	{"silent", 1},
 	{"mps", 1},
+	{"leader", 1},
 }
 
 var (

@@ -40,7 +40,16 @@ func (c *Cluster) installTrustBoundary(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, o := range append(objs, roles...) {
+	// The Lease the replicas elect a leader with is in the manager's namespace, as
+	// config/default puts it (StartManagerReplicas); the single manager does not use it.
+	election, err := testenv.ReadObjects(filepath.Join(root, "config", "rbac", "leader_election_role.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, o := range election {
+		o.SetNamespace(Namespace)
+	}
+	for _, o := range append(append(objs, roles...), election...) {
 		if err := c.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
@@ -53,6 +62,8 @@ func (c *Cluster) installTrustBoundary(ctx context.Context) error {
 		// The Role for gpupool's ConfigMaps is in the GPU Operator's namespace.
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gpupool-manager-rolebinding", Namespace: OperatorNamespace},
 			Subjects: []rbacv1.Subject{subject}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "manager-role"}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gpupool-leader-election-rolebinding", Namespace: Namespace},
+			Subjects: []rbacv1.Subject{subject}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "leader-election-role"}},
 	} {
 		if err := c.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)

@@ -91,6 +91,8 @@ type Cluster struct {
 
 	opts     Options
 	progress io.Writer
+	// replicas are the manager replicas StartManagerReplicas runs, if any.
+	replicas []Replica
 }
 
 // Start brings everything up and returns once the simulated nodes are Ready, every agent has
@@ -251,25 +253,85 @@ func (c *Cluster) waitNodes(ctx context.Context) error {
 // StartManager runs the manager process and waits until it is ready. Leader election is off so
 // that a replacement started after KillManager acts at once instead of waiting out a lease.
 func (c *Cluster) StartManager(ctx context.Context) error {
-	probe, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	metrics, err := freeAddr()
-	if err != nil {
-		return err
-	}
+	probe, metrics, err := c.startManager(ctx, ManagerProcess, false)
 	c.ManagerProbe, c.ManagerMetrics = probe, metrics
-	args := append([]string{"--kubeconfig=" + c.ManagerKubeconfig, "--leader-elect=false",
-		"--health-probe-bind-address=" + probe, "--metrics-bind-address=" + metrics, "--metrics-secure=false",
-		// gpusim reads the ConfigMap from the API server, not from a kubelet-synced volume.
-		"--config-propagation=1s"}, c.opts.ManagerArgs...)
-	fmt.Fprintln(c.progress, "starting the gpupool manager")
-	if err := c.Run(ManagerProcess, c.opts.Manager, args...); err != nil {
-		return err
+	return err
+}
+
+// LeaseName is the Lease, in Namespace, the manager's replicas elect their leader with.
+const LeaseName = "gpupool-manager.gpupool.io"
+
+// Replica is one of several manager processes that elect a leader.
+type Replica struct {
+	// Process is its name for LogPath and Kill.
+	Process string
+	// Probe and Metrics are its health probe and plain-HTTP metrics addresses.
+	Probe, Metrics string
+}
+
+// StartManagerReplicas replaces the manager with n replicas that elect a leader through the
+// Lease LeaseName in Namespace (--leader-elect), as a Deployment of n replicas does: only the
+// leader acts. It returns once every replica is ready (one that is not the leader is ready
+// too). StopManagerReplicas goes back to the single manager.
+func (c *Cluster) StartManagerReplicas(ctx context.Context, n int) ([]Replica, error) {
+	if err := c.KillManager(); err != nil {
+		return nil, err
 	}
-	return poll(ctx, time.Minute, "the manager to be ready", func() (bool, error) {
-		if err := c.exitedEarly(ManagerProcess); err != nil {
+	c.replicas = nil
+	for i := range n {
+		r := Replica{Process: fmt.Sprintf("%s-%d", ManagerProcess, i)}
+		var err error
+		r.Probe, r.Metrics, err = c.startManager(ctx, r.Process, true)
+		c.replicas = append(c.replicas, r)
+		if err != nil {
+			return c.replicas, err
+		}
+	}
+	return c.replicas, nil
+}
+
+// StopManagerReplicas kills the replicas still running and starts the single manager again,
+// with leader election off.
+func (c *Cluster) StopManagerReplicas(ctx context.Context) error {
+	var errs []error
+	for _, r := range c.replicas {
+		if exited, err := c.Exited(r.Process); err != nil || exited {
+			continue // killed already, or gone by itself
+		}
+		errs = append(errs, c.Kill(r.Process))
+	}
+	c.replicas = nil
+	return errors.Join(append(errs, c.StartManager(ctx))...)
+}
+
+// startManager runs a manager process named name and waits until it is ready, returning its
+// probe and metrics addresses. With leaderElect it competes for the Lease LeaseName.
+func (c *Cluster) startManager(ctx context.Context, name string, leaderElect bool) (probe, metrics string, err error) {
+	if probe, err = freeAddr(); err != nil {
+		return "", "", err
+	}
+	if metrics, err = freeAddr(); err != nil {
+		return "", "", err
+	}
+	election := []string{"--leader-elect=false"}
+	if leaderElect {
+		election = []string{"--leader-elect=true", "--leader-election-namespace=" + Namespace}
+	}
+	args := append(append([]string{"--kubeconfig=" + c.ManagerKubeconfig}, election...),
+		"--health-probe-bind-address="+probe, "--metrics-bind-address="+metrics, "--metrics-secure=false",
+		// gpusim reads the ConfigMap from the API server, not from a kubelet-synced volume.
+		"--config-propagation=1s")
+	args = append(args, c.opts.ManagerArgs...)
+	if name == ManagerProcess {
+		fmt.Fprintln(c.progress, "starting the gpupool manager")
+	} else {
+		fmt.Fprintf(c.progress, "starting gpupool manager replica %s (leader election on)\n", name)
+	}
+	if err := c.Run(name, c.opts.Manager, args...); err != nil {
+		return probe, metrics, err
+	}
+	return probe, metrics, poll(ctx, time.Minute, "the manager "+name+" to be ready", func() (bool, error) {
+		if err := c.exitedEarly(name); err != nil {
 			return false, err
 		}
 		resp, err := http.Get("http://" + probe + "/readyz") //nolint:noctx // loopback probe, bounded by poll
