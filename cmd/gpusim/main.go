@@ -152,10 +152,11 @@ Fault knobs, per node, as annotations (internal/sim/faults.go says what each doe
   %s: comma-separated %s
   %s: a Go duration mig-manager stays pending before applying, e.g. 5s
   %s: a Go duration a reboot keeps the host down (default %s)
+  %s: a new value restarts mig-manager, which applies the current mig.config again
 
 Flags:
 `, strings.Join(models, "\n"), strings.Join(sim.Presets(), ", "), v1alpha1.LabelDevicePluginConfig,
 		sim.AnnotationFault, strings.Join(sim.FaultWords(), " | "), sim.AnnotationApplyDelay,
-		sim.AnnotationRebootDuration, sim.DefaultRebootDuration)
+		sim.AnnotationRebootDuration, sim.DefaultRebootDuration, sim.AnnotationRestartMIGManager)
 	fs.PrintDefaults()
 }

@@ -44,6 +44,12 @@ const (
 	// AnnotationRebootDuration is a Go duration ("5s"): how long a reboot keeps the host down;
 	// DefaultRebootDuration without it.
 	AnnotationRebootDuration = "sim.gpupool.io/reboot-duration"
+	// AnnotationRestartMIGManager restarts the node's mig-manager each time its value changes
+	// to a new non-empty one, as deleting the nvidia-mig-manager pod does: the new pod applies
+	// the node's current nvidia.com/mig.config (NVIDIA/mig-parted cmd/nvidia-mig-manager/
+	// main.go start: its informer's first value is applied at once), the way an administrator
+	// has it retry after fixing what made it fail, without touching the label.
+	AnnotationRestartMIGManager = "sim.gpupool.io/restart-mig-manager"
 )
 
 // DefaultRebootDuration is how long the reboot fault keeps a host down unless

@@ -146,6 +146,25 @@ func TestHostAndOperandFaults(t *testing.T) {
 		f.g.Eventually(f.assigned(name, pod)).Should(HaveLen(1))
 	})
 
+	// restart-mig-manager: a new value has mig-manager apply the current label again (here
+	// after wrong-layout left a GPU short), a repeated value does nothing.
+	t.Run("restart-mig-manager", func(t *testing.T) {
+		const name = "fault-restart"
+		f := startSim(t, sim.Options{Nodes: []sim.NodeSpec{h200Node(name)}})
+		f.addEntries(entries)
+		f.annotate(name, sim.AnnotationFault, sim.FaultWrongLayout)
+		f.flip(name, "gpupool-a")
+		f.g.Eventually(f.state(name)).Should(Equal("success"))
+		f.g.Expect(f.gpus(name)[0].Layout()).To(Equal(mig.Layout{"3g.71gb": 1}))
+		f.annotate(name, sim.AnnotationFault, "")
+		history := f.watchLabels(name, v1alpha1.LabelMIGConfigState)
+		f.annotate(name, sim.AnnotationRestartMIGManager, "1")
+		f.g.Eventually(func() mig.Layout { return f.gpus(name)[0].Layout() }).Should(Equal(two3g))
+		f.g.Eventually(f.state(name)).Should(Equal("success"))
+		f.g.Expect(history.of(v1alpha1.LabelMIGConfigState)).To(Equal([]string{"success", "pending", "success"}))
+		f.g.Expect(f.node(name).Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfig, "gpupool-a"), "the label is untouched")
+	})
+
 	// agent-down: the agent stops (an Event says so once it has), so a deleted GPUNode stays
 	// deleted; once the fault is removed the agent runs again and recreates it.
 	t.Run("agent-down", func(t *testing.T) {

@@ -85,6 +85,8 @@ type migManagerMemory struct {
 	// when it started; an apply delay counts from it.
 	applying uint64
 	since    time.Time
+	// restart is the last AnnotationRestartMIGManager value seen.
+	restart string
 }
 
 // labelChanged records the node's nvidia.com/mig.config value as an informer event delivers it,
@@ -100,6 +102,24 @@ func (m *migManagerMemory) labelChanged(value string) bool {
 		return false
 	}
 	m.requested = value
+	m.seq++
+	return true
+}
+
+// restarted records the node's AnnotationRestartMIGManager value as an event delivers it, and
+// reports whether it restarts mig-manager: a new non-empty value does, and the restarted
+// mig-manager applies the label's current value again, as a new pod does at start.
+func (m *migManagerMemory) restarted(value string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if value == m.restart {
+		return false
+	}
+	m.restart = value
+	if value == "" || m.current == "" {
+		return false
+	}
+	m.requested = m.current
 	m.seq++
 	return true
 }

@@ -31,3 +31,31 @@ func TestLabelChanged(t *testing.T) {
 		t.Error("next() after finishing the latest change still has work")
 	}
 }
+
+// A restart of mig-manager (a new value of AnnotationRestartMIGManager) applies the label's
+// current value again, even one already applied; the same value again, an empty one, or a
+// restart on a node without the label, request nothing.
+func TestRestarted(t *testing.T) {
+	m := migManagerMemory{current: "gpupool-a", seq: 1, handled: 1}
+	for i, step := range []struct {
+		value string
+		want  bool
+	}{
+		{"", false},
+		{"1", true},
+		{"1", false},
+		{"", false},
+		{"2", true},
+	} {
+		if got := m.restarted(step.value); got != step.want {
+			t.Errorf("step %d: restarted(%q) = %v, want %v", i, step.value, got, step.want)
+		}
+	}
+	if value, seq, _, _, ok := m.next(); !ok || value != "gpupool-a" || seq != 3 {
+		t.Errorf("next() = %q, %d, ok %v; want gpupool-a, 3", value, seq, ok)
+	}
+	unlabelled := migManagerMemory{}
+	if unlabelled.restarted("1") {
+		t.Error("a restart on a node without nvidia.com/mig.config requested an apply")
+	}
+}

@@ -116,7 +116,8 @@ func (r *reconciler) syncLocked(ctx context.Context, n *Node) ([]GPUState, []typ
 }
 
 // nodeEvents queues a reconcile for every event of a simulated node and, on the way, lets
-// mig-manager record the node's label changes in the order the informer delivers them.
+// mig-manager record the node's label changes (and its restarts) in the order the informer
+// delivers them.
 func (r *reconciler) nodeEvents() handler.Funcs {
 	observe := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		n, ok := r.nodes[o.GetName()]
@@ -124,6 +125,8 @@ func (r *reconciler) nodeEvents() handler.Funcs {
 			return
 		}
 		n.migManager.labelChanged(o.GetLabels()[labelMIGConfig])
+		// A restarted mig-manager applies the label's value again; its reconcile logs that.
+		n.migManager.restarted(o.GetAnnotations()[AnnotationRestartMIGManager])
 		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: o.GetName()}})
 	}
 	return handler.Funcs{
