@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -153,6 +155,9 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 		after := observedTime(Default, node)
 		Expect(after).To(BeTemporally(">", st.RebootSeenTime.Time))
 		Expect(st.LastTransitionTime.Time).To(BeTemporally(">=", after.Add(-time.Second)), "Done only after a report since the reboot")
+		for _, change := range done.Spec.Steps[0].GPUs {
+			Expect(layouts(Default, node)[change.Index]).To(Equal(expectedCounts(change.To)), "GPU %d came back in the new layout", change.Index)
+		}
 		s.waitRunning("train-3g", 1, time.Minute)
 		Eventually(func(g Gomega) { expectOpen(g, node) }).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
 		Expect(trail.values()).To(Equal([]string{"cordoned=false state=success", "cordoned=true state=success",
@@ -193,6 +198,16 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 		Eventually(func(g Gomega) {
 			g.Expect(nodeEvents(g, node, "NodeFailed")).To(ContainElement(ContainSubstring("GPUNode is gone")))
 		}).WithTimeout(10*time.Second).WithPolling(poll).Should(Succeed(), "the node's Event says why it stays cordoned")
+		if !slices.ContainsFunc(describedNodeEvents(Default, node, "NodeFailed"), func(note string) bool {
+			return strings.Contains(note, "GPUNode is gone")
+		}) {
+			// Manager bug, reported with issue 14: the plan controller records its step Events
+			// about a Node object carrying only the name (controllers/execute.go recordStep), so
+			// they name no UID, and kubectl describe node, which selects the node's Events by UID,
+			// does not show them.
+			AddReportEntry("manager bug: step Events on the node name no UID",
+				"kubectl describe node "+node+" does not show the NodeFailed Event saying why it stays cordoned")
+		}
 		Consistently(func(g Gomega) {
 			n := getNode(g, node)
 			g.Expect(n.Spec.Unschedulable).To(BeTrue())
@@ -281,7 +296,7 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 			g.Expect(nodeEvents(g, node, "OrphanedCordonReleased")).To(ContainElement(ContainSubstring("plan " + plan.Name + " no longer exists")))
 		}
 		if InterceptGomegaFailures(func() {
-			Eventually(released).WithTimeout(10 * time.Second).WithPolling(poll).Should(Succeed())
+			Eventually(released).WithTimeout(5 * time.Second).WithPolling(poll).Should(Succeed())
 		}) != nil {
 			// Manager bug, reported with issue 14: the cordon janitor does not watch GPUNodes and
 			// does not requeue a kept cordon, so the agent's verification is seen only on the
@@ -535,6 +550,22 @@ func (s *scenario) victimOnGPU0(node string) corev1.Pod {
 	}).WithTimeout(30 * time.Second).WithPolling(poll).Should(MatchError(apierrors.IsNotFound, "IsNotFound"))
 	s.waitGPUHolds(node, 0, victim.Name)
 	return victim
+}
+
+// describedNodeEvents lists the notes of the Events with reason that kubectl describe node
+// shows: those naming the node's UID, or its name as the UID (the kubelet's).
+func describedNodeEvents(g Gomega, node, reason string) []string {
+	n := getNode(g, node)
+	var list eventsv1.EventList
+	g.Expect(k8s.List(suiteCtx, &list)).To(Succeed())
+	var out []string
+	for _, e := range list.Items {
+		uid := e.Regarding.UID
+		if e.Regarding.Kind == "Node" && e.Regarding.Name == node && (uid == n.UID || string(uid) == node) && e.Reason == reason {
+			out = append(out, e.Note)
+		}
+	}
+	return out
 }
 
 // gpuNodeOf reads the node's GPUNode.
