@@ -55,6 +55,11 @@ func (r *CordonReconciler) SetupWithManager(mgr manager.Manager) error {
 	return builder.ControllerManagedBy(mgr).
 		For(&corev1.Node{}, builder.WithPredicates(annotated)).
 		Watches(&v1alpha1.RepartitionPlan{}, handler.EnqueueRequestsFromMapFunc(r.nodesOfPlan)).
+		// A kept cordon is released once the agent verifies the node's layout: a GPUNode
+		// change looks at its node again (Reconcile ignores nodes without gpupool's annotation).
+		Watches(&v1alpha1.GPUNode{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
+		})).
 		Named("cordon").
 		Complete(r)
 }

@@ -23,13 +23,20 @@ func MayBeHalfConfigured(node *corev1.Node, gpuNode *v1alpha1.GPUNode) string {
 	if state == "failed" {
 		return "mig-manager reported failed for " + node.Labels[v1alpha1.LabelMIGConfig]
 	}
-	if !strings.HasPrefix(node.Labels[v1alpha1.LabelMIGConfig], "gpupool-") {
-		// gpupool never relabelled it: its GPUs are as they were.
-		return ""
-	}
+	relabelled := strings.HasPrefix(node.Labels[v1alpha1.LabelMIGConfig], "gpupool-")
 	if gpuNode == nil {
+		if !relabelled {
+			// gpupool never relabelled it: its GPUs are as they were.
+			return ""
+		}
 		return "the node has no GPU report (GPUNode) to show its GPUs are whole"
 	}
+	if len(gpuNode.Spec.ExpectedLayout) == 0 && !relabelled {
+		// gpupool never set an expectation nor a label here: nothing of it was touched.
+		return ""
+	}
+	// Whatever the label says now (someone may have unset it), the agent's verification of
+	// the layout gpupool last expected is what shows the GPUs whole.
 	c := meta.FindStatusCondition(gpuNode.Status.Conditions, v1alpha1.ConditionLayoutVerified)
 	if c == nil || c.ObservedGeneration != gpuNode.Generation || c.Status != "True" {
 		msg := "the agent does not verify the layout the plan expected"

@@ -23,6 +23,7 @@ func TestMayBeHalfConfigured(t *testing.T) {
 	}
 	verified := func(status metav1.ConditionStatus, generation int64) *v1alpha1.GPUNode {
 		g := &v1alpha1.GPUNode{ObjectMeta: metav1.ObjectMeta{Generation: 3}}
+		g.Spec.ExpectedLayout = []v1alpha1.GPULayout{{Index: 0, Profiles: v1alpha1.ProfileCounts{"3g.71gb": 2}}}
 		g.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionLayoutVerified, Status: status,
 			ObservedGeneration: generation, Message: "GPU 0 has 7x1g.18gb, expected 2x3g.71gb"}}
 		return g
@@ -40,6 +41,9 @@ func TestMayBeHalfConfigured(t *testing.T) {
 		{"verified for an older expectation: kept", node(true, "gpupool-0123456789", "success"), verified("True", 2), true},
 		{"no report: kept", node(true, "gpupool-0123456789", "success"), nil, true},
 		{"uncordoned by a human: not ours to undo", node(false, "gpupool-0123456789", "failed"), nil, false},
+		{"label unset by hand, layout unverified: kept", node(true, "", ""), verified("False", 3), true},
+		{"cordoned before any expectation and no report: released", node(true, "all-1g.18gb", "success"), nil, false},
+		{"never expected anything: released", node(true, "all-1g.18gb", "success"), &v1alpha1.GPUNode{}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
