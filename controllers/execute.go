@@ -78,7 +78,7 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 				failed := v1alpha1.NodeStepStatus{Node: step.Node, State: v1alpha1.NodeFailed,
 					Message: "cancelled before any disruption: " + why, LastTransitionTime: &metav1.Time{Time: now}}
 				status.Nodes = append(status.Nodes, failed)
-				r.recordStep(plan, step, failed, now)
+				r.recordStep(ctx, plan, step, failed, now)
 				continue
 			}
 			status.Nodes = append(status.Nodes, v1alpha1.NodeStepStatus{Node: step.Node, State: v1alpha1.NodePending})
@@ -103,13 +103,16 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 			}
 			if action == rollout.ActionEvict && msg != "" && msg != cur.Message && strings.Contains(msg, "blocked by PodDisruptionBudgets") {
 				// Once per change of the blockers, not once per pass.
-				node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: step.Node}}
+				node := &corev1.Node{}
+				if err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, node); err != nil {
+					node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: step.Node}}
+				}
 				r.Recorder.Eventf(plan, node, corev1.EventTypeWarning, "DrainBlocked", "Evict", "%s: %s", step.Node, msg)
 			}
 		}
 		status.Nodes[i] = res.Status
 		if res.Transition {
-			r.recordStep(plan, step, res.Status, now)
+			r.recordStep(ctx, plan, step, res.Status, now)
 		}
 		if res.RequeueAfter > 0 && (requeue == 0 || res.RequeueAfter < requeue) {
 			requeue = res.RequeueAfter
@@ -138,12 +141,17 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 
 // recordStep reports a step's new state as an Event on the plan and on the node, and its
 // duration once it is finished.
-func (r *PlanReconciler) recordStep(plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep, st v1alpha1.NodeStepStatus, now time.Time) {
+func (r *PlanReconciler) recordStep(ctx context.Context, plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep, st v1alpha1.NodeStepStatus, now time.Time) {
 	eventType := corev1.EventTypeNormal
 	if st.State == v1alpha1.NodeFailed {
 		eventType = corev1.EventTypeWarning
 	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: step.Node}}
+	// The Node as read, with its UID: kubectl describe node finds a node's Events by its UID
+	// (k8s.io/kubectl describe.go, searchEvents), so an Event about a name alone never shows.
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, node); err != nil {
+		node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: step.Node}}
+	}
 	reason := "Node" + string(st.State)
 	r.Recorder.Eventf(plan, node, eventType, reason, string(st.State), "%s: %s", step.Node, st.Message)
 	// The node's own events tell whoever runs kubectl describe node why it is cordoned.
