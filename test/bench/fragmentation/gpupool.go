@@ -203,8 +203,11 @@ func (gp *gpupoolPlanner) pending() []demand.Request {
 // does. It reports whether anything changed.
 func (gp *gpupoolPlanner) plan() (bool, error) {
 	s := gp.s
+	// The sharing run measures MPS sharing as it works where NVIDIA's device plugin can run it
+	// (a GPU Operator without the mixed MIG strategy); under mixed, as gpupool needs for MIG,
+	// the product never plans MPS (planner.Input.AllowMPS).
 	in := planner.Input{Snapshot: gp.snapshot(), Pending: gp.pending(), Policy: gp.policy,
-		Now: epoch.Add(time.Duration(s.now) * time.Second)}
+		AllowMPS: s.cfg.Strategy == GpupoolShare, Now: epoch.Add(time.Duration(s.now) * time.Second)}
 	start := time.Now()
 	res, err := planner.Plan(in)
 	s.plannerDur = append(s.plannerDur, time.Since(start))

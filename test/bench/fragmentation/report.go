@@ -182,7 +182,9 @@ const MethodNotes = `How the replay works:
   gap between gpupool and it is the planners'.
 - gpupool + MPS sharing (the sharing run): pods below 7 slices ask for one nvidia.com/gpu.shared
   replica and 7-slice single-GPU pods for a whole GPU (MIG off); the policy allows MPS with 7
-  replicas per GPU. The planner turns idle nodes into MIG-disabled shared nodes (it never
+  replicas per GPU. This run assumes a device plugin that can run MPS: under the mixed MIG
+  strategy, which gpupool needs for MIG, NVIDIA's plugin refuses MPS, and gpupool then never
+  plans it. The planner turns idle nodes into MIG-disabled shared nodes (it never
   changes a node that runs pods for sharing) and disables MIG on idle GPUs for whole-GPU pods.
   A shared GPU takes a pod while its pods' slices stay <= 7 and a replica is free: MPS with each
   client held to its slices, so served demand is counted as for every other strategy.
