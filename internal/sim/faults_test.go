@@ -111,10 +111,8 @@ func TestAgentSwitch(t *testing.T) {
 	if s.waitStopped(context.Background(), 10*time.Millisecond) {
 		t.Error("waitStopped returned while the agent runs")
 	}
-	go func() {
-		time.Sleep(10 * time.Millisecond)
-		s.setRunning(false)
-	}()
+	// Stopped from another goroutine while (or just before) waitStopped waits.
+	go s.setRunning(false)
 	if !s.waitStopped(context.Background(), 10*time.Second) {
 		t.Error("waitStopped did not see the agent stop")
 	}

@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -110,19 +112,17 @@ func installClusterPolicyCRD(env *testenv.Env) error {
 	if err := c.Create(ctx, sim.ClusterPolicyCRD()); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating the ClusterPolicy CRD: %w", err)
 	}
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(sim.ClusterPolicyGVK.GroupVersion().WithKind("ClusterPolicyList"))
-		err := c.List(ctx, list)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the ClusterPolicy CRD is not served: %w", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		last = c.List(ctx, list)
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the ClusterPolicy CRD is not served: %w", errors.Join(err, last))
 	}
+	return nil
 }
 
 // exclusiveKey is the device plugin config key each test's ClusterPolicy names as its default,

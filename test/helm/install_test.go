@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -353,16 +354,13 @@ func resourceOf(cfg *action.Configuration, o *unstructured.Unstructured) (schema
 // after a minute or when ctx ends.
 func eventually(ctx context.Context, t *testing.T, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		time.Sleep(250 * time.Millisecond)
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		last = check()
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v (%v)", what, last, err)
 	}
 }
 
