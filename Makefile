@@ -122,5 +122,5 @@ $(GOLANGCI_LINT): $(TOOLS_MOD)
 ##@ Benchmarks
 
 .PHONY: bench-fragmentation
-bench-fragmentation: ## Replay the Alibaba GPU trace (../shared) against gpupool and baselines; writes docs/benchmarks.md.
+bench-fragmentation: ## Replay the Alibaba GPU trace (../shared) against gpupool and baselines; writes docs/benchmarks.md and docs/benchmarks/*.svg (BENCH_FLAGS='-lists all' for every pod list).
 	$(GO) run ./test/bench/fragmentation/cmd/fragbench -write docs/benchmarks.md $(BENCH_FLAGS)

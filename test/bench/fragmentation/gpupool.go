@@ -70,7 +70,7 @@ func newGpupoolPlanner(s *sim) *gpupoolPlanner {
 	if s.cfg.Strategy.autoIdle() {
 		approval = v1alpha1.ApprovalAutoIdle
 	}
-	gp := &gpupoolPlanner{s: s, policy: Policy(s.cfg.Product, slices.Collect(maps.Values(s.profile)), approval, s.cfg.Strategy.budgetFor(s.cfg.Budget)), byName: map[string]int32{}}
+	gp := &gpupoolPlanner{s: s, policy: Policy(s.cfg.Product, slices.Collect(maps.Values(s.profile)), approval, s.cfg.Strategy.BudgetFor(s.cfg.Budget)), byName: map[string]int32{}}
 	if s.cfg.Strategy == GpupoolShare {
 		gp.policy.Spec.Catalog[0].Sharing = &v1alpha1.SharingCatalog{
 			MPS: &v1alpha1.MPSReplicaChoices{Replicas: []int32{sharedReplicas}}}
@@ -198,9 +198,7 @@ func (gp *gpupoolPlanner) pending() []demand.Request {
 	return reqs
 }
 
-// plan calls the planner once and applies its steps: evictions first, then every changed GPU is
-// destroyed and recreated at the placements mig.Product.Place gives its target, as mig-parted
-// does. It reports whether anything changed.
+// plan calls the planner once and applies its result.
 func (gp *gpupoolPlanner) plan() (bool, error) {
 	s := gp.s
 	// The sharing run measures MPS sharing as it works where NVIDIA's device plugin can run it
@@ -214,11 +212,25 @@ func (gp *gpupoolPlanner) plan() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("plan at t=%ds: %w", s.now, err)
 	}
+	return gp.apply(res)
+}
+
+// apply carries out a plan's steps at once, in two passes: every eviction of every step first,
+// then every changed GPU is destroyed and recreated at the placements mig.Product.Place gives
+// its target, as mig-parted does. The controller orders steps in time (steps that only carve,
+// which may be where evicted pods land, before the steps that evict), but here nothing is
+// scheduled between steps, so the passes make the outcome independent of the steps' order. An
+// evicted pod goes back to the pending queue with no tie to its node: the scheduler places it
+// wherever it fits once the plan is applied, on another node if that is where the planner
+// expects it to land. apply reports whether anything changed.
+func (gp *gpupoolPlanner) apply(res *planner.Result) (bool, error) {
+	s := gp.s
 	nodeIdx := map[string]int{}
 	for i, n := range s.nodes {
 		nodeIdx[n.spec.Name] = i
 	}
-	changed := false
+	var steps []planner.Step
+	var at []int
 	for _, step := range res.Steps {
 		if s.cfg.Strategy.autoIdle() && len(step.Evictions) > 0 {
 			s.skipped++
@@ -228,14 +240,26 @@ func (gp *gpupoolPlanner) plan() (bool, error) {
 		if !ok {
 			return false, fmt.Errorf("plan at t=%ds names unknown node %s", s.now, step.Node)
 		}
-		n := s.nodes[ni]
+		steps, at = append(steps, step), append(at, ni)
+	}
+	evicted := map[int32]bool{}
+	for i, step := range steps {
 		for _, e := range step.Evictions {
 			p, ok := gp.byName[e.Pod.Name]
-			if !ok || s.st[p].node != int32(ni) {
+			if ok && evicted[p] {
+				// Two steps naming one pod evict it once.
+				continue
+			}
+			if !ok || s.st[p].node != int32(at[i]) {
 				return false, fmt.Errorf("plan at t=%ds evicts %s, not running on %s", s.now, e.Pod, step.Node)
 			}
 			s.evict(p)
+			evicted[p] = true
 		}
+	}
+	changed := false
+	for i, step := range steps {
+		n := s.nodes[at[i]]
 		for _, ch := range step.GPUs {
 			if ch.Index < 0 || ch.Index >= len(n.gpus) {
 				return false, fmt.Errorf("plan at t=%ds changes GPU %d of %s", s.now, ch.Index, step.Node)
@@ -281,5 +305,5 @@ func (gp *gpupoolPlanner) plan() (bool, error) {
 			changed = true
 		}
 	}
-	return changed, nil
+	return changed || len(evicted) > 0, nil
 }

@@ -34,12 +34,66 @@ func (s stat) format(unit string, digits int) string {
 	return fmt.Sprintf("%.*f%s [%.*f-%.*f]", digits, s.mean, unit, digits, s.lo, digits, s.hi)
 }
 
+func placedPct(x *Result) float64 { return 100 * float64(x.Placed) / float64(max(x.GPUPods, 1)) }
+
+func evictionsPer1k(x *Result) float64 {
+	return 1000 * float64(x.Evictions) / float64(max(x.GPUPods, 1))
+}
+
+// placedOf formats pods placed of pods offered, averaged over seeds, or "-" when none were
+// offered: a share alone would hide that 8-GPU pods are a few dozen of thousands.
+func placedOf(runs []*Result, placed, offered func(*Result) int) string {
+	off := statOf(runs, func(x *Result) float64 { return float64(offered(x)) })
+	if off.hi == 0 {
+		return "-"
+	}
+	pl := statOf(runs, func(x *Result) float64 { return float64(placed(x)) })
+	return fmt.Sprintf("%.0f of %.0f (%.1f%%)", pl.mean, off.mean, 100*pl.mean/off.mean)
+}
+
+// servedNothing says whether no run of any strategy placed a single pod of a workload that
+// offered some: the table would be all zeros, and the reader needs to be told why instead.
+func servedNothing(sums []Summary) bool {
+	offered := false
+	for _, s := range sums {
+		for _, r := range s.Runs {
+			if r.Placed > 0 {
+				return false
+			}
+			offered = offered || r.GPUPods > 0
+		}
+	}
+	return offered
+}
+
 // Table renders one workload's summaries as a Markdown table.
 func Table(title string, sums []Summary) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### %s\n\n", title)
-	b.WriteString("| strategy | served GPU demand % | pods placed % | pending mean min | pending p95 min | free slices % | stranded by layout % | stranded by CPU/mem % | evictions / 1k pods | planner calls | planner ms mean | planner ms p95 | invalid layouts |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	var warnings strings.Builder
+	for _, s := range sums {
+		// A dynamic strategy never called while pods pended would show the initial layout's
+		// figures as if they were its own: say so rather than print them silently.
+		idle := len(s.Runs) > 0
+		for _, r := range s.Runs {
+			idle = idle && r.PlannerCalls == 0 && r.Placed < r.GPUPods
+		}
+		if s.Strategy.Dynamic() && idle {
+			fmt.Fprintf(&warnings, "Warning: %s was never called although pods pended; the measured window is shorter than a planner "+
+				"interval, so its row shows the initial layout, not the strategy.\n\n", s.label())
+		}
+	}
+	if servedNothing(sums) {
+		fmt.Fprintf(&b, "No strategy placed a single pod of this workload (%d GPU pods in the measured window), so there is "+
+			"nothing to compare.", sums[0].Runs[0].GPUPods)
+		if warnings.Len() == 0 {
+			b.WriteString(" Its pods ask for more than any node has free (GPUs, CPU or memory).")
+		}
+		b.WriteString("\n\n" + warnings.String())
+		return b.String()
+	}
+	b.WriteString("| strategy | served GPU demand % | pods placed % | multi-GPU pods placed | 8-GPU pods placed | pending mean min | pending p95 min | free slices % | stranded by layout % | stranded by CPU/mem % | evictions / 1k pods | planner calls | planner ms mean | planner ms p95 | invalid layouts |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range sums {
 		r := s.Runs
 		ms := func(d func(*Result) time.Duration) stat {
@@ -51,19 +105,123 @@ func Table(title string, sums []Summary) string {
 			inv := statOf(r, func(x *Result) float64 { return float64(x.Invalid) })
 			invalid = fmt.Sprintf("%.0f of %.0f (%.1f%%)", inv.mean, prop.mean, 100*inv.mean/max(prop.mean, 1))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.label(),
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.label(),
 			statOf(r, func(x *Result) float64 { return x.ServedPct }).format("", 1),
-			statOf(r, func(x *Result) float64 { return 100 * float64(x.Placed) / float64(max(x.GPUPods, 1)) }).format("", 1),
+			statOf(r, placedPct).format("", 1),
+			placedOf(r, func(x *Result) int { return x.MultiPlaced }, func(x *Result) int { return x.MultiPods }),
+			placedOf(r, func(x *Result) int { return x.EightPlaced }, func(x *Result) int { return x.EightPods }),
 			statOf(r, func(x *Result) float64 { return x.MeanPending / 60 }).format("", 1),
 			statOf(r, func(x *Result) float64 { return x.P95Pending / 60 }).format("", 1),
 			statOf(r, func(x *Result) float64 { return x.FreePct }).format("", 1),
 			statOf(r, func(x *Result) float64 { return x.StrandedPct }).format("", 2),
 			statOf(r, func(x *Result) float64 { return x.StrandedCPUPct }).format("", 1),
-			statOf(r, func(x *Result) float64 { return 1000 * float64(x.Evictions) / float64(max(x.GPUPods, 1)) }).format("", 1),
+			statOf(r, evictionsPer1k).format("", 1),
 			statOf(r, func(x *Result) float64 { return float64(x.PlannerCalls) }).format("", 0),
 			ms(func(x *Result) time.Duration { return x.PlannerMean }).format("", 1),
 			ms(func(x *Result) time.Duration { return x.PlannerP95 }).format("", 1),
 			invalid)
+	}
+	b.WriteString("\n" + warnings.String())
+	return b.String()
+}
+
+// NoGPUDemand is what the report says for a pod list without a single GPU pod, in place of a
+// table of zeros.
+func NoGPUDemand(title string, l *PodList) string {
+	return fmt.Sprintf("### %s\n\nNo GPU demand: %s has %d CPU-only pods and no GPU pod, so no strategy has anything to "+
+		"serve and nothing was replayed.\n\n", title, l.File, l.CPUOnly)
+}
+
+// ListRow is one pod list's line in the all-lists summary.
+type ListRow struct {
+	File, Product string
+	// Work is the replayed workload, for its offered load.
+	Work Workload
+	// Note replaces the figures when there are none, e.g. "no GPU demand".
+	Note string
+	Sums []Summary
+}
+
+// ListsSummary renders one line per pod list: served demand per strategy and evictions per
+// 1,000 pods for the gpupool strategies that evict, so that lists can be compared at a glance.
+func ListsSummary(rows []ListRow, strategies []Strategy, budget string) string {
+	var b strings.Builder
+	var evicting []Strategy
+	for _, st := range strategies {
+		if st.Gpupool() && !st.autoIdle() {
+			evicting = append(evicting, st)
+		}
+	}
+	b.WriteString("| list | product | offered % |")
+	for _, st := range strategies {
+		fmt.Fprintf(&b, " %s served %% |", st.Short(budget))
+	}
+	for _, st := range evicting {
+		fmt.Fprintf(&b, " %s evictions / 1k pods |", st.Short(budget))
+	}
+	b.WriteString("\n|---|---|---|" + strings.Repeat("---|", len(strategies)+len(evicting)) + "\n")
+	for _, row := range rows {
+		offered := fmt.Sprintf("%.0f", 100*row.Work.Offered)
+		if row.Work.Capped {
+			offered += " (capped)"
+		}
+		fmt.Fprintf(&b, "| %s | %s |", row.File, row.Product)
+		note := row.Note
+		if note == "" && servedNothing(row.Sums) {
+			note = "no strategy placed any pod"
+		}
+		if note != "" {
+			fmt.Fprintf(&b, " %s | %s |%s\n", offered, note, strings.Repeat(" |", len(strategies)+len(evicting)-1))
+			continue
+		}
+		by := map[Strategy]Summary{}
+		for _, s := range row.Sums {
+			by[s.Strategy] = s
+		}
+		fmt.Fprintf(&b, " %s |", offered)
+		cell := func(st Strategy, f func(*Result) float64, digits int) string {
+			s, ok := by[st]
+			if !ok {
+				return "-"
+			}
+			return fmt.Sprintf("%.*f", digits, statOf(s.Runs, f).mean)
+		}
+		for _, st := range strategies {
+			fmt.Fprintf(&b, " %s |", cell(st, func(x *Result) float64 { return x.ServedPct }, 1))
+		}
+		for _, st := range evicting {
+			fmt.Fprintf(&b, " %s |", cell(st, evictionsPer1k, 1))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// SweepPoint is the gpupool replays of one maxDisruptedNodes budget in the budget sweep.
+type SweepPoint struct {
+	Budget      string
+	Idle, Evict Summary
+}
+
+// SweepTable renders the budget sweep: served demand and evictions per budget for AutoIdle and
+// Auto, next to the fluid ceilings, which no budget moves.
+func SweepTable(title string, pts []SweepPoint, ceilings []Summary) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### %s\n\n", title)
+	b.WriteString("| maxDisruptedNodes | AutoIdle served % | Auto served % | Auto evictions / 1k pods | AutoIdle planner calls | Auto planner calls |\n|---|---|---|---|---|---|\n")
+	for _, pt := range pts {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", pt.Budget,
+			statOf(pt.Idle.Runs, func(x *Result) float64 { return x.ServedPct }).format("", 1),
+			statOf(pt.Evict.Runs, func(x *Result) float64 { return x.ServedPct }).format("", 1),
+			statOf(pt.Evict.Runs, evictionsPer1k).format("", 1),
+			statOf(pt.Idle.Runs, func(x *Result) float64 { return float64(x.PlannerCalls) }).format("", 0),
+			statOf(pt.Evict.Runs, func(x *Result) float64 { return float64(x.PlannerCalls) }).format("", 0))
+	}
+	b.WriteString("\n")
+	for _, c := range ceilings {
+		fmt.Fprintf(&b, "%s, whatever the budget: %s served.\n\n", c.label(),
+			statOf(c.Runs, func(x *Result) float64 { return x.ServedPct }).format("%", 1))
 	}
 	return b.String()
 }
@@ -81,6 +239,24 @@ func Goals(title string, sums []Summary) string {
 		return ""
 	}
 	fl := statOf(fluid.Runs, func(x *Result) float64 { return x.ServedPct })
+	ceiling := fl.mean
+	if mig, ok := by[FluidMigrate]; ok {
+		ceiling = max(ceiling, statOf(mig.Runs, func(x *Result) float64 { return x.ServedPct }).mean)
+	}
+	for _, s := range sums {
+		if v := statOf(s.Runs, func(x *Result) float64 { return x.ServedPct }).mean; s.Strategy != Fluid && s.Strategy != FluidMigrate && v > ceiling {
+			// The ceilings drop MIG geometry but schedule in the same first-fit order as
+			// everyone else, so over time another strategy's different choices can serve more.
+			fmt.Fprintf(&b, "- %s served more than both fluid ceilings (%.1f vs %.1f): they bound packing at each moment, not "+
+				"where first-fit scheduling leads over the replay\n", s.label(), v, ceiling)
+		}
+	}
+	if mig, ok := by[FluidMigrate]; ok {
+		ms := statOf(mig.Runs, func(x *Result) float64 { return x.ServedPct })
+		moves := statOf(mig.Runs, func(x *Result) float64 { return 1000 * float64(x.Migrations) / float64(max(x.GPUPods, 1)) })
+		fmt.Fprintf(&b, "- migration: free moves of running pods at each planner interval add %+.2f points to the fluid ceiling "+
+			"(%.1f vs %.1f), moving %.0f running pods per 1,000 pods\n", ms.mean-fl.mean, ms.mean, fl.mean, moves.mean)
+	}
 	for _, st := range []Strategy{GpupoolIdle, GpupoolEvict, GpupoolIdleAll, GpupoolEvictAll, GpupoolShare} {
 		g, ok := by[st]
 		if !ok {
@@ -126,7 +302,7 @@ func Goals(title string, sums []Summary) string {
 		es := statOf(e.Runs, func(x *Result) float64 { return x.ServedPct })
 		ev := statOf(e.Runs, func(x *Result) float64 { return 1000 * float64(x.Evictions) / float64(max(x.GPUPods, 1)) })
 		fmt.Fprintf(&b, "- evict-and-repack vs no eviction, maxDisruptedNodes %s: %+.2f points served for %.1f evictions per 1,000 pods\n",
-			pair[0].budgetFor(i.Budget), es.mean-is.mean, ev.mean)
+			pair[0].BudgetFor(i.Budget), es.mean-is.mean, ev.mean)
 	}
 	if sh, ok := by[GpupoolShare]; ok {
 		if e, ok := by[GpupoolEvict]; ok {
@@ -189,10 +365,35 @@ const MethodNotes = `How the replay works:
   A shared GPU takes a pod while its pods' slices stay <= 7 and a replica is free: MPS with each
   client held to its slices, so served demand is counted as for every other strategy.
 - static all-7g: MIG off; every pod takes whole GPUs (a 1g pod takes a whole GPU).
-- fluid ceiling: a GPU serves any set of single-GPU pods whose slices sum to <= 7; whole-GPU
-  pods need that many fully free GPUs on one node.
-- A replay depends only on its pod list, product, strategy and seed; one that appears in two
-  tables (the sharing run repeats the default list's baselines) is run once.
+- fluid ceiling, no migration: a GPU serves any set of single-GPU pods whose slices sum to
+  <= 7; whole-GPU pods need that many fully free GPUs on one node; a pod stays where it
+  started.
+- fluid ceiling with migration: the same pools of compute slices, and at each planner interval
+  while pods pend every running pod may move to any node and GPU at no cost (no eviction, no
+  lost runtime): the pool is repacked largest pod first (first fit over the node order, the
+  fullest GPU that fits), and the repack is kept only when every running pod still runs and
+  a pending pod now fits. It bounds what cross-node repacking could add, as far as that
+  first-fit-decreasing repack packs tightly (it is a heuristic, not an optimum).
+- multi-GPU and 8-GPU pods placed: the window's pods asking for more than one GPU (and for 8),
+  placed before the replay ends, of those offered (mean over seeds); an 8-GPU pod needs a whole
+  idle 8-GPU node, so it is what a fragmented pool starves first.
+- Pod lists: every openb_pod_list_*.csv reads the same way. A list without creation and
+  deletion times (the multigpu lists) takes them from the default list: a pod with a namesake
+  there takes its namesake's times (those lists repeat the default list's rows under the same
+  names), and each appended pod takes its arrival from one default GPU pod and its runtime from
+  one default pod asking for as many GPUs, both picked by a hash of its name. gpu_spec (the
+  GPU models a gpuspec pod accepts) cannot be honoured, since every trace GPU is modelled as
+  one product; CPU-only pods are skipped, so the cpu lists replay their GPU pods only.
+- Load: the compression is capped so that the measured window spans at least the minimum
+  number of planner intervals stated with each list; a list that cannot offer the target load
+  in a window that long is replayed at the load it can offer, marked "capped".
+- A replay depends only on its pod list, product, strategy, budget and seed; one that appears
+  in two tables (the sharing run repeats the first list's baselines, the budget sweep its
+  budget and 100% rows) is run once.
+- Evictions and moves: a pod the planner evicts goes back to the pending queue with no tie to
+  its node and lands wherever the scheduler finds room once the plan is applied, so a pod the
+  planner expects on another node (a cross-node move) can land there. Every eviction of a plan
+  happens before any GPU changes, so the order of its steps does not change the outcome.
 - Metrics, over the measured window: served GPU demand = time average of the mapped compute
   slices of running pods / all compute slices (a whole GPU counts 7; a 1g pod on a whole GPU
   counts 1); pods placed = pods arriving in the window placed before the replay ends; pending =

@@ -36,8 +36,13 @@ const (
 	// mig-parted applies its layouts: mig-parted destroys every instance of a GPU whose layout
 	// changes, so instances cannot be added next to a running pod without evicting it.
 	CountsOnlyIdle Strategy = "counts-only greedy, idle GPUs only (nos-style on mig-parted)"
-	// Fluid is the ceiling: compute slices only, no geometry.
-	Fluid Strategy = "fluid ceiling"
+	// Fluid is the ceiling without migration: compute slices only, no geometry, and a pod
+	// stays where it started.
+	Fluid Strategy = "fluid ceiling, no migration"
+	// FluidMigrate is the ceiling with migration: compute slices only, and at every planner
+	// interval any running pod may move to any node or GPU at no cost, so it bounds what
+	// cross-node repacking could add to the fluid ceiling.
+	FluidMigrate Strategy = "fluid ceiling with migration"
 	// GpupoolShare is gpupool's planner with approval Auto where fractional pods (below 7
 	// slices) ask for a replica of an MPS-shared GPU (nvidia.com/gpu.shared) instead of a MIG
 	// instance, and single-GPU pods of 7 slices for a whole GPU: nodes are exclusive or shared.
@@ -45,15 +50,25 @@ const (
 )
 
 // SharingStrategies are compared in the sharing run.
-var SharingStrategies = []Strategy{GpupoolEvict, GpupoolShare, CountsOnly, Fluid}
+var SharingStrategies = []Strategy{GpupoolEvict, GpupoolShare, CountsOnly, Fluid, FluidMigrate}
 
 // sharedReplicas is the MPS replica count the sharing run's catalog allows: as many clients as
 // a GPU has compute slices, each held to its own slices (the sim checks the slice sum).
 const sharedReplicas = 7
 
-// Strategies lists every strategy in report order.
+// Strategies lists every strategy in report order; -strategies picks them by index, so new
+// ones go at the end.
 var Strategies = []Strategy{GpupoolIdle, GpupoolEvict, GpupoolIdleAll, GpupoolEvictAll, CountsOnly, CountsOnlyIdle,
-	StaticBalanced, Static7g, Fluid}
+	StaticBalanced, Static7g, Fluid, FluidMigrate}
+
+// Dynamic says whether the strategy changes the cluster at planner intervals while pods pend.
+func (st Strategy) Dynamic() bool {
+	switch st {
+	case CountsOnly, CountsOnlyIdle, FluidMigrate:
+		return true
+	}
+	return st.Gpupool()
+}
 
 // Gpupool says whether the strategy is gpupool's planner.
 func (st Strategy) Gpupool() bool {
@@ -75,9 +90,38 @@ func (st Strategy) Label(budget string) string {
 	return string(st)
 }
 
-// budgetFor is the maxDisruptedNodes the strategy's policy gets in a run whose budget is
+// Short is the strategy's column heading in the all-lists summary.
+func (st Strategy) Short(budget string) string {
+	switch st {
+	case GpupoolIdle:
+		return "gpupool AutoIdle " + budget
+	case GpupoolEvict:
+		return "gpupool Auto " + budget
+	case GpupoolIdleAll:
+		return "gpupool AutoIdle 100%"
+	case GpupoolEvictAll:
+		return "gpupool Auto 100%"
+	case GpupoolShare:
+		return "gpupool + MPS, Auto " + budget
+	case CountsOnly:
+		return "counts-only"
+	case CountsOnlyIdle:
+		return "counts-only, idle GPUs"
+	case StaticBalanced:
+		return "static balanced"
+	case Static7g:
+		return "MIG off"
+	case Fluid:
+		return "fluid, no migration"
+	case FluidMigrate:
+		return "fluid with migration"
+	}
+	return string(st)
+}
+
+// BudgetFor is the maxDisruptedNodes the strategy's policy gets in a run whose budget is
 // given.
-func (st Strategy) budgetFor(budget string) string {
+func (st Strategy) BudgetFor(budget string) string {
 	if st == GpupoolIdleAll || st == GpupoolEvictAll {
 		return "100%"
 	}
@@ -133,7 +177,21 @@ type Result struct {
 	Violations int
 	// SkippedDisruptive counts AutoIdle steps with evictions, which that approval never applies.
 	SkippedDisruptive int
-	Wall              time.Duration
+	// MultiPods and MultiPlaced count the window's pods asking for more than one GPU and those
+	// of them placed; EightPods and EightPlaced the same for pods asking for 8 GPUs, which
+	// need a whole idle 8-GPU node and are the first a fragmented pool starves.
+	MultiPods, MultiPlaced, EightPods, EightPlaced int
+	// Migrations counts running pods the migration ceiling moved to another node or GPU.
+	Migrations int
+	// Series is served demand (% of all compute slices) at each sample time, warm-up included.
+	Series []Point
+	Wall   time.Duration
+}
+
+// Point is one sample of a replay's served demand: T seconds from the first arrival.
+type Point struct {
+	T      int64
+	Served float64
 }
 
 // memSlices is the memory slices of the canonical profile of each compute size.
@@ -277,24 +335,24 @@ type sim struct {
 	invalid        int
 	violations     int
 	skipped        int
+	migrations     int
+	series         []Point
 	gp             *gpupoolPlanner
 }
 
 func (s *sim) migKind() bool {
 	switch s.cfg.Strategy {
-	case Fluid, Static7g:
+	case Fluid, FluidMigrate, Static7g:
 		return false
 	}
 	return true
 }
 
-func (s *sim) dynamic() bool {
-	switch s.cfg.Strategy {
-	case CountsOnly, CountsOnlyIdle:
-		return true
-	}
-	return s.cfg.Strategy.Gpupool()
-}
+// fluid says whether GPUs are pools of compute slices rather than MIG instances.
+func (s *sim) fluid() bool { return s.cfg.Strategy == Fluid || s.cfg.Strategy == FluidMigrate }
+
+// dynamic says whether the strategy acts at planner intervals.
+func (s *sim) dynamic() bool { return s.cfg.Strategy.Dynamic() }
 
 // sharedShape says whether a pod asks for a shared replica under the sharing strategy.
 func (s *sim) sharedShape(sh Shape) bool {
@@ -460,6 +518,7 @@ func (s *sim) loop() error {
 			if t >= s.cfg.MeasureFrom {
 				s.sample()
 			}
+			s.series = append(s.series, Point{T: t - t0, Served: 100 * float64(s.usedSlices) / float64(max(s.totalSlices, 1))})
 			nextSample += s.cfg.SampleEvery
 		}
 		if s.dynamic() && dirty && len(s.queue) > 0 && nextTick == never {
@@ -563,11 +622,11 @@ func (s *sim) placeOn(p int32, ni int) bool {
 		}
 		for _, g := range gpus {
 			n.gpus[g].wholePod = p
-			if s.cfg.Strategy == Fluid {
+			if s.fluid() {
 				n.gpus[g].used = 7
 			}
 		}
-	} else if s.cfg.Strategy == Fluid {
+	} else if s.fluid() {
 		for g := range n.gpus {
 			gp := &n.gpus[g]
 			if gp.used+shape.Slices <= 7 {
@@ -618,8 +677,17 @@ func (s *sim) placeOn(p int32, ni int) bool {
 	return true
 }
 
-// unbind frees what a running pod holds.
+// unbind stops a running pod and frees what it holds.
 func (s *sim) unbind(p int32) {
+	s.release(p)
+	s.usedSlices -= int64(s.pods[p].Shape.DemandSlices())
+	s.st[p].seq++
+}
+
+// release frees what a running pod holds on its node and leaves it nowhere; unless unbind
+// follows, the pod keeps running (its departure stays due), as when the migration ceiling
+// moves it.
+func (s *sim) release(p int32) {
 	st := &s.st[p]
 	spec := &s.pods[p]
 	n := s.nodes[st.node]
@@ -627,12 +695,12 @@ func (s *sim) unbind(p int32) {
 		gp := &n.gpus[g]
 		if gp.wholePod == p {
 			gp.wholePod = -1
-			if s.cfg.Strategy == Fluid {
+			if s.fluid() {
 				gp.used = 0
 			}
 			continue
 		}
-		if s.cfg.Strategy == Fluid {
+		if s.fluid() {
 			gp.used -= spec.Shape.Slices
 			continue
 		}
@@ -653,9 +721,7 @@ func (s *sim) unbind(p int32) {
 	n.cpuFree += spec.CPU
 	n.memFree += spec.MemMiB
 	n.running = slices.DeleteFunc(n.running, func(q int32) bool { return q == p })
-	s.usedSlices -= int64(spec.Shape.DemandSlices())
 	st.node, st.gpus = -1, nil
-	st.seq++
 }
 
 // evict stops a running pod and puts it back in the pending queue with its remaining runtime,
@@ -770,7 +836,7 @@ func (s *sim) sample() {
 				if minShared > 7-gp.used || gp.sharedPods == gp.replicas {
 					st = f
 				}
-			case s.cfg.Strategy == Fluid:
+			case s.fluid():
 				f = int64(7 - gp.used)
 				if minMIG > 7-gp.used && (!wantWhole || gp.used != 0) {
 					st = f
@@ -825,6 +891,11 @@ func (s *sim) plan() (bool, error) {
 		changed := s.countsOnly()
 		s.plannerDur = append(s.plannerDur, time.Since(start))
 		return changed, nil
+	case s.cfg.Strategy == FluidMigrate:
+		start := time.Now()
+		changed := s.migrate()
+		s.plannerDur = append(s.plannerDur, time.Since(start))
+		return changed, nil
 	}
 	return false, nil
 }
@@ -832,7 +903,7 @@ func (s *sim) plan() (bool, error) {
 func (s *sim) result() *Result {
 	r := &Result{Strategy: s.cfg.Strategy, Seed: s.cfg.Seed, Evictions: s.evictions,
 		PlannerCalls: len(s.plannerDur), Proposed: s.proposed, Invalid: s.invalid, Violations: s.violations,
-		SkippedDisruptive: s.skipped}
+		SkippedDisruptive: s.skipped, Migrations: s.migrations, Series: s.series}
 	if s.totalSlices > 0 {
 		r.ServedPct = 100 * s.servedInt / float64(s.totalSlices)
 	}
@@ -842,9 +913,22 @@ func (s *sim) result() *Result {
 			continue
 		}
 		r.GPUPods++
-		if s.st[i].firstStart >= 0 {
+		placed := s.st[i].firstStart >= 0
+		if placed {
 			r.Placed++
 			waits = append(waits, float64(s.st[i].firstStart-s.pods[i].Arrive))
+		}
+		if w := s.pods[i].Shape.Whole; w > 1 {
+			r.MultiPods++
+			if placed {
+				r.MultiPlaced++
+			}
+			if w == 8 {
+				r.EightPods++
+				if placed {
+					r.EightPlaced++
+				}
+			}
 		}
 	}
 	r.MeanPending, r.P95Pending = meanP95(waits)

@@ -63,13 +63,14 @@ func TestLoadPodsSkipsCPUOnly(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "openb_pod_list_x.csv"), []byte(csv), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pods, cpuOnly, err := LoadPods(dir, "x")
+	l, err := LoadList(dir, "x")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cpuOnly != 1 || len(pods) != 2 || pods[0].Shape != (Shape{Slices: 3}) || pods[1].Shape != (Shape{Whole: 4}) ||
-		pods[0].Arrive != 5 || pods[0].Depart != 20 || pods[0].CPU != 2000 {
-		t.Fatalf("got %+v, %d CPU-only", pods, cpuOnly)
+	pods := l.Pods
+	if l.CPUOnly != 1 || len(pods) != 2 || pods[0].Shape != (Shape{Slices: 3}) || pods[1].Shape != (Shape{Whole: 4}) ||
+		pods[0].Arrive != 5 || pods[0].Depart != 20 || pods[0].CPU != 2000 || !l.Timed {
+		t.Fatalf("got %+v, %d CPU-only", pods, l.CPUOnly)
 	}
 }
 
@@ -255,11 +256,11 @@ func TestGpupoolAutoEvictionsRequeue(t *testing.T) {
 
 func TestPrepareOffersLoad(t *testing.T) {
 	pods := []PodSpec{pod("a", 7, 0, 0, 1000), pod("b", 7, 0, 500, 1500), pod("c", 7, 0, 1000, 2000)}
-	w := Prepare([][]PodSpec{pods, pods, pods}, 10, 0.5)
-	if len(w.Pods) != 9 || w.Offered < 0.49 || w.Offered > 0.51 {
-		t.Fatalf("got %d pods offering %.3f", len(w.Pods), w.Offered)
+	w := Prepare([][]PodSpec{pods, pods, pods}, 10, 0.5, 0)
+	if len(w.Pods) != 9 || w.Offered < 0.49 || w.Offered > 0.51 || w.Capped {
+		t.Fatalf("got %d pods offering %.3f, capped %v", len(w.Pods), w.Offered, w.Capped)
 	}
-	raw := Prepare([][]PodSpec{pods}, 1, 0)
+	raw := Prepare([][]PodSpec{pods}, 1, 0, 0)
 	if len(raw.Pods) != 3 || raw.Compression != 1 || raw.Pods[1].Arrive != 500 {
 		t.Fatalf("raw replay changed: %+v", raw)
 	}
@@ -269,10 +270,10 @@ func TestPrepareOffersLoad(t *testing.T) {
 // must keep names unique, and a list without times borrows them from the reference list.
 func TestMixAndBorrowTimes(t *testing.T) {
 	ref := []PodSpec{pod("p0", 1, 0, 5, 50), pod("p1", 2, 0, 6, 60)}
-	untimed := []PodSpec{pod("p0", 0, 2, 0, 0), pod("p1", 0, 4, 0, 0), pod("gone", 1, 0, 0, 0)}
-	timed := BorrowTimes(untimed, ref)
-	if len(timed) != 2 || timed[1].Arrive != 6 || timed[1].Depart != 60 || timed[1].Shape.Whole != 4 {
-		t.Fatalf("BorrowTimes = %+v", timed)
+	untimed := []PodSpec{pod("p0", 0, 2, 0, 0), pod("p1", 0, 4, 0, 0)}
+	timed, picked, err := BorrowTimes(untimed, ref)
+	if err != nil || picked != 0 || len(timed) != 2 || timed[1].Arrive != 6 || timed[1].Depart != 60 || timed[1].Shape.Whole != 4 {
+		t.Fatalf("BorrowTimes = %+v, %d picked, %v", timed, picked, err)
 	}
 	mix := Mix(ref, timed)
 	seen := map[string]bool{}

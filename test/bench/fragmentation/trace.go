@@ -6,12 +6,17 @@ package fragmentation
 
 import (
 	"encoding/csv"
+	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
+	"strings"
 )
 
 // NodeSpec is one trace node: its CPU, memory and GPU count.
@@ -85,25 +90,26 @@ const MappingText = "num_gpu 1: gpu_milli <= 142 -> 1g, <= 285 -> 2g, <= 428 -> 
 	"else (including 1000) -> one 7g MIG instance; num_gpu N > 1 -> N whole GPUs (MIG off) on one node; " +
 	"num_gpu 0 (CPU-only) skipped"
 
-func readCSV(path string) ([]map[string]string, error) {
+// readCSV reads a CSV file with a header row into one map per row, and returns the header.
+func readCSV(path string) ([]string, []map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("open trace file: %w", err)
+		return nil, nil, fmt.Errorf("open trace file: %w", err)
 	}
 	defer f.Close()
 	r := csv.NewReader(f)
 	header, err := r.Read()
 	if err != nil {
-		return nil, fmt.Errorf("read header of %s: %w", path, err)
+		return nil, nil, fmt.Errorf("read header of %s: %w", path, err)
 	}
 	var rows []map[string]string
 	for {
 		rec, err := r.Read()
-		if err == io.EOF {
-			return rows, nil
+		if errors.Is(err, io.EOF) {
+			return header, rows, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", path, err)
+			return nil, nil, fmt.Errorf("read %s: %w", path, err)
 		}
 		row := make(map[string]string, len(header))
 		for i, h := range header {
@@ -130,7 +136,7 @@ func atoi(row map[string]string, col string) (int64, error) {
 // LoadNodes reads openb_node_list_gpu_node.csv from dir.
 func LoadNodes(dir string) ([]NodeSpec, error) {
 	path := filepath.Join(dir, "openb_node_list_gpu_node.csv")
-	rows, err := readCSV(path)
+	_, rows, err := readCSV(path)
 	if err != nil {
 		return nil, err
 	}
@@ -152,29 +158,69 @@ func LoadNodes(dir string) ([]NodeSpec, error) {
 	return nodes, nil
 }
 
-// LoadPods reads one pod list (e.g. "default" for openb_pod_list_default.csv) from dir and
-// returns its GPU pods and how many CPU-only pods it skipped.
-func LoadPods(dir, list string) (pods []PodSpec, cpuOnly int, err error) {
-	path := filepath.Join(dir, "openb_pod_list_"+list+".csv")
-	rows, err := readCSV(path)
+// ListFile is the file name of a pod list, e.g. openb_pod_list_default.csv for "default".
+func ListFile(list string) string { return "openb_pod_list_" + list + ".csv" }
+
+// ListNames returns the pod lists in dir (every openb_pod_list_*.csv), sorted by name.
+func ListNames(dir string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, ListFile("*")))
 	if err != nil {
-		return nil, 0, err
+		return nil, fmt.Errorf("list pod lists in %s: %w", dir, err)
 	}
+	var names []string
+	for _, f := range files {
+		names = append(names, strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "openb_pod_list_"), ".csv"))
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no %s in %s", ListFile("*"), dir)
+	}
+	return names, nil
+}
+
+// PodList is one pod list as read from the trace.
+type PodList struct {
+	// Name is the list's name, e.g. "default"; File its file name.
+	Name, File string
+	// Pods are its GPU pods, in file order.
+	Pods []PodSpec
+	// CPUOnly counts the pods asking for no GPU, which the replay skips.
+	CPUOnly int
+	// Timed is false when the file has no creation_time column (the multigpu lists): its pods
+	// then read as all arriving at 0 and never leaving, and need BorrowTimes before a replay.
+	Timed bool
+	// GPUSpec counts GPU pods that name GPU models (gpu_spec, the gpuspec lists); every trace
+	// GPU is modelled as one product, so the replay cannot honour them.
+	GPUSpec int
+}
+
+// LoadList reads one pod list (e.g. "default" for openb_pod_list_default.csv) from dir.
+func LoadList(dir, list string) (*PodList, error) {
+	path := filepath.Join(dir, ListFile(list))
+	header, rows, err := readCSV(path)
+	if err != nil {
+		return nil, err
+	}
+	// A list without creation_time would otherwise replay every pod at t=0, forever.
+	l := &PodList{Name: list, File: ListFile(list), Timed: slices.Contains(header, "creation_time")}
 	for i, row := range rows {
 		var v [6]int64
 		for k, col := range []string{"cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time", "deletion_time"} {
 			if v[k], err = atoi(row, col); err != nil {
-				return nil, 0, fmt.Errorf("%s row %d: %w", path, i+2, err)
+				return nil, fmt.Errorf("%s row %d: %w", path, i+2, err)
 			}
 		}
 		shape, ok := MapShape(int(v[2]), int(v[3]))
 		if !ok {
-			cpuOnly++
+			l.CPUOnly++
 			continue
 		}
-		pods = append(pods, PodSpec{Name: row["name"], CPU: v[0], MemMiB: v[1], Shape: shape, Arrive: v[4], Depart: v[5]})
+		if row["gpu_spec"] != "" {
+			l.GPUSpec++
+		}
+		l.Pods = append(l.Pods, PodSpec{Name: row["name"], CPU: v[0], MemMiB: v[1], Shape: shape, Arrive: v[4], Depart: v[5]})
 	}
-	return pods, cpuOnly, nil
+	return l, nil
 }
 
 // Mix is the drift workload's second half: the pods of second on even rows and of third on
@@ -193,25 +239,59 @@ func Mix(second, third []PodSpec) []PodSpec {
 	return out
 }
 
-// BorrowTimes gives each pod the creation and deletion times of the reference pod of the same
-// name; the multigpu lists carry no times, and are resampled from the default list by row.
-// Pods without a namesake are dropped.
-func BorrowTimes(pods, ref []PodSpec) []PodSpec {
+// BorrowTimes gives the pods of a list without times (the multigpu lists) times from ref, a
+// timed list. A pod with a namesake in ref takes its namesake's creation and deletion times:
+// the multigpu lists repeat the default list's rows under the same names and then append
+// their extra multi-GPU pods. Every other pod takes its arrival from one GPU pod of ref and its
+// runtime from one pod of ref asking for as many GPUs (any GPU pod when ref has none of that
+// size), each picked by a hash of its name: the added pods spread over the trace's arrivals
+// and run as long as the trace's pods of their size do, and the picks do not depend on the
+// seed. Dropping them instead, as this function once did, replayed the multigpu lists as the
+// default list. It returns the pods and how many took picked rather than namesake times.
+func BorrowTimes(pods, ref []PodSpec) ([]PodSpec, int, error) {
+	if len(ref) == 0 {
+		return nil, 0, fmt.Errorf("no timed GPU pods to borrow times from")
+	}
 	byName := make(map[string]PodSpec, len(ref))
+	bySize := map[int][]PodSpec{}
 	for _, p := range ref {
 		byName[p.Name] = p
+		bySize[p.Shape.gpus()] = append(bySize[p.Shape.gpus()], p)
 	}
-	var out []PodSpec
+	out := make([]PodSpec, 0, len(pods))
+	picked := 0
 	for _, p := range pods {
-		r, ok := byName[p.Name]
-		if !ok {
+		if r, ok := byName[p.Name]; ok {
+			p.Arrive, p.Depart = r.Arrive, r.Depart
+			out = append(out, p)
 			continue
 		}
-		p.Arrive, p.Depart = r.Arrive, r.Depart
+		picked++
+		at := ref[nameHash(p.Name, "arrival")%uint64(len(ref))]
+		same := bySize[p.Shape.gpus()]
+		if len(same) == 0 {
+			same = ref
+		}
+		run := same[nameHash(p.Name, "runtime")%uint64(len(same))]
+		p.Arrive, p.Depart = at.Arrive, at.Arrive
+		if run.Depart > run.Arrive {
+			p.Depart = at.Arrive + run.Depart - run.Arrive
+		}
 		out = append(out, p)
 	}
-	return out
+	return out, picked, nil
 }
+
+func nameHash(name, salt string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(salt))
+	h.Write([]byte{0})
+	h.Write([]byte(name))
+	return h.Sum64()
+}
+
+// gpus is how many GPUs the shape asks for: whole GPUs, or one for a MIG instance.
+func (s Shape) gpus() int { return max(s.Whole, 1) }
 
 // Workload is a pod list ready to replay: the trace looped and time-compressed so that the
 // cluster sees a steady offered load, and the time from which the replay measures.
@@ -222,9 +302,20 @@ type Workload struct {
 	// Offered is the GPU demand offered inside the measured window, as a fraction of the
 	// cluster's compute slices (slices times the part of each runtime inside the window).
 	Offered float64
+	// Target is the load asked for; Offered falls short of it when Capped.
+	Target float64
+	// Capped says the compression stopped at the shortest window allowed: the list offers
+	// less than Target in any window that long (its pods are too few, or run too briefly).
+	Capped bool
+	// Window is the measured window's length in replayed seconds.
+	Window int64
 	// Compression is how many times faster than the trace the arrivals come.
 	Compression float64
 }
+
+// maxCompression bounds the search for a compression: beyond it a list's arrivals all fall
+// within seconds.
+const maxCompression = 1e7
 
 // Prepare plays the lists in copies back to back (copy r renamed "<name>~r") and compresses the
 // arrival times toward the first one, keeping every runtime, so that the demand offered in the
@@ -232,9 +323,16 @@ type Workload struct {
 // 1% of the modelled cluster (runtimes are minutes, arrivals span months), where no strategy
 // fragments; a single copy cannot offer a steady load either, because its first arrivals find
 // an empty cluster. load <= 0 keeps the raw timestamps of one copy.
-func Prepare(copies [][]PodSpec, totalGPUs int, load float64) Workload {
+//
+// The compression never shrinks the measured window below minWindow seconds (callers pass a
+// number of planner intervals): a list whose runtimes are short next to its compressed span
+// offers little more however hard it is compressed, and the search would otherwise squeeze
+// the whole window into a second, which ends the replay before the first planner call, so
+// every dynamic strategy would serve what the initial layout serves. Such a list is replayed
+// at the load the shortest window allows, and Capped says so.
+func Prepare(copies [][]PodSpec, totalGPUs int, load float64, minWindow int64) Workload {
 	if len(copies) == 0 || len(copies[0]) == 0 {
-		return Workload{}
+		return Workload{Target: load}
 	}
 	lo, hi := copies[0][0].Arrive, copies[0][0].Arrive
 	for _, c := range copies {
@@ -266,10 +364,11 @@ func Prepare(copies [][]PodSpec, totalGPUs int, load float64) Workload {
 		from = lo
 	}
 	if load <= 0 {
-		return Workload{Pods: looped, MeasureFrom: from, Offered: windowLoad(looped, totalGPUs, lo, from, end, 1), Compression: 1}
+		return Workload{Pods: looped, MeasureFrom: from, Offered: windowLoad(looped, totalGPUs, lo, from, end, 1), Compression: 1,
+			Target: load, Window: end - from}
 	}
 	// The windowed load grows with the compression, so bisect on its logarithm.
-	a, b := 0.0, 7.0
+	a, b := 0.0, math.Log10(maxCompression)
 	for range 50 {
 		mid := (a + b) / 2
 		if windowLoad(looped, totalGPUs, lo, from, end, math.Pow(10, mid)) < load {
@@ -279,6 +378,12 @@ func Prepare(copies [][]PodSpec, totalGPUs int, load float64) Workload {
 		}
 	}
 	k := math.Pow(10, b)
+	capped := false
+	if minWindow > 0 {
+		if most := float64(end-from) / float64(minWindow); k > most {
+			k, capped = max(most, 1), true
+		}
+	}
 	out := make([]PodSpec, len(looped))
 	for i, p := range looped {
 		run := p.Depart - p.Arrive
@@ -288,8 +393,9 @@ func Prepare(copies [][]PodSpec, totalGPUs int, load float64) Workload {
 		}
 		out[i] = p
 	}
-	return Workload{Pods: out, MeasureFrom: lo + int64(float64(from-lo)/k), Compression: k,
-		Offered: windowLoad(looped, totalGPUs, lo, from, end, k)}
+	measureFrom := lo + int64(float64(from-lo)/k)
+	return Workload{Pods: out, MeasureFrom: measureFrom, Compression: k, Target: load, Capped: capped,
+		Window: lo + int64(float64(end-lo)/k) - measureFrom, Offered: windowLoad(looped, totalGPUs, lo, from, end, k)}
 }
 
 // windowLoad is the demand pods offer in [from, end] once their arrivals are compressed k-fold
