@@ -39,7 +39,7 @@ const DefaultConfigPropagation = 90 * time.Second
 // step one decision further (rollout.Step) and performs the decision's actions.
 func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy,
 	status *v1alpha1.RepartitionPlanStatus, now time.Time) (time.Duration, error) {
-	budget, err := r.budget(ctx, policy)
+	budgets, err := r.budgets(ctx, policy)
 	if err != nil {
 		return 0, err
 	}
@@ -48,12 +48,12 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 	stopped := ""
 	switch {
 	case !rollout.Approved(plan, policy):
-		budget, stopped = 0, fmt.Sprintf("stopped: its approval no longer holds (no %s=%s, and approval %s does not approve it)",
+		budgets, stopped = rollout.Budgets{}, fmt.Sprintf("stopped: its approval no longer holds (no %s=%s, and approval %s does not approve it)",
 			v1alpha1.AnnotationApprove, plan.Spec.Hash, policy.Spec.Disruption.Approval)
-	case budget <= 0:
-		stopped = "stopped: the policy's maxDisruptedNodes allows no node to change now"
+	default:
+		stopped = "stopped: the policy's maxDisruptedNodes and maxReconfiguringNodes allow none of its remaining nodes to change now"
 	}
-	start, _, _ := rollout.Progress(plan.Spec.Steps, status.Nodes, budget)
+	start, _, _, _ := rollout.Progress(plan.Spec.Steps, status.Nodes, budgets)
 	timeouts := rollout.Timeouts{
 		Drain:              durationOr(policy.Spec.Disruption.DrainTimeout, 15*time.Minute),
 		Configure:          durationOr(policy.Spec.Disruption.ConfigureTimeout, 10*time.Minute),
@@ -118,7 +118,8 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 			requeue = res.RequeueAfter
 		}
 	}
-	_, phase, progress := rollout.Progress(plan.Spec.Steps, status.Nodes, budget)
+	_, waiting, phase, progress := rollout.Progress(plan.Spec.Steps, status.Nodes, budgets)
+	status.Waiting = waiting
 	if phase == v1alpha1.PlanFailed && stopped != "" && !slices.ContainsFunc(status.Nodes, func(n v1alpha1.NodeStepStatus) bool {
 		return n.State == v1alpha1.NodeFailed
 	}) {
@@ -172,13 +173,16 @@ func (r *PlanReconciler) revalidateStep(ctx context.Context, plan *v1alpha1.Repa
 	return r.revalidate(ctx, one)
 }
 
-// budget is the policy's maxDisruptedNodes resolved against its pool's size now.
-func (r *PlanReconciler) budget(ctx context.Context, policy *v1alpha1.GPUPoolPolicy) (int, error) {
+// budgets are the policy's maxDisruptedNodes and maxReconfiguringNodes resolved against its
+// pool's size now.
+func (r *PlanReconciler) budgets(ctx context.Context, policy *v1alpha1.GPUPoolPolicy) (rollout.Budgets, error) {
 	nodes, err := r.poolNodes(ctx, policy)
 	if err != nil {
-		return 0, err
+		return rollout.Budgets{}, err
 	}
-	return planner.Budget(policy.Spec.Disruption.MaxDisruptedNodes, len(nodes)), nil
+	d := &policy.Spec.Disruption
+	return rollout.Budgets{Disrupting: planner.Budget(d.MaxDisruptedNodes, len(nodes)),
+		Reconfiguring: planner.ReconfigureBudget(d.MaxReconfiguringNodes, len(nodes))}, nil
 }
 
 // poolNodes lists the nodes the policy's selector selects now.

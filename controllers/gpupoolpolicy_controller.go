@@ -241,7 +241,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	res := r.remembered(policy, young, frozenKey(frozen))
 	if res == nil {
 		if res, err = planner.Plan(planner.Input{Snapshot: snap, Pending: pending, Policy: policy,
-			Frozen: frozen, InFlight: inFlight, EvictionsPaused: pool.EvictionsPaused(policy, own, now), Now: now}); err != nil {
+			Frozen: frozen, InFlightDisrupting: inFlight.disrupting, InFlightReconfiguring: inFlight.reconfiguring, EvictionsPaused: pool.EvictionsPaused(policy, own, now), Now: now}); err != nil {
 			return reconcile.Result{RequeueAfter: policyRecheckInterval},
 				r.reportUnusable(ctx, policy, reasonPlanningFailed, fmt.Sprintf("the planner cannot plan for this policy: %v", err))
 		}
@@ -754,15 +754,20 @@ func conflictMessage(conflicts map[string]string) string {
 	return "nodes selected by two policies are left alone by both: " + strings.Join(names, ", ")
 }
 
+// inFlight counts the pool's nodes that executing plans are changing now, by budget.
+type inFlight struct {
+	disrupting, reconfiguring int
+}
+
 // frozenNodes are the nodes the planner must not change now, and how many of the pool's
 // nodes executing plans are changing.
-func frozenNodes(policy *v1alpha1.GPUPoolPolicy, w *world, conflicts map[string]string, now time.Time) (map[string]string, int) {
+func frozenNodes(policy *v1alpha1.GPUPoolPolicy, w *world, conflicts map[string]string, now time.Time) (map[string]string, inFlight) {
 	frozen := map[string]string{}
 	for n, other := range conflicts {
 		frozen[n] = "also selected by policy " + other
 	}
 	window := durationOr(policy.Spec.Planning.StabilizationWindow, defaultStabilization)
-	inFlight := 0
+	var flying inFlight
 	for _, p := range w.plans {
 		for _, step := range p.Spec.Steps {
 			// A node whose step failed waits, longer after each failure, before it is planned
@@ -785,8 +790,10 @@ func frozenNodes(policy *v1alpha1.GPUPoolPolicy, w *world, conflicts map[string]
 			switch {
 			case running && (st == nil || (st.State != v1alpha1.NodeDone && st.State != v1alpha1.NodeFailed)):
 				frozen[step.Node] = "plan " + p.Name + " is changing it"
-				if p.Spec.Policy == policy.Name {
-					inFlight++
+				if p.Spec.Policy == policy.Name && step.Disruptive {
+					flying.disrupting++
+				} else if p.Spec.Policy == policy.Name {
+					flying.reconfiguring++
 				}
 			case st != nil && st.State == v1alpha1.NodeDone && st.LastTransitionTime != nil &&
 				now.Sub(st.LastTransitionTime.Time) < window:
@@ -795,7 +802,7 @@ func frozenNodes(policy *v1alpha1.GPUPoolPolicy, w *world, conflicts map[string]
 			}
 		}
 	}
-	return frozen, inFlight
+	return frozen, flying
 }
 
 // inPool keeps the pending pods that could run on some node of the pool: demand elsewhere

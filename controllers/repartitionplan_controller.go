@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/metrics"
 	"github.com/gpupool/gpupool/internal/rollout"
 )
@@ -249,19 +251,34 @@ func policyRef(policy *v1alpha1.GPUPoolPolicy) runtime.Object {
 // revalidate takes a fresh look at what an approved plan changes, just before its first
 // disruptive step, and says why it must be cancelled ("" when it still holds).
 func (r *PlanReconciler) revalidate(ctx context.Context, plan *v1alpha1.RepartitionPlan) (string, error) {
-	facts := rollout.Facts{GPUs: map[string][]v1alpha1.GPUStatus{}, Pods: map[string]rollout.PodFact{}}
+	facts := rollout.Facts{GPUs: map[string][]v1alpha1.GPUStatus{}, Pods: map[string]rollout.PodFact{}, Cordoned: map[string]bool{}}
 	var refs []v1alpha1.PodReference
+	var nodes []string
 	for _, step := range plan.Spec.Steps {
-		gpuNode := &v1alpha1.GPUNode{}
-		err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, gpuNode)
-		switch {
-		case err == nil:
-			facts.GPUs[step.Node] = gpuNode.Status.GPUs
-		case !apierrors.IsNotFound(err):
-			return "", fmt.Errorf("reading GPUNode %s: %w", step.Node, err)
-		}
+		nodes = append(nodes, step.Node)
 		for _, e := range step.Evictions {
 			refs = append(refs, e.PodReference)
+			if e.LandingNode != "" && !slices.Contains(nodes, e.LandingNode) {
+				nodes = append(nodes, e.LandingNode)
+			}
+		}
+	}
+	for _, name := range nodes {
+		gpuNode := &v1alpha1.GPUNode{}
+		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, gpuNode)
+		switch {
+		case err == nil:
+			facts.GPUs[name] = gpuNode.Status.GPUs
+		case !apierrors.IsNotFound(err):
+			return "", fmt.Errorf("reading GPUNode %s: %w", name, err)
+		}
+		node := &corev1.Node{}
+		err = r.Client.Get(ctx, types.NamespacedName{Name: name}, node)
+		switch {
+		case err == nil:
+			facts.Cordoned[name] = node.Spec.Unschedulable
+		case !apierrors.IsNotFound(err):
+			return "", fmt.Errorf("reading node %s: %w", name, err)
 		}
 	}
 	refs = append(refs, plan.Spec.Expected.Pods...)
@@ -271,8 +288,17 @@ func (r *PlanReconciler) revalidate(ctx context.Context, plan *v1alpha1.Repartit
 		switch {
 		case err == nil:
 			if pod.DeletionTimestamp.IsZero() {
-				facts.Pods[ref.Namespace+"/"+ref.Name] = rollout.PodFact{Node: pod.Spec.NodeName,
+				fact := rollout.PodFact{Node: pod.Spec.NodeName, MIG: map[string]int64{},
 					DoNotDisrupt: pod.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true"}
+				for name, q := range demand.PodRequests(pod) {
+					switch kind, profile, isGPU := demand.Classify(name); {
+					case isGPU && kind == demand.KindMIG:
+						fact.MIG[profile] += q.Value()
+					case isGPU && kind == demand.KindGPU:
+						fact.WholeGPUs += q.Value()
+					}
+				}
+				facts.Pods[ref.Namespace+"/"+ref.Name] = fact
 			}
 		case !apierrors.IsNotFound(err):
 			return "", fmt.Errorf("reading pod %s/%s: %w", ref.Namespace, ref.Name, err)

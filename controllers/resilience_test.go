@@ -157,9 +157,9 @@ func evicted(t *testing.T, reg *prometheus.Registry) float64 {
 
 func intstrOf(n int) intstr.IntOrString { return intstr.FromInt32(int32(n)) }
 
-// TestBudgetOneWithThreeNodesChangesOneNodeAtATime guards maxDisruptedNodes: with the default
-// budget of 1, a plan over three nodes never has two of them out of service at once, and it
-// finishes all three.
+// TestBudgetOneWithThreeNodesChangesOneNodeAtATime guards the budgets: with a budget of 1 (here
+// maxReconfiguringNodes, as the steps evict nobody), a plan over three nodes never has two of
+// them out of service at once, and it finishes all three.
 func TestBudgetOneWithThreeNodesChangesOneNodeAtATime(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPlanController(t)
@@ -167,7 +167,10 @@ func TestBudgetOneWithThreeNodesChangesOneNodeAtATime(t *testing.T) {
 	for _, n := range nodes {
 		gpuNode(t, env, n, 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
 	}
-	autoPolicy(t, env)
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	policy.Spec.Disruption.Approval = v1.ApprovalAuto
+	policy.Spec.Disruption.MaxReconfiguringNodes = ptr.To(intstrOf(1))
+	g.Expect(env.Client.Create(context.Background(), policy)).To(Succeed())
 	plan := makePlan(t, env, "pool-a-20261129-b1b1b1b1", "b1b1b1b1b1b1b1b1",
 		toThreeG("gpu-1", "gpupool-b100000001"), toThreeG("gpu-2", "gpupool-b100000002"), toThreeG("gpu-3", "gpupool-b100000003"))
 
@@ -220,6 +223,7 @@ func TestFailedNodeIsReopenedOnlyWhenNoGPUIsHalfConfigured(t *testing.T) {
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	policy.Spec.Disruption.Approval = v1.ApprovalAuto
 	policy.Spec.Disruption.MaxDisruptedNodes = ptr.To(intstrOf(2))
+	policy.Spec.Disruption.MaxReconfiguringNodes = ptr.To(intstrOf(2))
 	g.Expect(env.Client.Create(context.Background(), policy)).To(Succeed())
 	plan := makePlan(t, env, "pool-a-20261129-f0f0f0f0", "f0f0f0f0f0f0f0f0",
 		toThreeG("whole", "gpupool-f000000001"), toThreeG("half", "gpupool-f000000002"))

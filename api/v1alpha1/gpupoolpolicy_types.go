@@ -137,13 +137,24 @@ type DisruptionPolicy struct {
 	// +optional
 	Approval ApprovalMode `json:"approval,omitempty"`
 
-	// MaxDisruptedNodes is how many nodes' layouts may be changing at once, as a count or a
-	// percentage of the pool's nodes (rounded up).
+	// MaxDisruptedNodes is how many nodes where pods are evicted may be changing at once, as a
+	// count or a percentage of the pool's nodes (rounded up). Nodes that only re-carve idle
+	// GPUs count against maxReconfiguringNodes instead.
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="must be a non-negative count or a percentage between 0% and 100%"
 	// +optional
 	MaxDisruptedNodes *intstr.IntOrString `json:"maxDisruptedNodes,omitempty"`
+
+	// MaxReconfiguringNodes is how many nodes that evict no pod, only re-carving idle GPUs, may
+	// be changing at once, as a count or a percentage of the pool's nodes (rounded up). Such a
+	// node is cordoned for the minutes mig-manager takes, but nothing running on it stops.
+	// Policies stored before this field existed read it as the default.
+	// +kubebuilder:default="50%"
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="must be a non-negative count or a percentage between 0% and 100%"
+	// +optional
+	MaxReconfiguringNodes *intstr.IntOrString `json:"maxReconfiguringNodes,omitempty"`
 
 	// DrainTimeout is how long a node may take to drain before its step fails.
 	// +kubebuilder:validation:Type=string

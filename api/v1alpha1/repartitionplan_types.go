@@ -85,6 +85,16 @@ type NodeStep struct {
 	// Disruptive is true when this step evicts a running pod.
 	// +optional
 	Disruptive bool `json:"disruptive,omitempty"`
+
+	// WaitsFor names the nodes whose steps must be done before this one starts: the nodes its
+	// evicted pods are expected to land on (make before break: the landing is carved and
+	// advertised before any pod that relies on it is evicted), and the nodes whose evicted pods
+	// land here before this node is cordoned. Every name is another step of the same plan.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=1000
+	// +kubebuilder:validation:items:MaxLength=253
+	// +optional
+	WaitsFor []string `json:"waitsFor,omitempty"`
 }
 
 // GPUChange is the layout change of one GPU.
@@ -113,6 +123,12 @@ type Eviction struct {
 	// +kubebuilder:validation:MaxLength=256
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// LandingNode is the node where the pod's replacement is expected to run: the step's own
+	// node when it comes back there after the change, another node of the pool when the plan
+	// moves it to free slices there. The eviction waits until the landing still has room.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	LandingNode string `json:"landingNode,omitempty"`
 }
 
 // PlanExpectation is the effect the planner predicts for a plan.
@@ -191,6 +207,15 @@ type NodeStepStatus struct {
 	RebootSeenTime *metav1.Time `json:"rebootSeenTime,omitempty"`
 }
 
+// NodeWait is a pending step that waits for other steps.
+type NodeWait struct {
+	// Node is the waiting step's node.
+	Node string `json:"node"`
+	// For names the nodes whose steps are not done yet.
+	// +kubebuilder:validation:MaxItems=1000
+	For []string `json:"for"`
+}
+
 // RepartitionPlanStatus is the persisted state machine of a plan.
 type RepartitionPlanStatus struct {
 	// ObservedGeneration is the generation this status was computed from.
@@ -208,6 +233,13 @@ type RepartitionPlanStatus struct {
 	// Progress is done/total nodes, e.g. 1/3.
 	// +optional
 	Progress string `json:"progress,omitempty"`
+	// Waiting lists the pending steps that wait for other steps to be done first, and for
+	// which: the nodes their moved pods land on, or the nodes whose pods land on them.
+	// +listType=map
+	// +listMapKey=node
+	// +kubebuilder:validation:MaxItems=1000
+	// +optional
+	Waiting []NodeWait `json:"waiting,omitempty"`
 	// Nodes is the per-node progress.
 	// +listType=map
 	// +listMapKey=node

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -325,12 +326,12 @@ func writePlan(ew *errWriter, pr *snapshot.PolicyReport, approval v1alpha1.Appro
 	if evictions == 0 {
 		return
 	}
-	ew.printf("    Evictions (each pod's controller recreates it; it must fit again):\n")
+	ew.printf("    Evictions (each pod's controller recreates it; it runs again where LANDS ON says):\n")
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "      POD\tNODE\tWHY\n")
+	fmt.Fprintf(tw, "      POD\tNODE\tLANDS ON\tWHY\n")
 	for _, s := range plan.Spec.Steps {
 		for _, e := range s.Evictions {
-			fmt.Fprintf(tw, "      %s/%s\t%s\t%s\n", e.Namespace, e.Name, s.Node, e.Reason)
+			fmt.Fprintf(tw, "      %s/%s\t%s\t%s\t%s\n", e.Namespace, e.Name, s.Node, cmp.Or(e.LandingNode, s.Node), e.Reason)
 		}
 	}
 	_ = tw.Flush()

@@ -108,6 +108,18 @@ type Pod struct {
 	Blocker string
 	// PDBs covering the pod ("namespace/name"); each eviction spends one of their budgets.
 	PDBs []string
+	// NodeSelector, RequiredAffinity and Tolerations are the pod's placement rules: the
+	// replacement its controller makes from the same template lands only where they hold.
+	NodeSelector     map[string]string
+	RequiredAffinity *corev1.NodeSelector
+	Tolerations      []corev1.Toleration
+}
+
+// MayRunOn says whether the pod's placement rules let its replacement run on node (resources
+// aside), as demand.Request.Matches judges a pending pod.
+func (p *Pod) MayRunOn(node *corev1.Node) bool {
+	ok, _ := demand.Request{NodeSelector: p.NodeSelector, RequiredAffinity: p.RequiredAffinity, Tolerations: p.Tolerations}.Matches(node)
+	return ok
 }
 
 // Layout is the GPU's current multiset of MIG profiles; empty when MIG is off.
@@ -303,6 +315,10 @@ func newPod(p *corev1.Pod, budgets *budgets, opts Options) *Pod {
 	}
 	if p.Spec.Priority != nil {
 		pod.Priority = *p.Spec.Priority
+	}
+	pod.NodeSelector, pod.Tolerations = p.Spec.NodeSelector, p.Spec.Tolerations
+	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		pod.RequiredAffinity = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
 	}
 	pod.PDBs = budgets.covering(p)
 	pod.Blocker = evictionBlocker(p, pod.PDBs, budgets, opts)

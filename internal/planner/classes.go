@@ -47,17 +47,25 @@ type dims struct {
 	names []corev1.ResourceName
 }
 
-func newDims(reqs []demand.Request) *dims {
+// newDims indexes what pending pods request and what running pods that a plan may move
+// request: a moved pod's landing must have those free too.
+func newDims(reqs []demand.Request, running []corev1.ResourceList) *dims {
 	seen := map[corev1.ResourceName]bool{}
 	d := &dims{}
-	for i := range reqs {
-		for name := range reqs[i].Requests {
+	add := func(list corev1.ResourceList) {
+		for name := range list {
 			if _, _, isGPU := demand.Classify(name); isGPU || seen[name] {
 				continue
 			}
 			seen[name] = true
 			d.names = append(d.names, name)
 		}
+	}
+	for i := range reqs {
+		add(reqs[i].Requests)
+	}
+	for _, list := range running {
+		add(list)
 	}
 	slices.Sort(d.names)
 	return d

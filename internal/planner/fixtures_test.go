@@ -208,8 +208,13 @@ func approval(m v1alpha1.ApprovalMode) policyOpt {
 	return func(p *v1alpha1.GPUPoolPolicy) { p.Spec.Disruption.Approval = m }
 }
 
+// budget bounds both kinds of change to n nodes: nodes that evict and nodes that only re-carve
+// idle GPUs.
 func budget(n int) policyOpt {
-	return func(p *v1alpha1.GPUPoolPolicy) { p.Spec.Disruption.MaxDisruptedNodes = ptr.To(intstr.FromInt(n)) }
+	return func(p *v1alpha1.GPUPoolPolicy) {
+		p.Spec.Disruption.MaxDisruptedNodes = ptr.To(intstr.FromInt(n))
+		p.Spec.Disruption.MaxReconfiguringNodes = ptr.To(intstr.FromInt(n))
+	}
 }
 
 func catalog(product string, wholeGPU bool, profiles ...string) policyOpt {

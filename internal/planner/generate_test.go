@@ -57,7 +57,7 @@ type scenario struct {
 // input builds the planner's input from the scenario's objects, as the controller would.
 func (s *scenario) input() planner.Input {
 	in := s.c.input(s.pol)
-	in.Frozen, in.InFlight = s.frozen, s.inFlight
+	in.Frozen, in.InFlightDisrupting = s.frozen, s.inFlight
 	return in
 }
 
@@ -72,7 +72,7 @@ func (s *scenario) shuffledInput(r *rand.Rand) planner.Input {
 	r.Shuffle(len(pdbs), func(i, j int) { pdbs[i], pdbs[j] = pdbs[j], pdbs[i] })
 	snap := inventory.Build(nodes, gpuNodes, pods, pdbs, inventory.Options{Now: now})
 	pending, _ := demand.Pending(pods, now, 30*time.Second)
-	return planner.Input{Snapshot: snap, Pending: pending, Policy: s.pol, Frozen: s.frozen, InFlight: s.inFlight, Now: now}
+	return planner.Input{Snapshot: snap, Pending: pending, Policy: s.pol, Frozen: s.frozen, InFlightDisrupting: s.inFlight, Now: now}
 }
 
 // newRand is the generator of one seed; the second PCG word tells the tests' streams apart.

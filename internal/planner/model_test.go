@@ -30,14 +30,19 @@ type space struct {
 	res      []corev1.ResourceName
 }
 
-// newSpace lays out the vectors for one product and the resources the pending pods request.
-func newSpace(prod *mig.Product, pending []demand.Request) *space {
+// newSpace lays out the vectors for one product and the resources the pending pods and the
+// running pods a plan may move request.
+func newSpace(prod *mig.Product, pending []demand.Request, running []corev1.ResourceList) *space {
 	sp := &space{prod: prod, profiles: map[string]int{}}
 	for i, pr := range prod.Profiles {
 		sp.profiles[pr.Name] = i
 	}
+	lists := slices.Clone(running)
 	for _, r := range pending {
-		for name := range r.Requests {
+		lists = append(lists, r.Requests)
+	}
+	for _, list := range lists {
+		for name := range list {
 			if _, _, gpu := demand.Classify(name); !gpu && !slices.Contains(sp.res, name) {
 				sp.res = append(sp.res, name)
 			}
@@ -151,13 +156,21 @@ type world struct {
 	options []target // targets the catalog allows, for every GPU of the product
 	allowed []string // canonical catalog profiles
 	wholeOK bool
-	budget  int // nodes the plan may change
-	evictOK bool
+	budget  int // nodes with evictions the plan may change
+	// reconfigureBudget is how many nodes without evictions the plan may change.
+	reconfigureBudget int
+	evictOK           bool
 }
 
 // newWorld models the pool of a single-product input.
 func newWorld(in planner.Input, prod *mig.Product) *world {
-	w := &world{in: in, sp: newSpace(prod, in.Pending)}
+	var running []corev1.ResourceList
+	for _, n := range in.Snapshot.Nodes {
+		for _, p := range n.Pods {
+			running = append(running, p.Requests)
+		}
+	}
+	w := &world{in: in, sp: newSpace(prod, in.Pending, running)}
 	spec := &in.Policy.Spec
 	w.evictOK = spec.Disruption.Approval != v1alpha1.ApprovalAutoIdle
 	hasEntry := false
@@ -193,8 +206,96 @@ func newWorld(in planner.Input, prod *mig.Product) *world {
 		}
 		w.nodes = append(w.nodes, nm)
 	}
-	w.budget = max(0, maxDisruptedNodes(spec.Disruption.MaxDisruptedNodes, len(w.nodes))-in.InFlight)
+	w.budget = max(0, maxDisruptedNodes(spec.Disruption.MaxDisruptedNodes, len(w.nodes))-in.InFlightDisrupting)
+	w.reconfigureBudget = max(0, maxReconfiguringNodes(spec.Disruption.MaxReconfiguringNodes, len(w.nodes))-in.InFlightReconfiguring)
 	return w
+}
+
+// maxReconfiguringNodes resolves maxReconfiguringNodes like maxDisruptedNodes; 50% when unset,
+// as the API defaults it.
+func maxReconfiguringNodes(v *intstr.IntOrString, poolNodes int) int {
+	if v == nil {
+		half := intstr.FromString("50%")
+		v = &half
+	}
+	return maxDisruptedNodes(v, poolNodes)
+}
+
+// hostable reports whether a moved pod may land on the node: pods may be scheduled there and
+// no other plan or policy is changing it.
+func (w *world) hostable(nm *nodeModel) bool {
+	return nm.schedulable && w.in.Frozen[nm.node.Name] == ""
+}
+
+// movablePod is a running pod that a change of its GPUs evicts, as the model re-homes it.
+type movablePod struct {
+	key  types.NamespacedName
+	home int     // position of its node
+	need []int64 // everything it takes from a node: GPUs and other resources
+	// nodes are the positions of the nodes it may run on again: its own, and every hostable
+	// node its placement rules admit.
+	nodes []int
+}
+
+// movable lists the pods on GPUs the plan may change, in node order.
+func (w *world) movable() []movablePod {
+	var out []movablePod
+	for i, nm := range w.nodes {
+		seen := map[types.NamespacedName]bool{}
+		for pos, g := range nm.node.GPUs {
+			if !nm.gpuChangeable[pos] {
+				continue
+			}
+			for _, key := range g.Pods {
+				p := nm.node.Pod(key)
+				if seen[key] || p == nil {
+					continue
+				}
+				seen[key] = true
+				need, ok := w.sp.podVector(p.Requests)
+				if !ok {
+					continue
+				}
+				mp := movablePod{key: key, home: i, need: need}
+				for j, other := range w.nodes {
+					if j == i || (w.hostable(other) && mayRunOn(p, other.node.Object)) {
+						mp.nodes = append(mp.nodes, j)
+					}
+				}
+				out = append(out, mp)
+			}
+		}
+	}
+	return out
+}
+
+// mayRunOn applies a running pod's placement rules to a node, as for a pending pod.
+func mayRunOn(p *inventory.Pod, node *corev1.Node) bool {
+	ok, _ := demand.Request{NodeSelector: p.NodeSelector, RequiredAffinity: p.RequiredAffinity, Tolerations: p.Tolerations}.Matches(node)
+	return ok
+}
+
+// freed is what the node offers once the GPUs in change take their targets and every pod those
+// changes evict has left the node, with its CPU and memory: each evicted pod must then be
+// placed again, on this node or another. ok is false when an evicted pod is not on the node.
+func (w *world) freed(nm *nodeModel, change map[int]target) (capacity []int64, evicted []types.NamespacedName, ok bool) {
+	capacity, evicted = w.gpuCapacity(nm, change, evictedBy(nm, change))
+	if capacity == nil {
+		return nil, nil, false
+	}
+	for i, name := range w.sp.res {
+		capacity[w.sp.wholeDim()+1+i] = nm.node.Free(name)
+	}
+	for _, key := range evicted {
+		p := nm.node.Pod(key)
+		if p == nil {
+			return nil, nil, false
+		}
+		for i, name := range w.sp.res {
+			capacity[w.sp.wholeDim()+1+i] += amount(p.Requests, name)
+		}
+	}
+	return capacity, evicted, true
 }
 
 // maxDisruptedNodes resolves the policy's maxDisruptedNodes for a pool: a count, or a
@@ -246,16 +347,46 @@ func isCurrent(g *inventory.GPU, t target) bool {
 // return as pending and must fit on their node again, and their CPU and memory stay counted
 // as requested. ok is false when they do not fit again.
 func (w *world) capacity(nm *nodeModel, change map[int]target) (capacity []int64, evicted []types.NamespacedName, ok bool) {
-	sp := w.sp
-	capacity = make([]int64, sp.size())
+	capacity, evicted = w.gpuCapacity(nm, change, evictedBy(nm, change))
+	if capacity == nil {
+		return nil, nil, false
+	}
+	for _, key := range evicted {
+		p := nm.node.Pod(key)
+		if p == nil {
+			return nil, nil, false
+		}
+		need, known := w.sp.gpuVector(p.Requests)
+		if !known || !covers(capacity, need) {
+			return nil, nil, false
+		}
+		subtract(capacity, need)
+	}
+	for i, name := range w.sp.res {
+		capacity[w.sp.wholeDim()+1+i] = nm.node.Free(name)
+	}
+	return capacity, evicted, true
+}
+
+// evictedBy is the set of pods held on the GPUs a change re-carves.
+func evictedBy(nm *nodeModel, change map[int]target) map[types.NamespacedName]bool {
 	gone := map[types.NamespacedName]bool{}
 	for pos := range change {
 		for _, key := range nm.node.GPUs[pos].Pods {
-			if !gone[key] {
-				gone[key] = true
-				evicted = append(evicted, key)
-			}
+			gone[key] = true
 		}
+	}
+	return gone
+}
+
+// gpuCapacity is the GPU part of what the node offers once the GPUs in change take their
+// targets and the pods in gone have left; nil when a target names a profile the product lacks.
+func (w *world) gpuCapacity(nm *nodeModel, change map[int]target, gone map[types.NamespacedName]bool) ([]int64, []types.NamespacedName) {
+	sp := w.sp
+	capacity := make([]int64, sp.size())
+	evicted := make([]types.NamespacedName, 0, len(gone))
+	for key := range gone {
+		evicted = append(evicted, key)
 	}
 	slices.SortFunc(evicted, compareKeys)
 	for pos, g := range nm.node.GPUs {
@@ -267,7 +398,7 @@ func (w *world) capacity(nm *nodeModel, change map[int]target) (capacity []int64
 			for name, n := range t.layout {
 				pr, found := sp.prod.Profile(name)
 				if !found {
-					return nil, nil, false
+					return nil, nil
 				}
 				capacity[sp.profiles[pr.Name]] += int64(n)
 			}
@@ -296,21 +427,7 @@ func (w *world) capacity(nm *nodeModel, change map[int]target) (capacity []int64
 			}
 		}
 	}
-	for _, key := range evicted {
-		p := nm.node.Pod(key)
-		if p == nil {
-			return nil, nil, false
-		}
-		need, known := sp.gpuVector(p.Requests)
-		if !known || !covers(capacity, need) {
-			return nil, nil, false
-		}
-		subtract(capacity, need)
-	}
-	for i, name := range sp.res {
-		capacity[sp.wholeDim()+1+i] = nm.node.Free(name)
-	}
-	return capacity, evicted, true
+	return capacity, evicted
 }
 
 // stepChange reads a step's GPU changes as targets by GPU position.

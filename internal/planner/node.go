@@ -10,29 +10,33 @@ type choice []int
 const keep = -1
 
 // state is what a node offers pods under a choice: free instances per profile position, free
-// whole GPUs and free non-GPU resources, after the pods a choice evicts have been put back.
+// whole GPUs and free non-GPU resources, after the pods a choice evicts have been put back on
+// the node or sent away.
 type state struct {
 	free  []int
 	whole int
 	vec   []int64
 	// evicted are the pods the choice evicts, in GPU order.
 	evicted []types.NamespacedName
+	// displaced are the evicted pods that do not come back on this node: their replacements
+	// must land on another node.
+	displaced []types.NamespacedName
 }
 
-// stateFor computes the node's offer under a choice; ok is false when the pods the choice
-// evicts cannot all fit back on the node, which would be a net loss. It is the planner's
-// innermost loop, so it works from per-GPU figures computed once in newNodeInfo.
-func (ni *nodeInfo) stateFor(ch choice) (state, bool) { return ni.stateInto(ch, nil) }
-
-// stateInto is stateFor writing into buf's slices when buf is not nil, so the search loops
-// reuse one state instead of allocating one per candidate.
-func (ni *nodeInfo) stateInto(ch choice, buf *state) (state, bool) {
+// freedInto computes the node's GPUs under a choice with every pod the choice evicts gone: free
+// instances and whole GPUs as the new layouts offer them, non-GPU resources still counted as
+// used by the evicted pods. ok is false when an evicted pod's needs are unknown (it could come
+// back nowhere, so no change may evict it). It is the planner's innermost loop, so it works
+// from per-GPU figures computed once in newNodeInfo, and writes into buf's slices when buf is
+// not nil so that the search loops reuse one state instead of allocating one per candidate.
+func (ni *nodeInfo) freedInto(ch choice, buf *state) (state, bool) {
 	pi := ni.prod
 	var st state
 	if buf == nil {
 		st = state{free: make([]int, len(pi.names)), vec: append([]int64(nil), ni.free...)}
 	} else {
-		st = state{free: resize(buf.free, len(pi.names)), vec: append(buf.vec[:0], ni.free...), evicted: buf.evicted[:0]}
+		st = state{free: resize(buf.free, len(pi.names)), vec: append(buf.vec[:0], ni.free...),
+			evicted: buf.evicted[:0], displaced: buf.displaced[:0]}
 		// Keep whatever the slices grew to for the next call.
 		defer func() { *buf = st }()
 	}
@@ -83,25 +87,54 @@ func (ni *nodeInfo) stateInto(ch choice, buf *state) (state, bool) {
 			}
 		}
 	}
-	// Evicted pods come back as pending and must fit again: take their GPUs first. Their CPU
-	// and memory are already counted as requested on this node, so only GPUs are re-taken.
 	for _, key := range st.evicted {
-		need, ok := ni.podNeeds[key]
-		if !ok {
-			return st, false
-		}
-		for k, n := range need.perProfile {
-			st.free[k] -= n
-			if st.free[k] < 0 {
-				return st, false
-			}
-		}
-		st.whole -= need.whole
-		if st.whole < 0 {
+		if _, ok := ni.podNeeds[key]; !ok {
 			return st, false
 		}
 	}
 	return st, true
+}
+
+// stateFor is the node's offer under a choice with every evicted pod back on the node; ok is
+// false when they do not all fit, which would be a net loss.
+func (ni *nodeInfo) stateFor(ch choice) (state, bool) {
+	st, ok := ni.freedInto(ch, nil)
+	if !ok {
+		return st, false
+	}
+	for _, key := range st.evicted {
+		if !ni.retake(&st, key) {
+			return st, false
+		}
+	}
+	return st, true
+}
+
+// retake puts an evicted pod's replacement back on the node's GPUs, when they have room. Its
+// CPU and memory are still counted as requested on this node, so only GPUs are taken.
+func (ni *nodeInfo) retake(st *state, key types.NamespacedName) bool {
+	need := ni.podNeeds[key]
+	if st.whole < need.whole {
+		return false
+	}
+	for k, n := range need.perProfile {
+		if st.free[k] < n {
+			return false
+		}
+	}
+	for k, n := range need.perProfile {
+		st.free[k] -= n
+	}
+	st.whole -= need.whole
+	return true
+}
+
+// release gives back the non-GPU resources of an evicted pod whose replacement lands elsewhere.
+func (ni *nodeInfo) release(st *state, key types.NamespacedName) {
+	for d, v := range ni.podVec[key] {
+		st.vec[d] += v
+	}
+	st.displaced = append(st.displaced, key)
 }
 
 func resize(s []int, n int) []int {

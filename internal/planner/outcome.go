@@ -69,16 +69,17 @@ func sortedProducts[V any](m map[*productInfo]V) []*productInfo {
 }
 
 // standby re-carves idle GPUs toward the policy's standby shapes once pending demand is
-// served: first on nodes the plan changes anyway, then on new nodes while the budget lasts.
-// Standby never evicts: headroom is not worth disrupting running work.
-func (p *planState) standby(budget int, steps map[*nodeInfo]*proposal, shapes []demand.Shape) {
+// served: first on nodes the plan changes anyway, then on new nodes while budget, the nodes
+// maxReconfiguringNodes still allows, lasts; it returns what is left of it. Standby never
+// evicts: headroom is not worth disrupting running work.
+func (p *planState) standby(budget int, steps map[*nodeInfo]*proposal, shapes []demand.Shape) int {
 	if len(shapes) == 0 {
-		return
+		return budget
 	}
 	for {
 		deficit := p.deficits(steps, shapes)
 		if !slices.ContainsFunc(deficit, func(n int) bool { return n > 0 }) {
-			return
+			return budget
 		}
 		var bestNode *nodeInfo
 		var bestChoice choice
@@ -106,12 +107,14 @@ func (p *planState) standby(budget int, steps map[*nodeInfo]*proposal, shapes []
 			}
 		}
 		if bestNode == nil {
-			return
+			return budget
 		}
 		pr := steps[bestNode]
 		if pr == nil {
-			pr = &proposal{node: bestNode, served: make([]int, len(p.classes)), gain: p.newScore()}
+			p.accepted++
+			pr = &proposal{node: bestNode, served: make([]int, len(p.classes)), gain: p.newScore(), seq: p.accepted}
 			steps[bestNode] = pr
+			budget--
 		}
 		pr.choice = bestChoice
 		pr.changed = 0
@@ -133,7 +136,7 @@ func (p *planState) standbyCandidates(budget int, steps map[*nodeInfo]*proposal)
 		}
 		if steps[ni] != nil {
 			touched = append(touched, ni)
-		} else if len(steps) < budget {
+		} else if budget > 0 {
 			fresh = append(fresh, ni)
 		}
 	}
@@ -171,11 +174,15 @@ func shapeUnits(pi *productInfo, st *state, s demand.Shape) int {
 // standbyGain is how much a trial choice reduces the standby deficits on one node (shapes of
 // higher priority weigh more), without taking capacity from pods the plan serves there.
 func (p *planState) standbyGain(ni *nodeInfo, pr *proposal, base, trial choice, shapes []demand.Shape, deficit []int) (int, bool) {
-	before, ok := p.stateOf(ni, base)
+	var away []landing
+	if pr != nil {
+		away = pr.landings
+	}
+	before, ok := p.stateOf(ni, base, away)
 	if !ok {
 		return 0, false
 	}
-	after, ok := p.stateOf(ni, trial)
+	after, ok := p.stateOf(ni, trial, away)
 	if !ok {
 		return 0, false
 	}
@@ -235,8 +242,14 @@ func (p *planState) steps(chosen map[*nodeInfo]*proposal, res *Result) ([]Step, 
 					res.SlicesGained[name] -= n
 				}
 				for _, pod := range gi.pods {
-					step.Evictions = append(step.Evictions, Eviction{Pod: pod.Key, UID: pod.UID,
-						Reason: fmt.Sprintf("holds %s on GPU %d", holding(gi, pod.Key), gi.gpu.Index)})
+					landing, reason := ni.node.Name, fmt.Sprintf("holds %s on GPU %d", holding(gi, pod.Key), gi.gpu.Index)
+					for _, l := range pr.landings {
+						if l.pod == pod.Key {
+							landing = l.to.node.Name
+							reason += "; moves to " + landing
+						}
+					}
+					step.Evictions = append(step.Evictions, Eviction{Pod: pod.Key, UID: pod.UID, Reason: reason, Landing: landing})
 				}
 			}
 			step.Target = append(step.Target, GPUTarget{Index: gi.gpu.Index, MIGEnabled: enabled, Layout: to})
@@ -245,6 +258,7 @@ func (p *planState) steps(chosen map[*nodeInfo]*proposal, res *Result) ([]Step, 
 			return cmp.Or(cmp.Compare(a.Pod.Namespace, b.Pod.Namespace), cmp.Compare(a.Pod.Name, b.Pod.Name))
 		})
 		step.Evictions = slices.CompactFunc(step.Evictions, func(a, b Eviction) bool { return a.Pod == b.Pod })
+		step.WaitsFor = waitsFor(ni, chosen)
 		for _, c := range p.classes {
 			total[c.id] += pr.served[c.id]
 		}
@@ -256,6 +270,27 @@ func (p *planState) steps(chosen map[*nodeInfo]*proposal, res *Result) ([]Step, 
 		}
 	}
 	return out, p.takePods(total)
+}
+
+// waitsFor orders a node's step against the steps its moves touch, always the later accepted
+// after the earlier, so the order has no cycle: a node whose pods land on a node the plan
+// changes waits for that change (make before break), and a node the plan changes after pods
+// were moved to it waits for them to move (they land before it is cordoned).
+func waitsFor(ni *nodeInfo, chosen map[*nodeInfo]*proposal) []string {
+	pr := chosen[ni]
+	var out []string
+	for _, l := range pr.landings {
+		if other := chosen[l.to]; other != nil && other.changed > 0 && other.seq < pr.seq {
+			out = append(out, l.to.node.Name)
+		}
+	}
+	for _, l := range ni.landed {
+		if other := chosen[l.from]; other != nil && other.seq < pr.seq {
+			out = append(out, l.from.node.Name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // holding names what a pod holds on a GPU, e.g. "1g.18gb" or "the whole GPU".
@@ -274,13 +309,13 @@ func holding(gi *gpuInfo, key types.NamespacedName) string {
 }
 
 // unserved explains every pending pod the plan leaves waiting.
-func (p *planState) unserved(budget int, steps map[*nodeInfo]*proposal, spec *v1alpha1.GPUPoolPolicySpec) []Unserved {
+func (p *planState) unserved(res *Result, steps map[*nodeInfo]*proposal, spec *v1alpha1.GPUPoolPolicySpec) []Unserved {
 	var out []Unserved
 	for _, c := range p.classes {
 		if c.left == 0 {
 			continue
 		}
-		reason, msg := p.explain(c, budget, steps, spec)
+		reason, msg := p.explain(c, res, steps, spec)
 		for _, pod := range c.pods[len(c.pods)-c.left:] {
 			out = append(out, Unserved{Pod: pod, Reason: reason, Message: msg})
 		}
@@ -294,7 +329,7 @@ func (p *planState) unserved(budget int, steps map[*nodeInfo]*proposal, spec *v1
 // explain finds the first obstacle between a class and a node, in the order a user would fix
 // them: where it may run, what the GPUs may be carved into, CPU and memory, disruption rules,
 // and finally plain capacity.
-func (p *planState) explain(c *class, budget int, steps map[*nodeInfo]*proposal, spec *v1alpha1.GPUPoolPolicySpec) (Reason, string) {
+func (p *planState) explain(c *class, res *Result, steps map[*nodeInfo]*proposal, spec *v1alpha1.GPUPoolPolicySpec) (Reason, string) {
 	what := "needs " + c.describe()
 	if c.shared {
 		return p.explainShared(c, what)
@@ -348,9 +383,21 @@ func (p *planState) explain(c *class, budget int, steps map[*nodeInfo]*proposal,
 	if placed[0].prod != nil {
 		product = placed[0].prod.product.Name + " "
 	}
-	if hostable > 0 && len(steps) >= budget {
+	disrupting, reconfiguring := 0, 0
+	for _, pr := range steps {
+		if pr.evictions > 0 {
+			disrupting++
+		} else if pr.changed > 0 {
+			reconfiguring++
+		}
+	}
+	if hostable > 0 && evictions > 0 && disrupting >= res.Budget {
 		return ReasonDisruption, fmt.Sprintf("%s: %d %snode(s) could host it after evicting %d pod(s), but the disruption budget allows %d node(s) and the plan uses them",
-			what, hostable, product, evictions, budget)
+			what, hostable, product, evictions, res.Budget)
+	}
+	if hostable > 0 && evictions == 0 && reconfiguring >= res.ReconfigureBudget {
+		return ReasonDisruption, fmt.Sprintf("%s: %d %snode(s) could host it by re-carving idle GPUs, but maxReconfiguringNodes allows %d node(s) and the plan uses them",
+			what, hostable, product, res.ReconfigureBudget)
 	}
 	if hostable == 0 && blockedWhy != "" {
 		return ReasonDisruption, fmt.Sprintf("%s: %d %snode(s) could host it, but %s", what, len(placed), product, blockedWhy)

@@ -9,10 +9,12 @@ import (
 	"strings"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/inventory"
 )
 
 // planState is one planning pass's working memory.
@@ -31,6 +33,23 @@ type planState struct {
 	evictedBuf []types.NamespacedName
 	// wantedBuf is leftover's reused per-profile demand.
 	wantedBuf []int
+	// moves is true when evicted pods may land on other nodes (evictions are allowed at all).
+	moves bool
+	// noEvict is set once the plan has used maxDisruptedNodes: later changes evict nobody.
+	noEvict bool
+	// ledger is the spare capacity moved pods may land in; see moves.go.
+	ledger *ledger
+	// landingProducts are the pool's products, in a fixed order, for finding landings.
+	landingProducts []*productInfo
+	// takenBuf, awayScratch and awayServed are reused by land and evaluateInto.
+	takenBuf    []spareCopy
+	awayScratch state
+	awayServed  []int
+	// accepted counts the proposals accepted so far, to order steps that depend on each other.
+	accepted int
+	// disruptLeft and reconfigureLeft are what the greedy has left of the two budgets; a
+	// carve (moves.go) is only proposed when they pay for it too.
+	disruptLeft, reconfigureLeft int
 }
 
 // needs is what one pod of a class takes from a node of one product.
@@ -149,6 +168,12 @@ type proposal struct {
 	changed   int
 	version   int
 	leftover  int // stranded compute slices this choice leaves; -1 until computed
+	// landings are the evicted pods this choice moves to other nodes.
+	landings []landing
+	// carve is the change on another node that makes room for some of the landings.
+	carve *carve
+	// seq is the order the proposal was accepted in, from 1; 0 until it is.
+	seq int
 }
 
 // Plan computes the next change for a pool. It never fails on odd input: nodes it cannot
@@ -162,7 +187,7 @@ func Plan(in Input) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := newDims(in.Pending)
+	d := newDims(in.Pending, runningRequests(pool))
 	p := &planState{in: &in, dims: d, pdbLeft: map[string]int32{}}
 	p.classes = groupClasses(in.Pending, d)
 	p.needCache = make([][]cachedNeeds, len(p.classes))
@@ -177,13 +202,20 @@ func Plan(in Input) (*Result, error) {
 	}
 	approval := spec.Disruption.Approval
 	p.evictOK = approval != v1alpha1.ApprovalAutoIdle && in.EvictionsPaused == ""
+	p.moves = p.evictOK
 	cat := &catalog{entries: spec.Catalog, products: map[catalogKey]*productInfo{}}
-	for _, n := range pool {
-		p.nodes = append(p.nodes, newNodeInfo(n, cat, d, &in, len(p.classes), p.evictOK))
+	for i, n := range pool {
+		ni := newNodeInfo(n, cat, d, &in, len(p.classes), p.evictOK)
+		ni.pos = i
+		p.nodes = append(p.nodes, ni)
+		if ni.prod != nil && !slices.Contains(p.landingProducts, ni.prod) {
+			p.landingProducts = append(p.landingProducts, ni.prod)
+		}
 	}
 
 	res := &Result{PoolNodes: len(pool), SlicesGained: map[string]int{}}
-	res.Budget = max(0, Budget(spec.Disruption.MaxDisruptedNodes, len(pool))-in.InFlight)
+	res.Budget = max(0, Budget(spec.Disruption.MaxDisruptedNodes, len(pool))-in.InFlightDisrupting)
+	res.ReconfigureBudget = max(0, ReconfigureBudget(spec.Disruption.MaxReconfiguringNodes, len(pool))-in.InFlightReconfiguring)
 	standby, err := demand.Standby(spec.Shapes)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", in.Policy.Name, err)
@@ -217,15 +249,9 @@ func Plan(in Input) (*Result, error) {
 	steps := map[*nodeInfo]*proposal{}
 	shares := map[*nodeInfo]*shareProposal{}
 	if !spec.Planning.Paused {
-		p.greedy(res.Budget, steps)
-		p.standby(res.Budget, steps, standby)
-		used := 0
-		for _, pr := range steps {
-			if pr.changed > 0 {
-				used++
-			}
-		}
-		shares = p.share(res.Budget-used, steps)
+		reconfigureLeft := p.greedy(res.Budget, res.ReconfigureBudget, steps)
+		reconfigureLeft = p.standby(reconfigureLeft, steps, standby)
+		shares = p.share(reconfigureLeft, steps)
 	}
 	res.StrandedAfter = p.stranded(p.finalStates(steps), standby)
 	res.Steps, res.Served = p.steps(steps, res)
@@ -238,7 +264,7 @@ func Plan(in Input) (*Result, error) {
 			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 		})
 	}
-	res.Unserved = p.unserved(res.Budget, steps, spec)
+	res.Unserved = p.unserved(res, steps, spec)
 	return res, nil
 }
 
@@ -252,10 +278,11 @@ func (p *planState) finalStates(steps map[*nodeInfo]*proposal) map[*nodeInfo]*st
 		}
 		ch := keepAll(len(ni.gpus))
 		pr := steps[ni]
+		var away []landing
 		if pr != nil {
-			ch = pr.choice
+			ch, away = pr.choice, pr.landings
 		}
-		st, ok := p.stateOf(ni, ch)
+		st, ok := p.stateWith(ni, ch, away, nil, false)
 		if !ok {
 			continue
 		}
@@ -280,25 +307,25 @@ func keepAll(n int) choice {
 }
 
 // stateOf is the node's offer under a choice once the pending pods that already fit it now are
-// placed; ok is false when the choice would destroy the instances those pods are about to use.
-func (p *planState) stateOf(ni *nodeInfo, ch choice) (state, bool) { return p.stateIn(ni, ch, nil) }
-
-// scratchStateOf is stateOf in the planner's scratch buffers: valid until the next call.
-func (p *planState) scratchStateOf(ni *nodeInfo, ch choice) (state, bool) {
-	return p.stateIn(ni, ch, &p.scratch)
+// placed, the pods moved here have their room, and the pods the landings name have left; ok is
+// false when the choice would destroy the instances those pods are about to use.
+func (p *planState) stateOf(ni *nodeInfo, ch choice, away []landing) (state, bool) {
+	return p.stateWith(ni, ch, away, nil, false)
 }
 
-func (p *planState) stateIn(ni *nodeInfo, ch choice, buf *state) (state, bool) {
-	st, ok := ni.stateInto(ch, buf)
-	if !ok || ni.reserved == nil {
-		return st, ok
-	}
-	for _, c := range p.classes {
-		if n := ni.reserved[c.id]; n > 0 {
-			ni.take(p, c, &st, n)
+// runningRequests lists the requests of the pods on the pool's GPUs, the pods a plan may move.
+func runningRequests(pool []*inventory.Node) []corev1.ResourceList {
+	var out []corev1.ResourceList
+	for _, n := range pool {
+		for _, g := range n.GPUs {
+			for _, key := range g.Pods {
+				if pod := n.Pod(key); pod != nil {
+					out = append(out, pod.Requests)
+				}
+			}
 		}
 	}
-	return st, st.valid()
+	return out
 }
 
 func (st *state) valid() bool {
@@ -390,10 +417,16 @@ func servesBefore(a, b *proposal) bool {
 // many GPUs of one node. On the trace benchmark this serves more, with fewer evictions, than
 // largest-gain-first, which reaches for the emptiest nodes. Small pools are not affected: there
 // every step compares all nodes by what they serve (bestImproved).
-func (p *planState) greedy(budget int, steps map[*nodeInfo]*proposal) {
-	if budget <= 0 {
-		return
+func (p *planState) greedy(disruptBudget, reconfigureBudget int, steps map[*nodeInfo]*proposal) (reconfigureLeft int) {
+	disruptLeft, reconfigureLeft := disruptBudget, reconfigureBudget
+	if disruptLeft <= 0 {
+		p.noEvict = true
 	}
+	if disruptLeft+reconfigureLeft <= 0 {
+		return reconfigureLeft
+	}
+	p.disruptLeft, p.reconfigureLeft = disruptLeft, reconfigureLeft
+	p.refreshLedger()
 	version := 0
 	h := &proposalHeap{}
 	for _, pr := range p.proposeAll(version) {
@@ -401,9 +434,9 @@ func (p *planState) greedy(budget int, steps map[*nodeInfo]*proposal) {
 			h.items = append(h.items, pr)
 		}
 	}
-	h.pack = budget >= len(h.items)
+	h.pack = disruptLeft+reconfigureLeft >= len(h.items)
 	heap.Init(h)
-	for h.Len() > 0 && len(steps) < budget {
+	for h.Len() > 0 && (disruptLeft > 0 || reconfigureLeft > 0) {
 		top := heap.Pop(h).(*proposal)
 		if top.version != version {
 			if pr := p.propose(top.node, version); pr != nil {
@@ -412,14 +445,70 @@ func (p *planState) greedy(budget int, steps map[*nodeInfo]*proposal) {
 			continue
 		}
 		if p.thorough() {
-			top = p.bestImproved(h, top, version, budget-len(steps))
+			top = p.bestImproved(h, top, version, disruptLeft, reconfigureLeft)
 		} else {
 			top = p.improve(top)
 		}
+		needDisrupt, needReconfigure := top.cost()
+		if needDisrupt > disruptLeft || needReconfigure > reconfigureLeft {
+			// The budget for this kind of change is spent; the node stays as it is.
+			continue
+		}
+		carveSeq := 0
+		if top.carve != nil {
+			// The landing is carved first: its step comes before the one that moves pods there.
+			p.accepted++
+			carveSeq = p.accepted
+		}
+		p.accepted++
+		top.seq = p.accepted
 		steps[top.node] = top
 		p.consume(top, -1)
+		if c := top.carve; c != nil {
+			c.proposal.seq = carveSeq
+			steps[c.node] = p.fillCarve(c)
+		}
+		disruptLeft -= needDisrupt
+		reconfigureLeft -= needReconfigure
+		p.disruptLeft, p.reconfigureLeft = disruptLeft, reconfigureLeft
+		// From now on changes evict nobody; every proposal is stale anyway.
+		p.noEvict = disruptLeft == 0
 		version++
 	}
+	return reconfigureLeft
+}
+
+// cost is how many nodes of each budget accepting the proposal spends.
+func (pr *proposal) cost() (disrupt, reconfigure int) {
+	if pr.evictions > 0 {
+		disrupt++
+	} else {
+		reconfigure++
+	}
+	if c := pr.carve; c != nil {
+		if len(c.evictions) > 0 {
+			disrupt++
+		} else {
+			reconfigure++
+		}
+	}
+	return disrupt, reconfigure
+}
+
+// fillCarve lets an accepted carve node serve what pending demand fits beside the pods moved
+// there, and returns its proposal.
+func (p *planState) fillCarve(c *carve) *proposal {
+	full := p.evaluate(c.node, c.choice, make([]int, len(p.classes)))
+	if full == nil || full.gain.compare(c.proposal.gain) <= 0 {
+		return c.proposal
+	}
+	full.seq = c.proposal.seq
+	for _, cl := range p.classes {
+		cl.left -= full.served[cl.id]
+	}
+	c.proposal.served, c.proposal.gain = full.served, full.gain
+	p.refreshLedger()
+	return c.proposal
 }
 
 // proposeAll computes every node's first proposal, spread over the available CPUs: this first
@@ -439,6 +528,7 @@ func (p *planState) proposeAll(version int) []*proposal {
 	for w := range workers {
 		worker := *p
 		worker.scratch, worker.evictedBuf, worker.wantedBuf = state{}, nil, nil
+		worker.takenBuf, worker.awayScratch, worker.awayServed = nil, state{}, nil
 		wg.Go(func() {
 			for i := w; i < len(p.nodes); i += workers {
 				out[i] = worker.propose(p.nodes[i], version)
@@ -548,7 +638,7 @@ func (p *planState) thorough() bool {
 // its greedy choice and from no change at all, and returns the one that serves the most
 // together with the best next step it leaves possible (a one-step look-ahead: the node whose
 // capacity only it can offer a pod is chosen for that pod). The others go back on the heap.
-func (p *planState) bestImproved(h *proposalHeap, top *proposal, version int, budgetLeft int) *proposal {
+func (p *planState) bestImproved(h *proposalHeap, top *proposal, version int, disruptLeft, reconfigureLeft int) *proposal {
 	candidates := []*proposal{top}
 	for h.Len() > 0 {
 		pr := heap.Pop(h).(*proposal)
@@ -563,15 +653,22 @@ func (p *planState) bestImproved(h *proposalHeap, top *proposal, version int, bu
 	var bestTotal score
 	for _, pr := range candidates {
 		for _, polished := range p.alternatives(pr, version) {
+			if d, r := polished.cost(); d > disruptLeft || r > reconfigureLeft {
+				continue
+			}
 			total := polished.gain
-			if budgetLeft > 1 {
-				total = total.plus(p.nextBest(polished, candidates, version))
+			if disruptLeft+reconfigureLeft > 1 {
+				total = total.plus(p.nextBest(polished, candidates, version, disruptLeft, reconfigureLeft))
 			}
 			if best == nil || total.compare(bestTotal) > 0 ||
 				(total.compare(bestTotal) == 0 && servesBefore(polished, best)) {
 				best, bestTotal = polished, total
 			}
 		}
+	}
+	if best == nil {
+		// No alternative fits what is left of the budgets; the greedy refuses top.
+		best = top
 	}
 	for _, pr := range candidates {
 		if pr.node != best.node {
@@ -615,27 +712,62 @@ func (p *planState) alternatives(pr *proposal, version int) []*proposal {
 	return out
 }
 
-// nextBest is the gain of the best proposal on another node once pr is accepted.
-func (p *planState) nextBest(pr *proposal, candidates []*proposal, version int) score {
+// nextBest is the gain of the best proposal on another node once pr is accepted, within what
+// pr leaves of the budgets.
+func (p *planState) nextBest(pr *proposal, candidates []*proposal, version int, disruptLeft, reconfigureLeft int) score {
+	if pr.evictions > 0 {
+		disruptLeft--
+	} else {
+		reconfigureLeft--
+	}
+	if pr.carve != nil {
+		if len(pr.carve.evictions) > 0 {
+			disruptLeft--
+		} else {
+			reconfigureLeft--
+		}
+	}
 	p.consume(pr, -1)
-	defer p.consume(pr, +1)
+	noEvict, savedDisrupt, savedReconfigure := p.noEvict, p.disruptLeft, p.reconfigureLeft
+	p.noEvict = noEvict || disruptLeft <= 0
+	p.disruptLeft, p.reconfigureLeft = disruptLeft, reconfigureLeft
+	defer func() {
+		p.noEvict, p.disruptLeft, p.reconfigureLeft = noEvict, savedDisrupt, savedReconfigure
+		p.consume(pr, +1)
+	}()
 	best := p.newScore()
 	for _, other := range candidates {
 		if other.node == pr.node {
 			continue
 		}
-		if next := p.propose(other.node, version); next != nil && next.gain.compare(best) > 0 {
+		next := p.propose(other.node, version)
+		if next == nil {
+			continue
+		}
+		if d, r := next.cost(); d > disruptLeft || r > reconfigureLeft {
+			continue
+		}
+		if next.gain.compare(best) > 0 {
 			best = next.gain
 		}
 	}
 	return best
 }
 
-// consume takes (sign -1) or gives back (+1) the demand and PDB budget a proposal uses.
+// consume takes (sign -1) or gives back (+1) the demand, PDB budget and spare capacity a
+// proposal uses, as if it were accepted.
 func (p *planState) consume(pr *proposal, sign int) {
 	for _, c := range p.classes {
 		c.left += sign * pr.served[c.id]
 	}
+	if sign < 0 {
+		pr.node.accepted = pr
+	} else {
+		pr.node.accepted = nil
+	}
+	p.acceptCarve(pr, sign)
+	p.commitLandings(pr, sign)
+	defer p.refreshLedger()
 	var evicted []types.NamespacedName
 	for _, gi := range changedGPUs(pr) {
 		for _, pod := range gi.pods {
@@ -740,7 +872,7 @@ func (p *planState) leftoverOf(ni *nodeInfo, pr *proposal) int {
 // slices first (4g.40gb with two 1g.20gb on an H100 strands a compute slice) would look
 // better than one that carves all seven (4g.40gb with 3g.40gb).
 func (p *planState) leftover(ni *nodeInfo, pr *proposal) int {
-	st, ok := p.scratchStateOf(ni, pr.choice)
+	st, ok := p.stateWith(ni, pr.choice, pr.landings, &p.scratch, false)
 	if !ok {
 		return 0
 	}
@@ -792,6 +924,11 @@ func (p *planState) evaluate(ni *nodeInfo, ch choice, served []int) *proposal {
 
 // evaluateInto is evaluate writing into pr, reusing its score buffer: the search loops score
 // thousands of candidates per node and keep only a few. pr shares ch and served.
+//
+// Evicted pods come back on the node where they fit; those that do not must land on other
+// nodes (moves.go), or the choice is refused. When the node's change could serve more with
+// room it gives its evicted pods, moving every one that has a landing elsewhere is tried too,
+// and kept when it serves more.
 func (p *planState) evaluateInto(ni *nodeInfo, ch choice, served []int, pr *proposal) bool {
 	*pr = proposal{node: ni, choice: ch, leftover: -1, gain: score{tiers: pr.gain.tiers}}
 	evicted := p.evictedBuf[:0]
@@ -800,6 +937,9 @@ func (p *planState) evaluateInto(ni *nodeInfo, ch choice, served []int, pr *prop
 	for i, gi := range ni.gpus {
 		if ch[i] == keep {
 			continue
+		}
+		if p.noEvict && len(gi.pods) > 0 {
+			return false
 		}
 		pr.changed++
 		for _, pod := range gi.pods {
@@ -820,12 +960,36 @@ func (p *planState) evaluateInto(ni *nodeInfo, ch choice, served []int, pr *prop
 			}
 		}
 	}
-	st, ok := p.scratchStateOf(ni, ch)
+	st, ok := p.stateWith(ni, ch, nil, &p.scratch, true)
 	if !ok {
 		return false
 	}
+	if len(st.displaced) > 0 {
+		if pr.landings, pr.carve, ok = p.landOrCarve(ni, st.displaced, pdbUse); !ok {
+			return false
+		}
+	}
 	ni.fillInto(p, &st, served, &pr.gain)
 	pr.served = served
+	if !p.moves || len(evicted) == 0 || p.saturated(ni, pr) {
+		return true
+	}
+	away, _ := p.land(ni, evicted, true)
+	if len(away) <= len(pr.landings) {
+		return true
+	}
+	alt, ok := p.stateWith(ni, ch, away, &p.awayScratch, false)
+	if !ok {
+		return true
+	}
+	p.awayServed = resize(p.awayServed, len(served))
+	var altGain score
+	ni.fillInto(p, &alt, p.awayServed, &altGain)
+	if altGain.compare(pr.gain) > 0 {
+		copy(served, p.awayServed)
+		p.scoreInto(served, &pr.gain)
+		pr.landings, pr.carve = away, nil
+	}
 	return true
 }
 
@@ -835,6 +999,7 @@ func keepCopy(cand *proposal) *proposal {
 	out.choice = slices.Clone(cand.choice)
 	out.served = slices.Clone(cand.served)
 	out.gain = score{tiers: slices.Clone(cand.gain.tiers), byClass: out.served, pods: cand.gain.pods}
+	out.landings = slices.Clone(cand.landings)
 	return &out
 }
 

@@ -108,7 +108,7 @@ func TestBudgetLimitsNodesTouched(t *testing.T) {
 	g.Expect(res.Unserved).To(HaveLen(1))
 	g.Expect(res.Unserved[0].Reason).To(Equal(planner.ReasonDisruption))
 	g.Expect(res.Unserved[0].Message).To(Equal(
-		"needs 1 x 7g.141gb: 1 H200-141GB node(s) could host it after evicting 0 pod(s), but the disruption budget allows 2 node(s) and the plan uses them"))
+		"needs 1 x 7g.141gb: 1 H200-141GB node(s) could host it by re-carving idle GPUs, but maxReconfiguringNodes allows 2 node(s) and the plan uses them"))
 }
 
 func TestPercentBudgetRoundsUp(t *testing.T) {
@@ -118,15 +118,15 @@ func TestPercentBudgetRoundsUp(t *testing.T) {
 		c.node("gpu-"+itoa(i), "NVIDIA-H200", "1g.18gb:7")
 	}
 	pol := policy()
-	pct := v1alpha1.GPUPoolPolicy{}
-	_ = pct
 	pol.Spec.Disruption.MaxDisruptedNodes = ptrIntOrString("25%")
+	pol.Spec.Disruption.MaxReconfiguringNodes = ptrIntOrString("25%")
 	for i := range 5 {
 		c.pending("t"+itoa(i), mig1("7g.141gb"))
 	}
 	res := c.plan(pol)
 	g.Expect(res.Budget).To(Equal(2), "25% of 5 nodes, rounded up")
-	g.Expect(res.Steps).To(HaveLen(2))
+	g.Expect(res.ReconfigureBudget).To(Equal(2), "25% of 5 nodes, rounded up")
+	g.Expect(res.Steps).To(HaveLen(2), "the nodes are idle: they count against maxReconfiguringNodes")
 }
 
 func TestUnservedReasons(t *testing.T) {

@@ -75,6 +75,16 @@ type nodeInfo struct {
 	// podNeeds holds, for every pod on a changeable GPU, what it needs to come back; a pod
 	// missing here could not come back, so no change may evict it.
 	podNeeds map[types.NamespacedName]podNeed
+	// podVec holds the non-GPU requests, in dims order, of every pod on a changeable GPU: what
+	// the node gets back when the pod moves away, and what its landing must have free.
+	podVec map[types.NamespacedName][]int64
+	// pos is the node's position in planState.nodes.
+	pos int
+	// landed are the pods the plan moves here from other nodes; every state of this node
+	// keeps room for them.
+	landed []landing
+	// accepted is the node's accepted proposal while the greedy runs; nil when it has none.
+	accepted *proposal
 }
 
 // catalog resolves the policy's catalog against GPU products.
@@ -145,11 +155,28 @@ func (pi *productInfo) counts(l mig.Layout) []int {
 	return v
 }
 
+// DefaultMaxReconfiguringNodes is maxReconfiguringNodes when a policy leaves it unset: the
+// API server defaults it to the same on every stored policy.
+const DefaultMaxReconfiguringNodes = "50%"
+
 // Budget resolves maxDisruptedNodes (a count or a percentage of the pool, rounded up).
 func Budget(v *intstr.IntOrString, poolNodes int) int {
 	if v == nil {
 		return 1
 	}
+	return resolveBudget(v, poolNodes)
+}
+
+// ReconfigureBudget resolves maxReconfiguringNodes like Budget.
+func ReconfigureBudget(v *intstr.IntOrString, poolNodes int) int {
+	if v == nil {
+		def := intstr.FromString(DefaultMaxReconfiguringNodes)
+		v = &def
+	}
+	return resolveBudget(v, poolNodes)
+}
+
+func resolveBudget(v *intstr.IntOrString, poolNodes int) int {
 	if v.Type == intstr.Int {
 		return max(0, v.IntValue())
 	}
@@ -226,6 +253,7 @@ func newNodeInfo(n *inventory.Node, cat *catalog, d *dims, in *Input, classes in
 	}
 	ni.prod = cat.info(product, entry)
 	ni.podNeeds = map[types.NamespacedName]podNeed{}
+	ni.podVec = map[types.NamespacedName][]int64{}
 	for _, g := range n.GPUs {
 		layout := g.Layout()
 		gi := &gpuInfo{gpu: g, current: ni.prod.counts(layout), idle: !g.Busy(), currentOpt: -1,
@@ -249,6 +277,7 @@ func newNodeInfo(n *inventory.Node, cat *catalog, d *dims, in *Input, classes in
 			per, whole, ok := gpuNeeds(p, ni.prod)
 			if ok {
 				ni.podNeeds[p.Key] = podNeed{perProfile: per, whole: whole}
+				ni.podVec[p.Key] = d.vector(p.Requests)
 			}
 			sig += fmt.Sprintf("|%v,%d,%t,%v", per, whole, ok, p.PDBs)
 		}

@@ -40,13 +40,15 @@ func (pc *planCheck) fail(format string, args ...any) {
 }
 
 // checkPlan checks a plan's safety and bookkeeping against the scenario it was made for:
-//   - budget: no more nodes change than maxDisruptedNodes minus in-flight, and Result.Budget says so;
+//   - budget: no more nodes evict than maxDisruptedNodes minus in-flight, no more change without
+//     evicting than maxReconfiguringNodes minus in-flight, and Result's budgets say so;
 //   - targets: every changed GPU gets a catalog layout with a valid placement (or MIG off when
 //     allowed), every other GPU keeps its layout, and only nodes the planner may change change;
 //   - evictions: a GPU with pods changes only when all of them are evicted; evicted pods are
 //     held on a changed GPU, evictable, not do-not-disrupt and within their PDBs' budgets, and
 //     AutoIdle never evicts;
-//   - never a net loss: evicted pods fit their node again in the target state;
+//   - never a net loss: every evicted pod names a landing, its own node or a hostable node its
+//     placement rules admit, and steps that depend on each other through a landing are ordered;
 //   - bookkeeping: every pending pod is in exactly one of Served, FitsNow and Unserved, with a
 //     known reason and a "needs " message, and SlicesGained adds up the steps;
 //   - the pods the plan serves, and those that fit now, can all be placed at once.
@@ -54,12 +56,20 @@ func checkPlan(s *scenario, in planner.Input, res *planner.Result) *planCheck {
 	pc := &planCheck{}
 	w := newWorld(in, s.prod)
 	spec := &in.Policy.Spec
-	limit := maxDisruptedNodes(spec.Disruption.MaxDisruptedNodes, len(w.nodes))
-	if want := max(0, limit-in.InFlight); res.Budget != want {
-		pc.fail("Budget is %d, want %d (maxDisruptedNodes %d, in flight %d)", res.Budget, want, limit, in.InFlight)
+	if res.Budget != w.budget {
+		pc.fail("Budget is %d, want %d (maxDisruptedNodes %s, in flight %d)", res.Budget, w.budget, describeBudget(spec.Disruption.MaxDisruptedNodes), in.InFlightDisrupting)
 	}
-	if len(res.Steps) > res.Budget || len(res.Steps) > limit {
-		pc.fail("%d nodes change, budget %d, maxDisruptedNodes %d", len(res.Steps), res.Budget, limit)
+	if res.ReconfigureBudget != w.reconfigureBudget {
+		pc.fail("ReconfigureBudget is %d, want %d", res.ReconfigureBudget, w.reconfigureBudget)
+	}
+	disrupting := 0
+	for _, st := range res.Steps {
+		if len(st.Evictions) > 0 {
+			disrupting++
+		}
+	}
+	if disrupting > w.budget || len(res.Steps)-disrupting > w.reconfigureBudget {
+		pc.fail("%d nodes evict and %d change without evicting; budgets %d and %d", disrupting, len(res.Steps)-disrupting, w.budget, w.reconfigureBudget)
 	}
 	if res.PoolNodes != len(w.nodes) {
 		pc.fail("PoolNodes is %d, want %d", res.PoolNodes, len(w.nodes))
@@ -82,6 +92,7 @@ func checkPlan(s *scenario, in planner.Input, res *planner.Result) *planCheck {
 		checkStep(pc, s, w, nm, step, evicted)
 	}
 	checkPDBs(pc, s, evicted)
+	checkOrder(pc, res)
 	if spec.Disruption.Approval == v1alpha1.ApprovalAutoIdle && res.Disruptive() {
 		pc.fail("approval AutoIdle, yet the plan evicts %d pod(s)", len(evicted))
 	}
@@ -174,8 +185,67 @@ func checkStep(pc *planCheck, s *scenario, w *world, nm *nodeModel, step *planne
 			pc.fail("%s changes a GPU %s holds without evicting it", step.Node, key)
 		}
 	}
-	if _, _, ok := w.capacity(nm, stepChange(nm, step)); !ok {
-		pc.fail("%s: the evicted pods do not fit the node again in the target state", step.Node)
+	for _, e := range step.Evictions {
+		if e.Landing == step.Node {
+			continue
+		}
+		i := slices.IndexFunc(w.nodes, func(o *nodeModel) bool { return o.node.Name == e.Landing })
+		p := nm.node.Pod(e.Pod)
+		switch {
+		case i < 0:
+			pc.fail("%s: %s lands on %q, not a pool node", step.Node, e.Pod, e.Landing)
+		case !w.hostable(w.nodes[i]):
+			pc.fail("%s: %s lands on %s, which may host no moved pod (cordoned, unreadable or frozen)", step.Node, e.Pod, e.Landing)
+		case p != nil && !mayRunOn(p, w.nodes[i].node.Object):
+			pc.fail("%s: %s lands on %s, which its placement rules exclude", step.Node, e.Pod, e.Landing)
+		}
+	}
+}
+
+// checkOrder checks the steps' order: every name a step waits for is another step, the order
+// has no cycle, and a move to a node the plan also changes is ordered one way or the other.
+func checkOrder(pc *planCheck, res *planner.Result) {
+	byNode := map[string]*planner.Step{}
+	for i := range res.Steps {
+		byNode[res.Steps[i].Node] = &res.Steps[i]
+	}
+	waits := func(a, b string) bool { return slices.Contains(byNode[a].WaitsFor, b) }
+	for _, st := range res.Steps {
+		for _, other := range st.WaitsFor {
+			if byNode[other] == nil || other == st.Node {
+				pc.fail("%s waits for %q, not another step of the plan", st.Node, other)
+			}
+		}
+		for _, e := range st.Evictions {
+			if e.Landing != st.Node && byNode[e.Landing] != nil && !waits(st.Node, e.Landing) && !waits(e.Landing, st.Node) {
+				pc.fail("%s moves %s to %s, which the plan changes too, but neither waits for the other", st.Node, e.Pod, e.Landing)
+			}
+		}
+	}
+	// Depth-first search for a cycle.
+	state := map[string]int{}
+	var visit func(n string) bool
+	visit = func(n string) bool {
+		switch state[n] {
+		case 1:
+			return false
+		case 2:
+			return true
+		}
+		state[n] = 1
+		for _, m := range byNode[n].WaitsFor {
+			if byNode[m] != nil && !visit(m) {
+				return false
+			}
+		}
+		state[n] = 2
+		return true
+	}
+	for _, st := range res.Steps {
+		if !visit(st.Node) {
+			pc.fail("the steps' order has a cycle through %s", st.Node)
+			return
+		}
 	}
 }
 
@@ -283,7 +353,7 @@ func checkBookkeeping(pc *planCheck, in planner.Input, res *planner.Result) {
 }
 
 // checkPlacement checks that the pods the plan serves and those that fit now can all run at
-// once on the target state, next to the evicted pods back on their nodes, and that the pods
+// once on the target state, next to the evicted pods on their landings, and that the pods
 // that fit now do fit the current state.
 func checkPlacement(pc *planCheck, w *world, in planner.Input, res *planner.Result) {
 	steps := map[string]*planner.Step{}
@@ -299,7 +369,23 @@ func checkPlacement(pc *planCheck, w *world, in planner.Input, res *planner.Resu
 		now[i], _, _ = w.capacity(nm, nil)
 		after[i] = now[i]
 		if s := steps[nm.node.Name]; s != nil {
-			after[i], _, _ = w.capacity(nm, stepChange(nm, s))
+			after[i], _, _ = w.freed(nm, stepChange(nm, s))
+		}
+	}
+	// Evicted pods are pinned to their landings: their room is what the plan promises them.
+	var moved []pendingPod
+	for _, mp := range w.movable() {
+		for _, st := range res.Steps {
+			for _, e := range st.Evictions {
+				if e.Pod != mp.key {
+					continue
+				}
+				j := slices.IndexFunc(w.nodes, func(o *nodeModel) bool { return o.node.Name == e.Landing })
+				if j < 0 {
+					continue
+				}
+				moved = append(moved, pendingPod{key: mp.key, need: mp.need, nodes: []int{j}})
+			}
 		}
 	}
 	claims := func(keys ...[]types.NamespacedName) []demand.Request {
@@ -313,8 +399,8 @@ func checkPlacement(pc *planCheck, w *world, in planner.Input, res *planner.Resu
 		}
 		return out
 	}
-	check := func(what string, reqs []demand.Request, capacity [][]int64) {
-		ok, decided := placeAll(w.pendingPods(reqs), capacity, placementSearchLimit)
+	check := func(what string, reqs []demand.Request, capacity [][]int64, extra ...pendingPod) {
+		ok, decided := placeAll(append(w.pendingPods(reqs), extra...), capacity, placementSearchLimit)
 		if !decided {
 			pc.undecided++
 		} else if !ok {
@@ -322,7 +408,8 @@ func checkPlacement(pc *planCheck, w *world, in planner.Input, res *planner.Resu
 		}
 	}
 	check("the pods that fit now, on the current layouts,", claims(res.FitsNow), now)
-	check("the pods served and those that fit now, on the target layouts,", claims(res.Served, res.FitsNow), after)
+	check("the pods served and those that fit now, on the target layouts, beside the evicted pods on their landings,",
+		claims(res.Served, res.FitsNow), after, moved...)
 }
 
 // pod finds a pod of the cluster by key.

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +50,7 @@ func (r *Result) RepartitionPlan(policy *v1alpha1.GPUPoolPolicy, now time.Time) 
 			MIGConfigName: MIGConfigName(s.Target),
 			GPUs:          []v1alpha1.GPUChange{},
 			Disruptive:    len(s.Evictions) > 0,
+			WaitsFor:      slices.Clone(s.WaitsFor),
 		}
 		if s.Sharing != nil {
 			setting := *s.Sharing
@@ -60,7 +62,8 @@ func (r *Result) RepartitionPlan(policy *v1alpha1.GPUPoolPolicy, now time.Time) 
 		}
 		for _, e := range s.Evictions {
 			step.Evictions = append(step.Evictions, v1alpha1.Eviction{
-				PodReference: v1alpha1.PodReference{Namespace: e.Pod.Namespace, Name: e.Pod.Name}, UID: string(e.UID), Reason: e.Reason})
+				PodReference: v1alpha1.PodReference{Namespace: e.Pod.Namespace, Name: e.Pod.Name}, UID: string(e.UID), Reason: e.Reason,
+				LandingNode: e.Landing})
 		}
 		spec.Steps = append(spec.Steps, step)
 	}

@@ -86,7 +86,8 @@ func (p *planState) share(budgetLeft int, taken map[*nodeInfo]*proposal) map[*no
 		if budgetLeft <= 0 {
 			break
 		}
-		if pr := taken[ni]; pr != nil && pr.changed > 0 {
+		if pr := taken[ni]; (pr != nil && pr.changed > 0) || len(ni.landed) > 0 {
+			// A node that pods are moved to keeps the devices they land on.
 			continue
 		}
 		if !p.shareable(ni) {

@@ -32,9 +32,12 @@ type Input struct {
 	// Frozen names nodes the planner must not change, with why: nodes another policy also
 	// selects, nodes inside the stabilisation window, nodes an executing plan is changing.
 	Frozen map[string]string
-	// InFlight is how many of the pool's nodes executing plans are changing now; they count
-	// against maxDisruptedNodes.
-	InFlight int
+	// InFlightDisrupting is how many of the pool's nodes executing plans are changing now with
+	// evictions; they count against maxDisruptedNodes.
+	InFlightDisrupting int
+	// InFlightReconfiguring is how many of the pool's nodes executing plans are re-carving now
+	// without evicting; they count against maxReconfiguringNodes.
+	InFlightReconfiguring int
 	// EvictionsPaused, when set, says why the planner may evict no pod in this pass (the
 	// policy's hourly bound on disruptive steps is spent); plans then only re-carve idle GPUs.
 	EvictionsPaused string
@@ -87,8 +90,12 @@ type Result struct {
 	// StrandedBefore and StrandedAfter count, per MIG profile, free instances that neither
 	// pending demand nor standby shapes can use, before and after the plan.
 	StrandedBefore, StrandedAfter map[string]int
-	// Budget is how many nodes the plan could change (maxDisruptedNodes minus in-flight).
+	// Budget is how many nodes with evictions the plan could change (maxDisruptedNodes minus
+	// those in flight).
 	Budget int
+	// ReconfigureBudget is how many nodes without evictions the plan could change
+	// (maxReconfiguringNodes minus those in flight).
+	ReconfigureBudget int
 	// PoolNodes is how many nodes the policy selects.
 	PoolNodes int
 }
@@ -108,6 +115,10 @@ type Step struct {
 	Evictions []Eviction
 	// Sharing is the node's new device-plugin sharing setting; nil when it does not change.
 	Sharing *v1alpha1.SharingConfig
+	// WaitsFor names the nodes whose steps must be done before this one starts, sorted: the
+	// nodes its evicted pods land on when those change too (their landing is carved first),
+	// and the nodes whose evicted pods land here (they move before this node is cordoned).
+	WaitsFor []string
 }
 
 // GPUTarget is what one GPU should look like once a step is done.
@@ -130,6 +141,9 @@ type Eviction struct {
 	// UID is the pod's UID, so that execution evicts only this very pod.
 	UID    types.UID
 	Reason string
+	// Landing is the node where the pod's replacement is expected to run: the step's own node,
+	// or another pool node with room for it that no pod the plan serves counts on.
+	Landing string
 }
 
 // Unserved is a pending pod the plan does not serve.
@@ -137,6 +151,19 @@ type Unserved struct {
 	Pod     types.NamespacedName
 	Reason  Reason
 	Message string
+}
+
+// Moves counts the evictions whose replacements land on another node.
+func (r *Result) Moves() int {
+	n := 0
+	for _, s := range r.Steps {
+		for _, e := range s.Evictions {
+			if e.Landing != s.Node {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // Disruptive reports whether any step evicts a pod.

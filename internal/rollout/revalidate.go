@@ -18,6 +18,10 @@ type PodFact struct {
 	Node string
 	// DoNotDisrupt is true when the pod carries gpupool.io/do-not-disrupt: "true".
 	DoNotDisrupt bool
+	// MIG is what the pod asks for of MIG instances, per profile, and WholeGPUs how many whole
+	// GPUs: the room its replacement needs where the plan moves it.
+	MIG       map[string]int64
+	WholeGPUs int64
 }
 
 // Facts are a fresh look at the cluster, taken just before a plan's first disruptive step.
@@ -26,6 +30,8 @@ type Facts struct {
 	GPUs map[string][]v1alpha1.GPUStatus
 	// Pods that exist now, by "namespace/name".
 	Pods map[string]PodFact
+	// Cordoned names the nodes with spec.unschedulable set, among the nodes reported.
+	Cordoned map[string]bool
 }
 
 // Revalidate checks an approved plan against a fresh look at the cluster before its first
@@ -35,6 +41,9 @@ type Facts struct {
 //   - a pod the plan does not evict now runs on a GPU it changes: mig-manager would refuse the
 //     GPU as in use, or worse, the pod would lose its device;
 //   - a pod it evicts was marked do-not-disrupt since;
+//   - a node the plan moves evicted pods to, and does not change itself, no longer has room
+//     for them (the scheduler or another workload took it, or it was cordoned): evicting
+//     them now would leave them pending, so the plan is made again instead;
 //   - none of the pending pods it was made for is still pending: evicting for nobody is pure
 //     disruption.
 func Revalidate(plan *v1alpha1.RepartitionPlan, f Facts) string {
@@ -73,6 +82,9 @@ func Revalidate(plan *v1alpha1.RepartitionPlan, f Facts) string {
 				return fmt.Sprintf("pod %s, which the plan evicts, is now annotated %s", key, v1alpha1.AnnotationDoNotDisrupt)
 			}
 		}
+		if why := landingGone(plan, step, f); why != "" {
+			return why
+		}
 	}
 	if want := plan.Spec.Expected.Pods; len(want) > 0 && plan.Spec.Disruptive {
 		for _, ref := range want {
@@ -92,6 +104,79 @@ func profileCounts(g v1alpha1.GPUStatus) v1alpha1.ProfileCounts {
 		out[in.Profile]++
 	}
 	return out
+}
+
+// landingGone checks the room a step's moved pods need on nodes the plan does not change (a
+// node the plan changes is checked as its own step, and a step waits for it to be done).
+func landingGone(plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep, f Facts) string {
+	changes := map[string]bool{}
+	for _, s := range plan.Spec.Steps {
+		changes[s.Node] = true
+	}
+	type need struct {
+		mig   map[string]int64
+		whole int64
+		pods  []string
+	}
+	needs := map[string]*need{}
+	var order []string
+	for _, e := range step.Evictions {
+		if e.LandingNode == "" || e.LandingNode == step.Node || changes[e.LandingNode] {
+			continue
+		}
+		key := e.Namespace + "/" + e.Name
+		p, ok := f.Pods[key]
+		if !ok || p.Node != step.Node {
+			// Gone or moved already: nothing of it to land.
+			continue
+		}
+		n := needs[e.LandingNode]
+		if n == nil {
+			n = &need{mig: map[string]int64{}}
+			needs[e.LandingNode] = n
+			order = append(order, e.LandingNode)
+		}
+		for profile, c := range p.MIG {
+			n.mig[profile] += c
+		}
+		n.whole += p.WholeGPUs
+		n.pods = append(n.pods, key)
+	}
+	for _, node := range order {
+		n := needs[node]
+		gpus, ok := f.GPUs[node]
+		switch {
+		case !ok:
+			return fmt.Sprintf("node %s, where the plan moves %s, has no GPU report any more", node, strings.Join(n.pods, ", "))
+		case f.Cordoned[node]:
+			return fmt.Sprintf("node %s, where the plan moves %s, is cordoned now", node, strings.Join(n.pods, ", "))
+		}
+		free, whole := map[string]int64{}, int64(0)
+		for _, g := range gpus {
+			if g.MIGMode == nil || g.MIGMode.Current != "Enabled" {
+				if len(g.Pods) == 0 {
+					whole++
+				}
+				continue
+			}
+			for _, in := range g.Instances {
+				if in.Pod == nil && !in.Busy {
+					free[in.Profile]++
+				}
+			}
+		}
+		for _, profile := range slices.Sorted(maps.Keys(n.mig)) {
+			if free[profile] < n.mig[profile] {
+				return fmt.Sprintf("node %s has %d free %s now and the plan moves %s there needing %d: the landing was taken, so the plan is made again",
+					node, free[profile], profile, strings.Join(n.pods, ", "), n.mig[profile])
+			}
+		}
+		if whole < n.whole {
+			return fmt.Sprintf("node %s has %d free whole GPU(s) now and the plan moves %s there needing %d: the landing was taken, so the plan is made again",
+				node, whole, strings.Join(n.pods, ", "), n.whole)
+		}
+	}
+	return ""
 }
 
 func podsOn(g v1alpha1.GPUStatus) []v1alpha1.PodReference {

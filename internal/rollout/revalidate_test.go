@@ -85,3 +85,61 @@ func TestRevalidateKeepsNonDisruptivePlansWithoutDemand(t *testing.T) {
 	facts := rollout.Facts{GPUs: map[string][]v1alpha1.GPUStatus{"gpu-1": {{Index: 0}}}, Pods: map[string]rollout.PodFact{}}
 	NewWithT(t).Expect(rollout.Revalidate(plan, facts)).To(BeEmpty())
 }
+
+// TestRevalidateChecksTheLandingOfMovedPods guards make before break at the last moment: a
+// step that moves a pod to a node the plan does not change is cancelled when that node no
+// longer has room for it, is cordoned or unreported, and goes ahead while the room is there; a
+// landing on a node the plan changes itself is that node's own step's business.
+func TestRevalidateChecksTheLandingOfMovedPods(t *testing.T) {
+	enabled := &v1alpha1.MIGModeStatus{Current: "Enabled", Pending: "Enabled"}
+	landing := func(used ...bool) []v1alpha1.GPUStatus {
+		var instances []v1alpha1.MIGInstance
+		for _, u := range used {
+			in := v1alpha1.MIGInstance{Profile: "1g.18gb"}
+			if u {
+				in.Pod = &v1alpha1.PodReference{Namespace: "other", Name: "taker"}
+			}
+			instances = append(instances, in)
+		}
+		return []v1alpha1.GPUStatus{{Index: 0, MIGMode: enabled, Instances: instances}}
+	}
+	mover := v1alpha1.NodeStep{Node: "gpu-1", GPUs: []v1alpha1.GPUChange{{Index: 1, From: v1alpha1.ProfileCounts{"1g.18gb": 7},
+		To: v1alpha1.ProfileCounts{"7g.141gb": 1}}},
+		Evictions: []v1alpha1.Eviction{{PodReference: v1alpha1.PodReference{Namespace: "team", Name: "small"}, LandingNode: "gpu-2"}}}
+	fromGPU := []v1alpha1.GPUStatus{{Index: 1, MIGMode: enabled, Instances: []v1alpha1.MIGInstance{{Profile: "1g.18gb",
+		Pod: &v1alpha1.PodReference{Namespace: "team", Name: "small"}}, {Profile: "1g.18gb"}, {Profile: "1g.18gb"},
+		{Profile: "1g.18gb"}, {Profile: "1g.18gb"}, {Profile: "1g.18gb"}, {Profile: "1g.18gb"}}}}
+	pods := map[string]rollout.PodFact{"team/small": {Node: "gpu-1", MIG: map[string]int64{"1g.18gb": 1}}}
+	cases := []struct {
+		name     string
+		steps    []v1alpha1.NodeStep
+		landing  []v1alpha1.GPUStatus
+		cordoned bool
+		want     string
+	}{
+		{name: "room left: goes ahead", steps: []v1alpha1.NodeStep{mover}, landing: landing(true, false)},
+		{name: "the scheduler took the room", steps: []v1alpha1.NodeStep{mover}, landing: landing(true, true),
+			want: "node gpu-2 has 0 free 1g.18gb now and the plan moves team/small there needing 1"},
+		{name: "the landing was cordoned", steps: []v1alpha1.NodeStep{mover}, landing: landing(false), cordoned: true,
+			want: "node gpu-2, where the plan moves team/small, is cordoned now"},
+		{name: "the landing lost its report", steps: []v1alpha1.NodeStep{mover},
+			want: "node gpu-2, where the plan moves team/small, has no GPU report any more"},
+		{name: "a landing the plan carves is checked by its own step", steps: []v1alpha1.NodeStep{mover, {Node: "gpu-2"}},
+			landing: landing(true)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			plan := &v1alpha1.RepartitionPlan{Spec: v1alpha1.RepartitionPlanSpec{Steps: tc.steps}}
+			facts := rollout.Facts{GPUs: map[string][]v1alpha1.GPUStatus{"gpu-1": fromGPU}, Pods: pods,
+				Cordoned: map[string]bool{"gpu-2": tc.cordoned}}
+			if tc.landing != nil {
+				facts.GPUs["gpu-2"] = tc.landing
+			}
+			g.Expect(rollout.Revalidate(plan, facts)).To(ContainSubstring(tc.want))
+			if tc.want == "" {
+				g.Expect(rollout.Revalidate(plan, facts)).To(BeEmpty())
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -316,17 +317,29 @@ func fail(cur v1alpha1.NodeStepStatus, now time.Time, msg string, actions []Acti
 	return move(cur, v1alpha1.NodeFailed, now, msg, 0, actions...)
 }
 
-// Progress decides which pending steps may start now and the plan's phase. At most budget
-// nodes are between cordon and done at once; after any failure no new node starts, so a
-// fault does not spread across the pool. A budget of zero starts nothing: once no step is in
-// flight the plan has Failed (stopped), so it never stays Executing.
-func Progress(steps []v1alpha1.NodeStep, status []v1alpha1.NodeStepStatus, budget int) (start []string, phase v1alpha1.PlanPhase, progress string) {
+// Budgets are how many of a plan's nodes may be between cordon and done at once: nodes whose
+// steps evict pods (maxDisruptedNodes) and nodes that only re-carve idle GPUs
+// (maxReconfiguringNodes).
+type Budgets struct {
+	Disrupting, Reconfiguring int
+}
+
+// Stopped reports whether no node of either kind may start.
+func (b Budgets) Stopped() bool { return b.Disrupting <= 0 && b.Reconfiguring <= 0 }
+
+// Progress decides which pending steps may start now, which wait for others, and the plan's
+// phase. A step starts only once every step it waits for is done (make before break: the
+// landing of the pods it moves is carved first), and only within the budget for its kind;
+// after any failure no new node starts, so a fault does not spread across the pool. When
+// nothing is in flight and nothing may start (a budget lowered to zero, an approval
+// withdrawn), the plan has Failed (stopped), so it never stays Executing.
+func Progress(steps []v1alpha1.NodeStep, status []v1alpha1.NodeStepStatus, budgets Budgets) (start []string, waiting []v1alpha1.NodeWait, phase v1alpha1.PlanPhase, progress string) {
 	byNode := map[string]v1alpha1.NodeStepState{}
 	for _, s := range status {
 		byNode[s.Node] = s.State
 	}
-	active, done, failed := 0, 0, 0
-	var pending []string
+	activeDisrupting, activeReconfiguring, done, failed := 0, 0, 0, 0
+	var pending []v1alpha1.NodeStep
 	for _, s := range steps {
 		switch byNode[s.Node] {
 		case v1alpha1.NodeDone:
@@ -334,30 +347,57 @@ func Progress(steps []v1alpha1.NodeStep, status []v1alpha1.NodeStepStatus, budge
 		case v1alpha1.NodeFailed:
 			failed++
 		case "", v1alpha1.NodePending:
-			pending = append(pending, s.Node)
+			pending = append(pending, s)
 		default:
-			active++
+			if s.Disruptive {
+				activeDisrupting++
+			} else {
+				activeReconfiguring++
+			}
 		}
 	}
+	active := activeDisrupting + activeReconfiguring
 	progress = fmt.Sprintf("%d/%d", done, len(steps))
+	for _, s := range pending {
+		var open []string
+		for _, other := range s.WaitsFor {
+			if byNode[other] != v1alpha1.NodeDone {
+				open = append(open, other)
+			}
+		}
+		if len(open) > 0 {
+			waiting = append(waiting, v1alpha1.NodeWait{Node: s.Node, For: open})
+		}
+	}
 	switch {
 	case done == len(steps):
-		return nil, v1alpha1.PlanSucceeded, progress
+		return nil, nil, v1alpha1.PlanSucceeded, progress
 	case failed > 0 && active == 0:
-		return nil, v1alpha1.PlanFailed, progress
+		return nil, waiting, v1alpha1.PlanFailed, progress
 	case failed > 0:
-		return nil, v1alpha1.PlanExecuting, progress
-	case budget <= 0 && active == 0:
-		// Nothing runs and nothing may start (the budget was lowered to zero, or the approval
-		// was withdrawn): the plan stops here rather than stay Executing for ever.
-		return nil, v1alpha1.PlanFailed, progress
+		return nil, waiting, v1alpha1.PlanExecuting, progress
 	}
-	for _, node := range pending {
-		if active >= budget {
-			break
+	for _, s := range pending {
+		if slices.ContainsFunc(waiting, func(w v1alpha1.NodeWait) bool { return w.Node == s.Node }) {
+			continue
 		}
-		start = append(start, node)
-		active++
+		if s.Disruptive {
+			if activeDisrupting >= budgets.Disrupting {
+				continue
+			}
+			activeDisrupting++
+		} else {
+			if activeReconfiguring >= budgets.Reconfiguring {
+				continue
+			}
+			activeReconfiguring++
+		}
+		start = append(start, s.Node)
 	}
-	return start, v1alpha1.PlanExecuting, progress
+	if len(start) == 0 && active == 0 {
+		// Nothing runs and nothing may start: the plan stops here rather than stay
+		// Executing for ever.
+		return nil, waiting, v1alpha1.PlanFailed, progress
+	}
+	return start, waiting, v1alpha1.PlanExecuting, progress
 }

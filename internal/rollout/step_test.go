@@ -202,7 +202,7 @@ func TestStartRecordsAForeignCordon(t *testing.T) {
 }
 
 func TestProgress(t *testing.T) {
-	steps := []v1alpha1.NodeStep{{Node: "a"}, {Node: "b"}, {Node: "c"}}
+	steps := []v1alpha1.NodeStep{{Node: "a", Disruptive: true}, {Node: "b", Disruptive: true}, {Node: "c", Disruptive: true}}
 	st := func(states ...v1alpha1.NodeStepState) []v1alpha1.NodeStepStatus {
 		var out []v1alpha1.NodeStepStatus
 		for i, s := range states {
@@ -241,10 +241,61 @@ func TestProgress(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			start, phase, progress := rollout.Progress(steps, tc.status, tc.budget)
+			start, _, phase, progress := rollout.Progress(steps, tc.status, rollout.Budgets{Disrupting: tc.budget})
 			g.Expect(start).To(Equal(tc.start), tc.invariant)
 			g.Expect(phase).To(Equal(tc.phase), tc.invariant)
 			g.Expect(progress).To(Equal(tc.progress))
+		})
+	}
+}
+
+// TestProgressOrdersMovesAndSplitsBudgets: a step that moves pods to a node the plan changes
+// starts only once that node is done; a step waiting on a failed one never starts; nodes that
+// only re-carve idle GPUs count against their own budget.
+func TestProgressOrdersMovesAndSplitsBudgets(t *testing.T) {
+	steps := []v1alpha1.NodeStep{
+		{Node: "carve"},
+		{Node: "mover", Disruptive: true, WaitsFor: []string{"carve"}},
+		{Node: "idle-1"},
+		{Node: "other", Disruptive: true},
+	}
+	status := func(pairs ...string) []v1alpha1.NodeStepStatus {
+		var out []v1alpha1.NodeStepStatus
+		for i := 0; i < len(pairs); i += 2 {
+			out = append(out, v1alpha1.NodeStepStatus{Node: pairs[i], State: v1alpha1.NodeStepState(pairs[i+1])})
+		}
+		return out
+	}
+	cases := []struct {
+		name    string
+		status  []v1alpha1.NodeStepStatus
+		budgets rollout.Budgets
+		start   []string
+		waiting []v1alpha1.NodeWait
+		phase   v1alpha1.PlanPhase
+	}{
+		{name: "the landing first; the mover waits", budgets: rollout.Budgets{Disrupting: 2, Reconfiguring: 2},
+			start: []string{"carve", "idle-1", "other"}, waiting: []v1alpha1.NodeWait{{Node: "mover", For: []string{"carve"}}},
+			phase: v1alpha1.PlanExecuting},
+		{name: "the mover starts once the landing is done", budgets: rollout.Budgets{Disrupting: 1, Reconfiguring: 1},
+			status: status("carve", string(v1alpha1.NodeDone), "idle-1", string(v1alpha1.NodeDone)),
+			start:  []string{"mover"}, phase: v1alpha1.PlanExecuting},
+		{name: "reconfiguring nodes do not use the disruption budget", budgets: rollout.Budgets{Disrupting: 1, Reconfiguring: 1},
+			status: status("carve", string(v1alpha1.NodeConfiguring)),
+			start:  []string{"other"}, waiting: []v1alpha1.NodeWait{{Node: "mover", For: []string{"carve"}}}, phase: v1alpha1.PlanExecuting},
+		{name: "a failed landing: its mover never starts, the plan fails once idle", budgets: rollout.Budgets{Disrupting: 2, Reconfiguring: 2},
+			status:  status("carve", string(v1alpha1.NodeFailed), "idle-1", string(v1alpha1.NodeDone), "other", string(v1alpha1.NodeDone)),
+			waiting: []v1alpha1.NodeWait{{Node: "mover", For: []string{"carve"}}}, phase: v1alpha1.PlanFailed},
+		{name: "no budget for the kinds left: stopped", budgets: rollout.Budgets{Disrupting: 0, Reconfiguring: 3},
+			status: status("carve", string(v1alpha1.NodeDone), "idle-1", string(v1alpha1.NodeDone)), phase: v1alpha1.PlanFailed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			start, waiting, phase, _ := rollout.Progress(steps, tc.status, tc.budgets)
+			g.Expect(start).To(Equal(tc.start))
+			g.Expect(waiting).To(Equal(tc.waiting))
+			g.Expect(phase).To(Equal(tc.phase))
 		})
 	}
 }

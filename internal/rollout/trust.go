@@ -20,6 +20,7 @@ const (
 	ReasonForeignConfigName = "ForeignConfigName"
 	ReasonNotApproved       = "NotApproved"
 	ReasonMissingPodUID     = "EvictionWithoutUID"
+	ReasonBadOrder          = "InvalidStepOrder"
 )
 
 // Refusal says why a plan must not run; the zero value means it may.
@@ -70,11 +71,60 @@ func Authenticate(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy
 				"gpupool's own entries", step.Node, step.MIGConfigName, step.SharingConfigName)}
 		}
 	}
+	if why := orderProblem(plan.Spec.Steps, inPool); why != "" {
+		return Refusal{ReasonBadOrder, why}
+	}
 	if plan.Spec.Disruptive != evicts {
 		return Refusal{ReasonDisruptiveLie, fmt.Sprintf("spec.disruptive is %t but the steps evict %s pods", plan.Spec.Disruptive,
 			map[bool]string{true: "some", false: "no"}[evicts])}
 	}
 	return Refusal{}
+}
+
+// orderProblem says what is wrong with the steps' order and landings ("" when nothing): every
+// node a step waits for is another step of the plan, the waits have no cycle (a cycle would
+// leave every step in it pending for ever), and every landing is a pool node.
+func orderProblem(steps []v1alpha1.NodeStep, inPool func(string) bool) string {
+	waits := map[string][]string{}
+	for _, step := range steps {
+		waits[step.Node] = step.WaitsFor
+	}
+	for _, step := range steps {
+		for _, other := range step.WaitsFor {
+			if _, ok := waits[other]; !ok || other == step.Node {
+				return fmt.Sprintf("the step on node %s waits for %q, which is not another step of the plan", step.Node, other)
+			}
+		}
+		for _, e := range step.Evictions {
+			if e.LandingNode != "" && e.LandingNode != step.Node && !inPool(e.LandingNode) {
+				return fmt.Sprintf("the eviction of pod %s/%s moves it to node %s, which is not in the policy's pool", e.Namespace, e.Name, e.LandingNode)
+			}
+		}
+	}
+	state := map[string]int{} // 1 visiting, 2 done
+	var cycle func(n string) bool
+	cycle = func(n string) bool {
+		switch state[n] {
+		case 1:
+			return true
+		case 2:
+			return false
+		}
+		state[n] = 1
+		for _, m := range waits[n] {
+			if cycle(m) {
+				return true
+			}
+		}
+		state[n] = 2
+		return false
+	}
+	for _, step := range steps {
+		if cycle(step.Node) {
+			return fmt.Sprintf("the steps' waitsFor form a cycle through node %s, so they could never start", step.Node)
+		}
+	}
+	return ""
 }
 
 func ownConfigName(name, prefix string) bool {

@@ -27,7 +27,7 @@ func trustedPlan(policy *v1alpha1.GPUPoolPolicy) *v1alpha1.RepartitionPlan {
 
 func TestAuthenticate(t *testing.T) {
 	policy := &v1alpha1.GPUPoolPolicy{ObjectMeta: metav1.ObjectMeta{Name: "pool-a", UID: "policy-uid"}}
-	inPool := func(n string) bool { return n == "gpu-1" }
+	inPool := func(n string) bool { return n == "gpu-1" || n == "gpu-2" }
 	rehash := func(p *v1alpha1.RepartitionPlan) { p.Spec.Hash = v1alpha1.HashSteps(p.Spec.Steps) }
 	cases := []struct {
 		name   string
@@ -65,6 +65,21 @@ func TestAuthenticate(t *testing.T) {
 			p.Spec.Steps[0].SharingConfigName = "default"
 			rehash(p)
 		}, reason: ReasonForeignConfigName},
+		{name: "waits for a node that is not a step", forge: func(p *v1alpha1.RepartitionPlan) {
+			p.Spec.Steps[0].WaitsFor = []string{"gpu-9"}
+			rehash(p)
+		}, reason: ReasonBadOrder},
+		{name: "steps that wait for each other", forge: func(p *v1alpha1.RepartitionPlan) {
+			second := p.Spec.Steps[0]
+			second.Node, second.WaitsFor = "gpu-2", []string{"gpu-1"}
+			p.Spec.Steps[0].WaitsFor = []string{"gpu-2"}
+			p.Spec.Steps = append(p.Spec.Steps, second)
+			rehash(p)
+		}, reason: ReasonBadOrder},
+		{name: "a landing outside the pool", forge: func(p *v1alpha1.RepartitionPlan) {
+			p.Spec.Steps[0].Evictions[0].LandingNode = "elsewhere"
+			rehash(p)
+		}, reason: ReasonBadOrder},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

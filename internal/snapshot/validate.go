@@ -67,7 +67,14 @@ func validatePolicy(p *v1alpha1.GPUPoolPolicy) *fieldError {
 		return &fieldError{field: "spec.disruption.approval", msg: fmt.Sprintf(
 			"unsupported value %q: want %s, %s or %s", d.Approval, v1alpha1.ApprovalManual, v1alpha1.ApprovalAutoIdle, v1alpha1.ApprovalAuto)}
 	}
-	if v := d.MaxDisruptedNodes; v != nil {
+	for _, budget := range []struct {
+		field string
+		value *intstr.IntOrString
+	}{{"spec.disruption.maxDisruptedNodes", d.MaxDisruptedNodes}, {"spec.disruption.maxReconfiguringNodes", d.MaxReconfiguringNodes}} {
+		v := budget.value
+		if v == nil {
+			continue
+		}
 		bad := false
 		switch v.Type {
 		case intstr.Int:
@@ -76,7 +83,7 @@ func validatePolicy(p *v1alpha1.GPUPoolPolicy) *fieldError {
 			bad = !percentPattern.MatchString(v.StrVal)
 		}
 		if bad {
-			return &fieldError{field: "spec.disruption.maxDisruptedNodes", msg: fmt.Sprintf(
+			return &fieldError{field: budget.field, msg: fmt.Sprintf(
 				"invalid value %s: want a count of 0 or more, or a percentage from 0%% to 100%%", intOrStringText(v))}
 		}
 	}

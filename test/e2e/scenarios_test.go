@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -358,5 +359,69 @@ var _ = Describe("gpupool on a simulated GPU cluster", func() {
 		Expect(step.GPUs).To(ConsistOf(
 			HaveField("To", v1alpha1.ProfileCounts{"3g.71gb": 2}), HaveField("To", v1alpha1.ProfileCounts{"3g.71gb": 2})))
 		s.runApproved(plan, "shared-3g", 5, "nvidia.com/mig-3g.71gb.shared", 8, mig3g)
+	})
+})
+
+// Guards cross-node consolidation, make before break: a pending 7g pod that only node x may
+// run needs x's GPU 1, where a small Deployment pod runs that cannot come back on x (GPU 0 is
+// full). The plan moves it to node y, whose GPUs are whole 7g instances with no 1g slice: y is
+// re-carved first, and the small pod is evicted (through the Eviction API, its
+// PodDisruptionBudget allowing it) only once y's step is done. The 7g pod runs, and the small
+// pod's replacement runs on y: no pod that ran before is left pending.
+var _ = Describe("cross-node moves", func() {
+	It("moves a small pod to a landing carved on another node so that a 7g pod fits, carving before evicting", func() {
+		s := newScenario("move")
+		x, y := s.nodes[0], s.nodes[1]
+		s.createPolicy(nil)
+		s.pin("pin-x", x, 7)
+		s.deploy("small", 1, s.inPool(), mig1g, 1, nil)
+		small := s.waitRunning("small", 1, 30*time.Second)
+		Expect(small[0].Spec.NodeName).To(Equal(x), "only x has 1g slices")
+		s.waitGPUHolds(x, 1, small[0].Name)
+		s.setPDBMinAvailable("small", 0, 1)
+		s.deploy("big-7g", 1, onNode(x), mig7g, 1, nil)
+		s.unpauseWhenPending(1)
+
+		plan := s.waitPlan(time.Minute, v1alpha1.PlanAwaitingApproval)
+		Expect(plan.Spec.Steps).To(HaveLen(2), s.diagnostics)
+		var stepX, stepY v1alpha1.NodeStep
+		for _, st := range plan.Spec.Steps {
+			switch st.Node {
+			case x:
+				stepX = st
+			case y:
+				stepY = st
+			}
+		}
+		Expect(stepX.Evictions).To(ConsistOf(SatisfyAll(HaveField("Name", small[0].Name), HaveField("LandingNode", y))))
+		Expect(stepX.WaitsFor).To(ConsistOf(y), "the mover waits for its landing")
+		Expect(stepY.Evictions).To(BeEmpty(), "the landing only re-carves an idle GPU")
+
+		approve(plan)
+		sawWaiting := false
+		Eventually(func(g Gomega) {
+			p := getPlan(g, plan.Name)
+			if slices.ContainsFunc(p.Status.Waiting, func(w v1alpha1.NodeWait) bool { return w.Node == x && slices.Contains(w.For, y) }) {
+				sawWaiting = true
+			}
+			pod := &corev1.Pod{}
+			err := k8s.Get(suiteCtx, client.ObjectKeyFromObject(&small[0]), pod)
+			if apierrors.IsNotFound(err) || (err == nil && pod.DeletionTimestamp != nil) {
+				// Not g.Expect: an eviction before the landing is done fails the spec at once.
+				Expect(stepStatus(p, y).State).To(Equal(v1alpha1.NodeDone), "the small pod was evicted before its landing on %s was carved", y)
+			}
+			g.Expect(p.Status.Phase).To(Equal(v1alpha1.PlanSucceeded))
+		}).WithTimeout(3*time.Minute).WithPolling(poll).Should(Succeed(), s.diagnostics)
+		Expect(sawWaiting).To(BeTrue(), "the plan's status showed %s waiting for %s", x, y)
+
+		s.waitRunning("big-7g", 1, time.Minute)
+		Eventually(func(g Gomega) {
+			pods := s.pods("small")
+			g.Expect(pods).To(HaveLen(1))
+			g.Expect(pods[0].UID).NotTo(Equal(small[0].UID))
+			g.Expect(pods[0].Spec.NodeName).To(Equal(y))
+			g.Expect(pods[0].Status.Phase).To(Equal(corev1.PodRunning))
+		}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed(), s.diagnostics)
+		Expect(s.pods("pin-x")).To(ConsistOf(HaveField("Status.Phase", corev1.PodRunning)), "the pinned pod never moved")
 	})
 })

@@ -46,6 +46,8 @@ var scenarioNodes = []struct {
 	{"silent", 1},
 	{"mps", 1},
 	{"leader", 1},
+	// Last: its second node is the one node that starts all-7g (see BeforeSuite).
+	{"move", 2},
 }
 
 var (
@@ -101,11 +103,11 @@ var _ = BeforeSuite(func() {
 	for _, s := range scenarioNodes {
 		total += s.nodes
 	}
-	By(fmt.Sprintf("starting one simulated cluster with %d H200 nodes of 2 GPUs each, all-1g", total))
+	By(fmt.Sprintf("starting one simulated cluster with %d H200 nodes of 2 GPUs each, all-1g but the last, all-7g", total))
 	started = time.Now()
 	cluster, err = simcluster.Start(suiteCtx, simcluster.Options{BinDir: binDir,
 		Manager: filepath.Join(bins, "manager"), GPUSim: filepath.Join(bins, "gpusim"),
-		Nodes: fmt.Sprintf("%dxh200:2:all-1g", total), Progress: GinkgoWriter})
+		Nodes: fmt.Sprintf("%dxh200:2:all-1g,1xh200:2:all-7g", total-1), Progress: GinkgoWriter})
 	Expect(err).NotTo(HaveOccurred())
 	fmt.Fprintf(GinkgoWriter, "cluster up in %s; logs in %s/logs\n", time.Since(started).Round(time.Millisecond), cluster.Dir)
 	k8s = cluster.Client

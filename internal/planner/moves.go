@@ -1,0 +1,402 @@
+package planner
+
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// Cross-node moves. A change may evict pods whose replacements cannot come back on their own
+// node (the new layouts lack their profile, or the pending pods the change serves take the
+// room): each must then land on another pool node, in capacity that nothing else the plan
+// counts on uses. That is the defragmentation move, emptying one GPU or node by moving its few
+// small pods to free slices elsewhere, and what the largest requests need.
+//
+// The ledger says what every node still has free once the plan so far is done: its accepted
+// choice (or its current layouts), the pending pods that fit it now, the pods it serves and
+// the pods already moved to it. A landing takes from that, and from then on every state of
+// the landing node keeps room for the moved pod (stateIn), so no later change or pending pod
+// can take it: "never a net loss" holds across the pool, not only per node.
+
+// landing is one evicted pod that the plan moves to another node.
+type landing struct {
+	pod  types.NamespacedName
+	from *nodeInfo
+	to   *nodeInfo
+	// need is what the pod takes of to's GPUs, in to's profile positions.
+	need podNeed
+	vec  []int64
+}
+
+// ledger is the spare capacity of every node that may host a moved pod, indexed so that a
+// landing is found without walking the whole pool.
+type ledger struct {
+	spare []*state // by node position; nil for a node that may host nothing
+	// byProfile lists, per product id and profile position, the nodes with a spare instance
+	// of it; whole lists, per product id, the nodes with a spare whole GPU.
+	byProfile map[int][][]*nodeInfo
+	whole     map[int][]*nodeInfo
+}
+
+// hostable reports whether a moved pod may land on the node: the scheduler may place pods
+// there, the planner can read its GPUs, and no other plan is changing it.
+func (p *planState) hostable(ni *nodeInfo) bool {
+	return ni.schedulable && ni.prod != nil && p.in.Frozen[ni.node.Name] == ""
+}
+
+// refreshLedger recomputes the spare capacity after the accepted proposals or the landings
+// changed. Nothing reads the ledger while it is rebuilt: the parallel first pass of proposals
+// only reads it.
+func (p *planState) refreshLedger() {
+	if !p.moves {
+		return
+	}
+	l := &ledger{spare: make([]*state, len(p.nodes)), byProfile: map[int][][]*nodeInfo{}, whole: map[int][]*nodeInfo{}}
+	for _, ni := range p.nodes {
+		if !p.hostable(ni) {
+			continue
+		}
+		st, ok := p.acceptedState(ni)
+		if !ok {
+			continue
+		}
+		l.spare[ni.pos] = &st
+		id := ni.prod.id
+		rows := l.byProfile[id]
+		for len(rows) < len(ni.prod.names) {
+			rows = append(rows, nil)
+		}
+		for k, n := range st.free {
+			if n > 0 {
+				rows[k] = append(rows[k], ni)
+			}
+		}
+		l.byProfile[id] = rows
+		if st.whole > 0 {
+			l.whole[id] = append(l.whole[id], ni)
+		}
+	}
+	p.ledger = l
+}
+
+// acceptedState is what a node offers once the plan so far is done there: its accepted choice
+// with the pods that proposal serves placed, or its current layouts.
+func (p *planState) acceptedState(ni *nodeInfo) (state, bool) {
+	pr := ni.accepted
+	if pr == nil {
+		return p.stateWith(ni, keepAll(len(ni.gpus)), nil, nil, false)
+	}
+	st, ok := p.stateWith(ni, pr.choice, pr.landings, nil, false)
+	if !ok {
+		return st, false
+	}
+	for _, c := range p.classes {
+		if n := pr.served[c.id]; n > 0 {
+			ni.take(p, c, &st, n)
+		}
+	}
+	return st, st.valid()
+}
+
+// stateWith is the node's offer under a choice: pods moving away by the given landings leave
+// the node, every other evicted pod comes back on it (when collect is set, those that do not
+// fit are listed in displaced instead of failing the choice), then the pending pods that fit
+// the node now and the pods moved here take their room.
+func (p *planState) stateWith(ni *nodeInfo, ch choice, away []landing, buf *state, collect bool) (state, bool) {
+	st, ok := ni.freedInto(ch, buf)
+	if !ok {
+		return st, false
+	}
+	for _, key := range st.evicted {
+		if movedAway(away, key) {
+			ni.release(&st, key)
+			continue
+		}
+		if !ni.retake(&st, key) {
+			if !collect || !p.moves {
+				return st, false
+			}
+			ni.release(&st, key)
+		}
+	}
+	if ni.reserved != nil {
+		for _, c := range p.classes {
+			if n := ni.reserved[c.id]; n > 0 {
+				ni.take(p, c, &st, n)
+			}
+		}
+	}
+	for _, l := range ni.landed {
+		for k, n := range l.need.perProfile {
+			st.free[k] -= n
+		}
+		st.whole -= l.need.whole
+		for d, v := range l.vec {
+			st.vec[d] -= v
+		}
+	}
+	return st, st.valid()
+}
+
+func movedAway(away []landing, key types.NamespacedName) bool {
+	for _, l := range away {
+		if l.pod == key {
+			return true
+		}
+	}
+	return false
+}
+
+// land finds a landing for every pod in keys, evicted from node from. With partial set, pods
+// without a landing are left out; otherwise ok is false when any lacks one. Pods land on the
+// first node, in name order, that has room for the whole pod and whose placement rules admit
+// it: spare capacity is what no pending pod could use as it is, so which node takes it
+// matters little, and the order keeps plans deterministic.
+func (p *planState) land(from *nodeInfo, keys []types.NamespacedName, partial bool) ([]landing, bool) {
+	if p.ledger == nil || len(keys) == 0 {
+		return nil, len(keys) == 0
+	}
+	var out []landing
+	// taken is what this call's own landings have used, per node: a copy of the spare.
+	taken := p.takenBuf[:0]
+	defer func() { p.takenBuf = taken[:0] }()
+	for _, key := range keys {
+		pod := from.node.Pod(key)
+		l, ok := p.landOne(from, pod, &taken)
+		if !ok {
+			if partial {
+				continue
+			}
+			return nil, false
+		}
+		out = append(out, l)
+	}
+	return out, true
+}
+
+// landOrCarve lands every pod in keys, in spare capacity where there is room and otherwise in
+// room one carve on another node makes.
+func (p *planState) landOrCarve(from *nodeInfo, keys []types.NamespacedName, pdbUse map[string]int32) ([]landing, *carve, bool) {
+	if ls, ok := p.land(from, keys, false); ok {
+		return ls, nil, true
+	}
+	if !p.thorough() {
+		// Searching every node's GPUs for a carve on each candidate would cost seconds on a
+		// large pool; there, spare capacity is plentiful and moves land in it.
+		return nil, nil, false
+	}
+	ls, _ := p.land(from, keys, true)
+	var rest []*inventory.Pod
+	for _, key := range keys {
+		if !movedAway(ls, key) {
+			rest = append(rest, from.node.Pod(key))
+		}
+	}
+	if slices.Contains(rest, nil) {
+		return nil, nil, false
+	}
+	c, more := p.carveFor(from, rest, ls, pdbUse)
+	if c == nil {
+		return nil, nil, false
+	}
+	return append(ls, more...), c, true
+}
+
+// spareCopy is one node's spare capacity with this evaluation's own landings taken.
+type spareCopy struct {
+	node *nodeInfo
+	st   state
+}
+
+func (p *planState) landOne(from *nodeInfo, pod *inventory.Pod, taken *[]spareCopy) (landing, bool) {
+	if pod == nil {
+		return landing{}, false
+	}
+	vec := from.podVec[pod.Key]
+	for _, pi := range p.landingProducts {
+		per, whole, ok := gpuNeeds(pod, pi)
+		if !ok || (whole == 0 && !slices.ContainsFunc(per, func(n int) bool { return n > 0 })) {
+			continue
+		}
+		var candidates []*nodeInfo
+		if whole > 0 {
+			candidates = p.ledger.whole[pi.id]
+		} else if rows := p.ledger.byProfile[pi.id]; len(rows) > 0 {
+			candidates = rows[slices.IndexFunc(per, func(n int) bool { return n > 0 })]
+		}
+		for _, to := range candidates {
+			if to == from || !pod.MayRunOn(to.node.Object) {
+				continue
+			}
+			st := p.ledger.spare[to.pos]
+			i := slices.IndexFunc(*taken, func(c spareCopy) bool { return c.node == to })
+			if i >= 0 {
+				st = &(*taken)[i].st
+			}
+			if !fitsNeed(st, per, whole, vec) {
+				continue
+			}
+			if i < 0 {
+				*taken = append(*taken, spareCopy{node: to, st: state{free: slices.Clone(st.free), whole: st.whole, vec: slices.Clone(st.vec)}})
+				st = &(*taken)[len(*taken)-1].st
+			}
+			for k, n := range per {
+				st.free[k] -= n
+			}
+			st.whole -= whole
+			for d, v := range vec {
+				st.vec[d] -= v
+			}
+			return landing{pod: pod.Key, from: from, to: to, need: podNeed{perProfile: per, whole: whole}, vec: vec}, true
+		}
+	}
+	return landing{}, false
+}
+
+func fitsNeed(st *state, per []int, whole int, vec []int64) bool {
+	if st.whole < whole {
+		return false
+	}
+	for k, n := range per {
+		if st.free[k] < n {
+			return false
+		}
+	}
+	for d, v := range vec {
+		if st.vec[d] < v {
+			return false
+		}
+	}
+	return true
+}
+
+// carve is a change of one GPU on another node that makes room for pods a proposal moves
+// there: the landing is carved first (make before break). Its own evicted pods, if any, come
+// back on it, so a move never starts a chain of moves.
+type carve struct {
+	node   *nodeInfo
+	choice choice
+	// proposal is the node's proposal while the carve is accepted.
+	proposal *proposal
+	// evictions are the pods the carve evicts on its node.
+	evictions []*inventory.Pod
+}
+
+// carveFor finds a one-GPU change on a node without an accepted proposal that makes room for
+// all of pods (evicted from node from) next to what the node already keeps, on a node none of
+// landed uses; nil when none does or the budgets left cannot pay for it. pdbUse is what the
+// moving proposal already spends of the PodDisruptionBudgets.
+func (p *planState) carveFor(from *nodeInfo, pods []*inventory.Pod, landed []landing, pdbUse map[string]int32) (*carve, []landing) {
+	for _, to := range p.nodes {
+		if to == from || to.accepted != nil || to.blocker != "" || !p.hostable(to) || len(to.prod.options) == 0 {
+			continue
+		}
+		if slices.ContainsFunc(landed, func(l landing) bool { return l.to == to }) {
+			// Its spare already takes some of the pods; one node, one way of landing.
+			continue
+		}
+		if !slices.ContainsFunc(pods, func(pod *inventory.Pod) bool { return !pod.MayRunOn(to.node.Object) }) {
+			if c, ls := p.carveOn(to, from, pods, pdbUse); c != nil {
+				return c, ls
+			}
+		}
+	}
+	return nil, nil
+}
+
+func (p *planState) carveOn(to, from *nodeInfo, pods []*inventory.Pod, pdbUse map[string]int32) (*carve, []landing) {
+	tried := map[string]bool{}
+	for _, gpu := range p.changeOrder(to) {
+		gi := to.gpus[gpu]
+		if tried[gi.sig] {
+			continue
+		}
+		tried[gi.sig] = true
+		if len(gi.pods) > 0 && (p.noEvict || p.disruptLeft < 2) || len(gi.pods) == 0 && p.reconfigureLeft < 1 {
+			continue
+		}
+		if !p.pdbsAllow(gi.pods, pdbUse) {
+			continue
+		}
+		for o := range to.prod.options {
+			if o == gi.currentOpt {
+				continue
+			}
+			ch := keepAll(len(to.gpus))
+			ch[gpu] = o
+			st, ok := p.stateWith(to, ch, nil, nil, false)
+			if !ok {
+				continue
+			}
+			var out []landing
+			for _, pod := range pods {
+				per, whole, known := gpuNeeds(pod, to.prod)
+				vec := from.podVec[pod.Key]
+				if !known || !fitsNeed(&st, per, whole, vec) {
+					break
+				}
+				for k, n := range per {
+					st.free[k] -= n
+				}
+				st.whole -= whole
+				for d, v := range vec {
+					st.vec[d] -= v
+				}
+				out = append(out, landing{pod: pod.Key, from: from, to: to, need: podNeed{perProfile: per, whole: whole}, vec: vec})
+			}
+			if len(out) == len(pods) {
+				return &carve{node: to, choice: ch, evictions: gi.pods}, out
+			}
+		}
+	}
+	return nil, nil
+}
+
+// pdbsAllow reports whether evicting pods as well as what pdbUse counts stays within the
+// PodDisruptionBudgets.
+func (p *planState) pdbsAllow(pods []*inventory.Pod, pdbUse map[string]int32) bool {
+	use := map[string]int32{}
+	for _, pod := range pods {
+		for _, key := range pod.PDBs {
+			use[key]++
+			if use[key]+pdbUse[key] > p.pdbLeft[key] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// acceptCarve makes (sign -1) or unmakes (+1) a proposal's carve the carve node's accepted
+// proposal, serving nothing yet, with the PodDisruptionBudgets its evictions spend.
+func (p *planState) acceptCarve(pr *proposal, sign int) {
+	c := pr.carve
+	if c == nil {
+		return
+	}
+	if sign < 0 {
+		c.proposal = &proposal{node: c.node, choice: c.choice, served: make([]int, len(p.classes)), gain: p.newScore(),
+			changed: 1, evictions: len(c.evictions), leftover: -1}
+		c.node.accepted = c.proposal
+	} else {
+		c.node.accepted = nil
+	}
+	for _, pod := range c.evictions {
+		for _, key := range pod.PDBs {
+			p.pdbLeft[key] += int32(sign)
+		}
+	}
+}
+
+// commitLandings records (sign -1) or withdraws (+1) a proposal's landings on their nodes.
+func (p *planState) commitLandings(pr *proposal, sign int) {
+	for _, l := range pr.landings {
+		if sign < 0 {
+			l.to.landed = append(l.to.landed, l)
+			continue
+		}
+		l.to.landed = slices.DeleteFunc(l.to.landed, func(x landing) bool { return x.pod == l.pod && x.from == l.from })
+	}
+}
