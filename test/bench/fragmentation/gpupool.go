@@ -42,11 +42,13 @@ type gpupoolPlanner struct {
 }
 
 // Policy is the policy the benchmark gives gpupool: the MIG profiles the trace's pods are
-// mapped to (those the counts-only planner carves too), whole GPUs allowed, the given approval
-// and maxDisruptedNodes budget, no minimum pending age. Both planners choose among the same
-// profiles; with 1g.20gb also listed the results are the same (checked when
-// the planner's leftover count learned about uncarved compute slices).
-func Policy(product *mig.Product, profiles []string, approval v1alpha1.ApprovalMode, budget string) *v1alpha1.GPUPoolPolicy {
+// mapped to (those the counts-only planner carves too), whole GPUs allowed, the given approval,
+// maxDisruptedNodes budget (nodes with evictions) and maxReconfiguringNodes (nodes that only
+// re-carve idle GPUs; "" leaves it unset, so the API default applies, as on a policy that does
+// not name it), no minimum pending age. Both planners choose among the same profiles; with
+// 1g.20gb also listed the results are the same (checked when the planner's leftover count
+// learned about uncarved compute slices).
+func Policy(product *mig.Product, profiles []string, approval v1alpha1.ApprovalMode, budget, reconfigure string) *v1alpha1.GPUPoolPolicy {
 	entry := v1alpha1.CatalogEntry{Product: product.Name, AllowWholeGPU: true}
 	for _, pr := range product.Profiles {
 		if slices.Contains(profiles, pr.Name) {
@@ -54,12 +56,17 @@ func Policy(product *mig.Product, profiles []string, approval v1alpha1.ApprovalM
 		}
 	}
 	b := intstr.Parse(budget)
+	var reconf *intstr.IntOrString
+	if reconfigure != "" {
+		r := intstr.Parse(reconfigure)
+		reconf = &r
+	}
 	return &v1alpha1.GPUPoolPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "bench"},
 		Spec: v1alpha1.GPUPoolPolicySpec{
 			NodeSelector: v1alpha1.PoolSelector{MatchLabels: map[string]string{"pool": "bench"}},
 			Catalog:      []v1alpha1.CatalogEntry{entry},
-			Disruption:   v1alpha1.DisruptionPolicy{Approval: approval, MaxDisruptedNodes: &b},
+			Disruption:   v1alpha1.DisruptionPolicy{Approval: approval, MaxDisruptedNodes: &b, MaxReconfiguringNodes: reconf},
 			Planning:     v1alpha1.PlanningPolicy{MinPendingAge: &metav1.Duration{}},
 		},
 	}
@@ -70,7 +77,8 @@ func newGpupoolPlanner(s *sim) *gpupoolPlanner {
 	if s.cfg.Strategy.autoIdle() {
 		approval = v1alpha1.ApprovalAutoIdle
 	}
-	gp := &gpupoolPlanner{s: s, policy: Policy(s.cfg.Product, slices.Collect(maps.Values(s.profile)), approval, s.cfg.Strategy.BudgetFor(s.cfg.Budget)), byName: map[string]int32{}}
+	gp := &gpupoolPlanner{s: s, policy: Policy(s.cfg.Product, slices.Collect(maps.Values(s.profile)), approval,
+		s.cfg.Strategy.BudgetFor(s.cfg.Budget), s.cfg.Strategy.ReconfigureFor(s.cfg.Reconfigure)), byName: map[string]int32{}}
 	if s.cfg.Strategy == GpupoolShare {
 		gp.policy.Spec.Catalog[0].Sharing = &v1alpha1.SharingCatalog{
 			MPS: &v1alpha1.MPSReplicaChoices{Replicas: []int32{sharedReplicas}}}

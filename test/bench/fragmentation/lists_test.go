@@ -358,7 +358,7 @@ func TestNoDemandReportedPlainly(t *testing.T) {
 		t.Fatalf("table: %s", got)
 	}
 	summary := ListsSummary([]ListRow{{File: l.File, Product: "H100-80GB", Note: "no GPU demand"},
-		{File: "huge.csv", Product: "H100-80GB", Sums: sums}}, []Strategy{Fluid, GpupoolEvict}, "5%")
+		{File: "huge.csv", Product: "H100-80GB", Sums: sums}}, []Strategy{Fluid, GpupoolEvict}, "5%", "")
 	lines := strings.Split(strings.TrimSpace(summary), "\n")
 	if len(lines) != 4 || !strings.Contains(lines[2], "no GPU demand") || !strings.Contains(lines[3], "no strategy placed any pod") {
 		t.Fatalf("summary:\n%s", summary)
@@ -481,5 +481,43 @@ func TestPlotsAreSVG(t *testing.T) {
 				t.Errorf("%s lacks %q", path, l)
 			}
 		}
+	}
+}
+
+// -reconfigure-budget reaches the policy as maxReconfiguringNodes, unset when empty so the API
+// default applies, 100% on the rows that stand for no budget, and the labels name it; a zero
+// budget keeps AutoIdle from re-carving the idle GPU a pending 7g pod needs.
+func TestReconfigureBudget(t *testing.T) {
+	cases := []struct {
+		st          Strategy
+		flag, want  string
+		labelSuffix string
+	}{
+		{GpupoolIdle, "", "", "maxReconfiguringNodes 50% (default))"},
+		{GpupoolEvict, "10%", "10%", "maxReconfiguringNodes 10%)"},
+		{GpupoolIdleAll, "", "100%", "maxReconfiguringNodes 100%)"},
+	}
+	for _, c := range cases {
+		got := Policy(h100(t), []string{"1g.10gb"}, "Auto", "5%", c.st.ReconfigureFor(c.flag)).Spec.Disruption.MaxReconfiguringNodes
+		if (got == nil) != (c.want == "") || got != nil && got.String() != c.want {
+			t.Errorf("%s with %q: maxReconfiguringNodes %v, want %q", c.st, c.flag, got, c.want)
+		}
+		if l := c.st.Label("5%", c.flag); !strings.HasSuffix(l, c.labelSuffix) {
+			t.Errorf("label %q lacks %q", l, c.labelSuffix)
+		}
+	}
+	pods := []PodSpec{pod("big", 7, 0, 0, 0), pod("end", 1, 0, 600, 0)}
+	placed := map[string]int{}
+	for _, budget := range []string{"0", "100%"} {
+		c := cfg(t, GpupoolIdle)
+		c.Reconfigure = budget
+		r, err := Run(c, twoNodes(), pods)
+		if err != nil {
+			t.Fatal(err)
+		}
+		placed[budget] = r.Placed
+	}
+	if placed["0"] != 1 || placed["100%"] != 2 {
+		t.Fatalf("pods placed with maxReconfiguringNodes 0 and 100%%: %v; want the 7g pod only with 100%%", placed)
 	}
 }

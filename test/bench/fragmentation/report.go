@@ -10,12 +10,13 @@ import (
 // Summary aggregates one strategy's results over seeds.
 type Summary struct {
 	Strategy Strategy
-	// Budget is the run's maxDisruptedNodes, named in the labels of the strategies that take it.
-	Budget string
-	Runs   []*Result
+	// Budget and Reconfigure are the run's maxDisruptedNodes and maxReconfiguringNodes ("" when
+	// left unset), named in the labels of the strategies that take them.
+	Budget, Reconfigure string
+	Runs                []*Result
 }
 
-func (s Summary) label() string { return s.Strategy.Label(s.Budget) }
+func (s Summary) label() string { return s.Strategy.Label(s.Budget, s.Reconfigure) }
 
 // stat is mean, min and max of one metric over seeds.
 type stat struct{ mean, lo, hi float64 }
@@ -144,7 +145,7 @@ type ListRow struct {
 
 // ListsSummary renders one line per pod list: served demand per strategy and evictions per
 // 1,000 pods for the gpupool strategies that evict, so that lists can be compared at a glance.
-func ListsSummary(rows []ListRow, strategies []Strategy, budget string) string {
+func ListsSummary(rows []ListRow, strategies []Strategy, budget, reconfigure string) string {
 	var b strings.Builder
 	var evicting []Strategy
 	for _, st := range strategies {
@@ -154,10 +155,10 @@ func ListsSummary(rows []ListRow, strategies []Strategy, budget string) string {
 	}
 	b.WriteString("| list | product | offered % |")
 	for _, st := range strategies {
-		fmt.Fprintf(&b, " %s served %% |", st.Short(budget))
+		fmt.Fprintf(&b, " %s served %% |", st.Short(budget, reconfigure))
 	}
 	for _, st := range evicting {
-		fmt.Fprintf(&b, " %s evictions / 1k pods |", st.Short(budget))
+		fmt.Fprintf(&b, " %s evictions / 1k pods |", st.Short(budget, reconfigure))
 	}
 	b.WriteString("\n|---|---|---|" + strings.Repeat("---|", len(strategies)+len(evicting)) + "\n")
 	for _, row := range rows {
@@ -243,13 +244,19 @@ func Goals(title string, sums []Summary) string {
 	if mig, ok := by[FluidMigrate]; ok {
 		ceiling = max(ceiling, statOf(mig.Runs, func(x *Result) float64 { return x.ServedPct }).mean)
 	}
+	var above []string
+	most := ceiling
 	for _, s := range sums {
 		if v := statOf(s.Runs, func(x *Result) float64 { return x.ServedPct }).mean; s.Strategy != Fluid && s.Strategy != FluidMigrate && v > ceiling {
-			// The ceilings drop MIG geometry but schedule in the same first-fit order as
-			// everyone else, so over time another strategy's different choices can serve more.
-			fmt.Fprintf(&b, "- %s served more than both fluid ceilings (%.1f vs %.1f): they bound packing at each moment, not "+
-				"where first-fit scheduling leads over the replay\n", s.label(), v, ceiling)
+			above = append(above, s.Strategy.Short(s.Budget, s.Reconfigure))
+			most = max(most, v)
 		}
+	}
+	if len(above) > 0 {
+		// The ceilings drop MIG geometry but schedule in the same first-fit order as everyone
+		// else, so over time another strategy's different choices can serve more.
+		fmt.Fprintf(&b, "- above the fluid ceilings (%.1f): %s, by up to %.1f points; the ceilings bound packing at each moment, "+
+			"not where first-fit scheduling leads over the replay\n", ceiling, strings.Join(above, ", "), most-ceiling)
 	}
 	if mig, ok := by[FluidMigrate]; ok {
 		ms := statOf(mig.Runs, func(x *Result) float64 { return x.ServedPct })
@@ -342,11 +349,13 @@ const MethodNotes = `How the replay works:
   policy whose catalog lists the five profiles the mapping uses (the ones counts-only carves),
   allowWholeGPU, minPendingAge 0 and the budget shown; every changed GPU is destroyed and recreated at mig.Product.Place(To), and under
   AutoIdle a step with evictions is not applied.
-- Budget: maxDisruptedNodes caps the nodes one plan changes, idle re-carves included (each one
-  cordons its node while mig-manager works). Plans apply at once here, so the budget is nodes
-  changed per planner interval. The rows marked maxDisruptedNodes 100% give gpupool what the
-  counts-only planner has, no budget at all: they compare the planners, the others show the cost
-  of the budget the run names.
+- Budget: maxDisruptedNodes caps the nodes one plan changes with evictions, and
+  maxReconfiguringNodes (API default 50% when the policy leaves it unset) the nodes it changes
+  by re-carving idle GPUs only (each one cordons its node while mig-manager works). Plans apply
+  at once here, so both are nodes changed per planner interval. The rows marked
+  maxDisruptedNodes 100% (and maxReconfiguringNodes 100%) give gpupool what the counts-only
+  planner has, no budget at all: they compare the planners, the others show the cost of the
+  budgets the run names.
 - counts-only (nos-style): per pending pod, the first GPU whose busy instances plus those
   already planned plus the pod's profile stay within 7 compute and 8 memory slices; free
   instances are dropped and the GPU rebuilt around the busy ones. A layout the hardware cannot

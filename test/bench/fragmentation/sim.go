@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/planner"
 )
 
 // Strategy is one way of partitioning the cluster's GPUs.
@@ -79,30 +80,46 @@ func (st Strategy) Gpupool() bool {
 	return false
 }
 
-// Label is the strategy's name in a report whose gpupool policy has the given budget: the
-// strategies that take the run's budget say which.
-func (st Strategy) Label(budget string) string {
+// reconfiguring names a maxReconfiguringNodes as the labels print it; "" is the policy leaving
+// it unset, which the planner (and the API server's default) reads as 50%.
+func reconfiguring(v string) string {
+	if v == "" {
+		return planner.DefaultMaxReconfiguringNodes + " (default)"
+	}
+	return v
+}
+
+// Label is the strategy's name in a report whose gpupool policy has the given budgets
+// (maxDisruptedNodes, and maxReconfiguringNodes, "" when left unset): the gpupool strategies
+// say which they get.
+func (st Strategy) Label(budget, reconfigure string) string {
+	name := string(st)
 	switch st {
 	case GpupoolIdle, GpupoolEvict, GpupoolShare:
-		name := string(st)
-		return name[:len(name)-1] + ", maxDisruptedNodes " + budget + ")"
+		return name[:len(name)-1] + ", maxDisruptedNodes " + budget + ", maxReconfiguringNodes " + reconfiguring(reconfigure) + ")"
+	case GpupoolIdleAll, GpupoolEvictAll:
+		return name[:len(name)-1] + ", maxReconfiguringNodes 100%)"
 	}
-	return string(st)
+	return name
 }
 
 // Short is the strategy's column heading in the all-lists summary.
-func (st Strategy) Short(budget string) string {
+func (st Strategy) Short(budget, reconfigure string) string {
+	if reconfigure == "" {
+		reconfigure = planner.DefaultMaxReconfiguringNodes
+	}
+	r := " (reconfiguring " + reconfigure + ")"
 	switch st {
 	case GpupoolIdle:
-		return "gpupool AutoIdle " + budget
+		return "gpupool AutoIdle " + budget + r
 	case GpupoolEvict:
-		return "gpupool Auto " + budget
+		return "gpupool Auto " + budget + r
 	case GpupoolIdleAll:
 		return "gpupool AutoIdle 100%"
 	case GpupoolEvictAll:
 		return "gpupool Auto 100%"
 	case GpupoolShare:
-		return "gpupool + MPS, Auto " + budget
+		return "gpupool + MPS, Auto " + budget + r
 	case CountsOnly:
 		return "counts-only"
 	case CountsOnlyIdle:
@@ -128,6 +145,16 @@ func (st Strategy) BudgetFor(budget string) string {
 	return budget
 }
 
+// ReconfigureFor is the maxReconfiguringNodes the strategy's policy gets in a run whose
+// -reconfigure-budget is given ("" leaves it unset): the 100% rows stand for no budget at
+// all, as the counts-only planner has, so they get 100% of both.
+func (st Strategy) ReconfigureFor(reconfigure string) string {
+	if st == GpupoolIdleAll || st == GpupoolEvictAll {
+		return "100%"
+	}
+	return reconfigure
+}
+
 // autoIdle says whether the strategy's policy has approval AutoIdle, under which a step with
 // evictions is never applied.
 func (st Strategy) autoIdle() bool { return st == GpupoolIdle || st == GpupoolIdleAll }
@@ -144,6 +171,9 @@ type Config struct {
 	SampleEvery int64
 	// Budget is the policy's maxDisruptedNodes, e.g. "5%".
 	Budget string
+	// Reconfigure is the policy's maxReconfiguringNodes; "" leaves it unset, so the planner
+	// applies the API default.
+	Reconfigure string
 	// MeasureFrom is when the measured window starts; what happens before is warm-up.
 	MeasureFrom int64
 }

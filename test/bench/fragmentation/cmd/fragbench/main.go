@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/planner"
 	frag "github.com/gpupool/gpupool/test/bench/fragmentation"
 )
 
@@ -42,8 +43,10 @@ type workload struct {
 // options are the flags that shape every replay.
 type options struct {
 	interval, sample int64
-	budget           string
-	workers          int
+	// budget and reconfigure are gpupool's maxDisruptedNodes and maxReconfiguringNodes ("":
+	// unset, so the API default applies).
+	budget, reconfigure string
+	workers             int
 }
 
 func run() error {
@@ -60,7 +63,9 @@ func run() error {
 	load := flag.Float64("load", 1.0, "offered GPU load (fraction of capacity) in the measured window; 0 replays one copy at raw timestamps")
 	repeat := flag.Int("repeat", 4, "copies of each list played back to back; the first is warm-up")
 	minWindow := flag.Int64("min-window", 20, "the compression never makes the measured window shorter than this many planner intervals")
-	budget := flag.String("budget", "5%", "maxDisruptedNodes of gpupool's policy")
+	budget := flag.String("budget", "5%", "maxDisruptedNodes of gpupool's policy: nodes whose steps evict pods")
+	reconfigure := flag.String("reconfigure-budget", "", "maxReconfiguringNodes of gpupool's policy: nodes that only re-carve idle GPUs "+
+		"(empty: leave it unset, so the API default applies)")
 	sweep := flag.String("sweep", "1%,2%,5%,10%,25%,100%", "maxDisruptedNodes budgets of the budget sweep on the first list and product (empty skips it)")
 	sweepSeeds := flag.Int("sweep-seeds", 1, "seeds per budget of the sweep")
 	products := flag.String("products", "H100-80GB,H200-141GB", "GPU models every trace GPU is modelled as; lists after the first run on the first one only")
@@ -69,7 +74,7 @@ func run() error {
 	workers := flag.Int("workers", runtime.NumCPU(), "replays run in parallel")
 	flag.Parse()
 	started := time.Now()
-	opt := options{interval: *interval, sample: *sample, budget: *budget, workers: *workers}
+	opt := options{interval: *interval, sample: *sample, budget: *budget, reconfigure: *reconfigure, workers: *workers}
 
 	nodes, err := frag.LoadNodes(*dir)
 	if err != nil {
@@ -134,10 +139,15 @@ func run() error {
 	fmt.Fprintf(&intro, "Mapping: %s.\n\n", frag.MappingText)
 	if len(names) > 1 && len(prods) > 1 {
 		fmt.Fprintf(&intro, "Products: %s; lists after the first on %s only (the product changes only the planner's time).\n\n",
-			*products, prods[0].Name)
+			strings.Join(strings.Split(*products, ","), ", "), prods[0].Name)
 	}
-	fmt.Fprintf(&intro, "Planner interval %ds, budget maxDisruptedNodes %s, free/stranded sampled every %ds of simulated time in the "+
-		"window; the compression keeps every measured window at least %d planner intervals long.\n\n", *interval, *budget, *sample, *minWindow)
+	reconfText := planner.DefaultMaxReconfiguringNodes + ", the API default (unset in the policy)"
+	if *reconfigure != "" {
+		reconfText = *reconfigure
+	}
+	fmt.Fprintf(&intro, "Planner interval %ds, budgets maxDisruptedNodes %s for nodes with evictions and maxReconfiguringNodes %s "+
+		"for nodes that only re-carve idle GPUs, free/stranded sampled every %ds of simulated time in the window; the compression "+
+		"keeps every measured window at least %d planner intervals long.\n\n", *interval, *budget, reconfText, *sample, *minWindow)
 
 	// writePartial keeps a partial report on disk, so that a run cut short leaves its tables.
 	writePartial := func() error {
@@ -260,7 +270,7 @@ func run() error {
 	}
 	var figures strings.Builder
 	if len(mainSums) > 0 {
-		if err := timePlot(&figures, mainSums, mainW, prods[0], firstFile, plotDir, plotRel, *budget); err != nil {
+		if err := timePlot(&figures, mainSums, mainW, prods[0], firstFile, plotDir, plotRel); err != nil {
 			return err
 		}
 	}
@@ -276,7 +286,7 @@ func run() error {
 	if len(rows) > 1 {
 		doc.WriteString("## All lists\n\nServed GPU demand % per strategy (mean over seeds) and evictions per 1,000 pods for the gpupool " +
 			"strategies that evict; each list's section below has the full table.\n\n")
-		doc.WriteString(frag.ListsSummary(rows, chosen, *budget))
+		doc.WriteString(frag.ListsSummary(rows, chosen, *budget, *reconfigure))
 	}
 	doc.WriteString(figures.String())
 	doc.WriteString(out.String())
@@ -400,10 +410,10 @@ func bulk(pods []frag.PodSpec) (float64, bool) {
 
 // replayKey identifies a replay: its result depends on nothing else.
 type replayKey struct {
-	workload, product string
-	strategy          frag.Strategy
-	budget            string
-	seed              int
+	workload, product   string
+	strategy            frag.Strategy
+	budget, reconfigure string
+	seed                int
 }
 
 // replays keeps every replay's result, so a workload shown twice (the sharing run repeats the
@@ -412,15 +422,15 @@ type replays map[replayKey]*frag.Result
 
 // job is one replay to run.
 type job struct {
-	st     frag.Strategy
-	budget string
-	seed   int
+	st                  frag.Strategy
+	budget, reconfigure string
+	seed                int
 }
 
-// key names a job's replay in the cache: the gpupool strategies with a fixed 100% budget are
+// key names a job's replay in the cache: the gpupool strategies with fixed 100% budgets are
 // the budgeted ones at 100%, and strategies that take no budget ignore it.
 func (j job) key(w workload) replayKey {
-	st, b := j.st, j.st.BudgetFor(j.budget)
+	st, b, r := j.st, j.st.BudgetFor(j.budget), j.st.ReconfigureFor(j.reconfigure)
 	switch st {
 	case frag.GpupoolIdleAll:
 		st = frag.GpupoolIdle
@@ -428,9 +438,9 @@ func (j job) key(w workload) replayKey {
 		st = frag.GpupoolEvict
 	}
 	if !st.Gpupool() {
-		b = ""
+		b, r = "", ""
 	}
-	return replayKey{w.id, w.product.Name, st, b, j.seed}
+	return replayKey{w.id, w.product.Name, st, b, r, j.seed}
 }
 
 // replay runs the jobs not yet in the cache, workers at a time, and returns every job's result.
@@ -447,13 +457,14 @@ func replay(w workload, jobs []job, nodes []frag.NodeSpec, opt options, cache re
 			for i := range todo {
 				j := jobs[i]
 				r, err := frag.Run(frag.Config{Product: w.product, Strategy: j.st, Seed: uint64(j.seed + 1),
-					Interval: opt.interval, SampleEvery: opt.sample, Budget: j.budget, MeasureFrom: w.w.MeasureFrom}, nodes, w.w.Pods)
+					Interval: opt.interval, SampleEvery: opt.sample, Budget: j.budget, Reconfigure: j.reconfigure,
+					MeasureFrom: w.w.MeasureFrom}, nodes, w.w.Pods)
 				if err != nil {
 					errs <- fmt.Errorf("%s: %w", w.title, err)
 					continue
 				}
 				fmt.Fprintf(os.Stderr, "%s | %s | seed %d: served %.1f%%, placed %d/%d, %d planner calls, %s\n",
-					w.title, j.st.Label(j.budget), r.Seed, r.ServedPct, r.Placed, r.GPUPods, r.PlannerCalls, r.Wall.Round(time.Millisecond))
+					w.title, j.st.Label(j.budget, j.reconfigure), r.Seed, r.ServedPct, r.Placed, r.GPUPods, r.PlannerCalls, r.Wall.Round(time.Millisecond))
 				mu.Lock()
 				results[i] = r
 				mu.Unlock()
@@ -487,7 +498,7 @@ func runWorkload(out *strings.Builder, w workload, nodes []frag.NodeSpec, chosen
 	var jobs []job
 	for _, st := range chosen {
 		for seed := range w.seeds {
-			jobs = append(jobs, job{st, opt.budget, seed})
+			jobs = append(jobs, job{st, opt.budget, opt.reconfigure, seed})
 		}
 	}
 	results, err := replay(w, jobs, nodes, opt, cache)
@@ -496,7 +507,7 @@ func runWorkload(out *strings.Builder, w workload, nodes []frag.NodeSpec, chosen
 	}
 	var sums []frag.Summary
 	for si, st := range chosen {
-		sums = append(sums, frag.Summary{Strategy: st, Budget: opt.budget, Runs: results[si*w.seeds : (si+1)*w.seeds]})
+		sums = append(sums, frag.Summary{Strategy: st, Budget: opt.budget, Reconfigure: opt.reconfigure, Runs: results[si*w.seeds : (si+1)*w.seeds]})
 	}
 	out.WriteString(frag.Table(fmt.Sprintf("%s (%d GPU pods replayed, %d in the measured window, offered %.0f%%%s, %d seeds)",
 		w.title, len(w.w.Pods), sums[0].Runs[0].GPUPods, 100*w.w.Offered, cappedNote(w.w), w.seeds), sums))
@@ -506,7 +517,7 @@ func runWorkload(out *strings.Builder, w workload, nodes []frag.NodeSpec, chosen
 
 // timePlot draws served demand over time for the first seed of every strategy of the first
 // list and product.
-func timePlot(out *strings.Builder, sums []frag.Summary, w frag.Workload, p *mig.Product, file, dir, rel, budget string) error {
+func timePlot(out *strings.Builder, sums []frag.Summary, w frag.Workload, p *mig.Product, file, dir, rel string) error {
 	if dir == "" {
 		return nil
 	}
@@ -516,7 +527,7 @@ func timePlot(out *strings.Builder, sums []frag.Summary, w frag.Workload, p *mig
 	}
 	var series []frag.Series
 	for _, s := range sums {
-		series = append(series, frag.Series{Label: s.Strategy.Label(budget), Points: s.Runs[0].Series})
+		series = append(series, frag.Series{Label: s.Strategy.Label(s.Budget, s.Reconfigure), Points: s.Runs[0].Series})
 	}
 	const name = "served-over-time.svg"
 	title := fmt.Sprintf("%s, %s, seed 1: served GPU demand over simulated time", p.Name, file)
@@ -535,14 +546,14 @@ func budgetSweep(out *strings.Builder, w workload, budgets []string, nodes []fra
 	for _, b := range budgets {
 		for _, st := range []frag.Strategy{frag.GpupoolIdle, frag.GpupoolEvict} {
 			for seed := range w.seeds {
-				jobs = append(jobs, job{st, b, seed})
+				jobs = append(jobs, job{st, b, opt.reconfigure, seed})
 			}
 		}
 	}
 	ceilings := []frag.Strategy{frag.Fluid, frag.FluidMigrate}
 	for _, st := range ceilings {
 		for seed := range w.seeds {
-			jobs = append(jobs, job{st, opt.budget, seed})
+			jobs = append(jobs, job{st, opt.budget, opt.reconfigure, seed})
 		}
 	}
 	results, err := replay(w, jobs, nodes, opt, cache)
@@ -564,8 +575,8 @@ func budgetSweep(out *strings.Builder, w workload, budgets []string, nodes []fra
 		return v
 	}
 	for _, b := range budgets {
-		pt := frag.SweepPoint{Budget: b, Idle: frag.Summary{Strategy: frag.GpupoolIdle, Budget: b, Runs: take()},
-			Evict: frag.Summary{Strategy: frag.GpupoolEvict, Budget: b, Runs: take()}}
+		pt := frag.SweepPoint{Budget: b, Idle: frag.Summary{Strategy: frag.GpupoolIdle, Budget: b, Reconfigure: opt.reconfigure, Runs: take()},
+			Evict: frag.Summary{Strategy: frag.GpupoolEvict, Budget: b, Reconfigure: opt.reconfigure, Runs: take()}}
 		pts = append(pts, pt)
 		lines[0].Served = append(lines[0].Served, mean(pt.Idle.Runs))
 		lines[1].Served = append(lines[1].Served, mean(pt.Evict.Runs))
@@ -577,7 +588,12 @@ func budgetSweep(out *strings.Builder, w workload, budgets []string, nodes []fra
 		ceil = append(ceil, s)
 		marks = append(marks, frag.Ceiling{Label: string(st), Served: mean(s.Runs)})
 	}
-	title := fmt.Sprintf("Budget sweep, %s (%d seed(s) per budget)", w.title, w.seeds)
+	reconf := "unset (API default " + planner.DefaultMaxReconfiguringNodes + ")"
+	if opt.reconfigure != "" {
+		reconf = opt.reconfigure
+	}
+	title := fmt.Sprintf("Budget sweep, %s, maxReconfiguringNodes %s (%d seed(s) per budget)", w.title, reconf, w.seeds)
+	out.WriteString("## Budget sweep\n\n")
 	out.WriteString(frag.SweepTable(title, pts, ceil))
 	if dir != "" {
 		const name = "budget-sweep.svg"
