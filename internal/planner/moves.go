@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"maps"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -177,8 +178,8 @@ func (p *planState) land(from *nodeInfo, keys []types.NamespacedName, partial bo
 }
 
 // landOrCarve lands every pod in keys, in spare capacity where there is room and otherwise in
-// room one carve on another node makes.
-func (p *planState) landOrCarve(from *nodeInfo, keys []types.NamespacedName, pdbUse map[string]int32) ([]landing, *carve, bool) {
+// room that carves on other nodes make, one GPU each.
+func (p *planState) landOrCarve(from *nodeInfo, keys []types.NamespacedName, pdbUse map[string]int32) ([]landing, []*carve, bool) {
 	if ls, ok := p.land(from, keys, false); ok {
 		return ls, nil, true
 	}
@@ -187,21 +188,27 @@ func (p *planState) landOrCarve(from *nodeInfo, keys []types.NamespacedName, pdb
 		// large pool; there, spare capacity is plentiful and moves land in it.
 		return nil, nil, false
 	}
-	ls, _ := p.land(from, keys, true)
-	var rest []*inventory.Pod
-	for _, key := range keys {
-		if !movedAway(ls, key) {
-			rest = append(rest, from.node.Pod(key))
+	// Spare capacity first and carves for the rest; failing that, carves for all, which may
+	// re-carve a node whose spare alone was too small.
+	spare, _ := p.land(from, keys, true)
+	for _, ls := range [][]landing{spare, nil} {
+		var rest []*inventory.Pod
+		for _, key := range keys {
+			if !movedAway(ls, key) {
+				rest = append(rest, from.node.Pod(key))
+			}
+		}
+		if slices.Contains(rest, nil) {
+			return nil, nil, false
+		}
+		if carves, more, ok := p.carvesFor(from, rest, ls, pdbUse); ok {
+			return append(slices.Clone(ls), more...), carves, true
+		}
+		if len(spare) == 0 {
+			break
 		}
 	}
-	if slices.Contains(rest, nil) {
-		return nil, nil, false
-	}
-	c, more := p.carveFor(from, rest, ls, pdbUse)
-	if c == nil {
-		return nil, nil, false
-	}
-	return append(ls, more...), c, true
+	return nil, nil, false
 }
 
 // spareCopy is one node's spare capacity with this evaluation's own landings taken.
@@ -284,12 +291,19 @@ type carve struct {
 	evictions []*inventory.Pod
 }
 
-// carveFor finds a one-GPU change on a node without an accepted proposal that makes room for
-// all of pods (evicted from node from) next to what the node already keeps, on a node none of
-// landed uses; nil when none does or the budgets left cannot pay for it. pdbUse is what the
-// moving proposal already spends of the PodDisruptionBudgets.
-func (p *planState) carveFor(from *nodeInfo, pods []*inventory.Pod, landed []landing, pdbUse map[string]int32) (*carve, []landing) {
+// carvesFor finds one-GPU changes on nodes without an accepted proposal that make room for
+// all of pods (evicted from node from) next to what those nodes already keep, on nodes none of
+// landed uses; ok is false when they cannot all land or the budgets left cannot pay for the
+// carves. pdbUse is what the moving proposal already spends of the PodDisruptionBudgets.
+func (p *planState) carvesFor(from *nodeInfo, pods []*inventory.Pod, landed []landing, pdbUse map[string]int32) ([]*carve, []landing, bool) {
+	var carves []*carve
+	var out []landing
+	disruptLeft, reconfigureLeft := p.disruptLeft-1, p.reconfigureLeft // the mover itself evicts
+	pdbs := maps.Clone(pdbUse)
 	for _, to := range p.nodes {
+		if len(pods) == 0 {
+			break
+		}
 		if to == from || to.accepted != nil || to.blocker != "" || !p.hostable(to) || len(to.prod.options) == 0 {
 			continue
 		}
@@ -297,27 +311,42 @@ func (p *planState) carveFor(from *nodeInfo, pods []*inventory.Pod, landed []lan
 			// Its spare already takes some of the pods; one node, one way of landing.
 			continue
 		}
-		if !slices.ContainsFunc(pods, func(pod *inventory.Pod) bool { return !pod.MayRunOn(to.node.Object) }) {
-			if c, ls := p.carveOn(to, from, pods, pdbUse); c != nil {
-				return c, ls
+		c, ls := p.carveOn(to, from, pods, pdbs, disruptLeft > 0 && !p.noEvict, reconfigureLeft > 0)
+		if c == nil {
+			continue
+		}
+		if len(c.evictions) > 0 {
+			disruptLeft--
+		} else {
+			reconfigureLeft--
+		}
+		for _, pod := range c.evictions {
+			for _, key := range pod.PDBs {
+				if pdbs == nil {
+					pdbs = map[string]int32{}
+				}
+				pdbs[key]++
 			}
 		}
+		carves, out = append(carves, c), append(out, ls...)
+		pods = slices.DeleteFunc(pods, func(pod *inventory.Pod) bool { return movedAway(ls, pod.Key) })
 	}
-	return nil, nil
+	return carves, out, len(pods) == 0
 }
 
-func (p *planState) carveOn(to, from *nodeInfo, pods []*inventory.Pod, pdbUse map[string]int32) (*carve, []landing) {
+// carveOn finds the one-GPU change on node to that lands the most of pods, the first of them
+// first; nil when it lands none.
+func (p *planState) carveOn(to, from *nodeInfo, pods []*inventory.Pod, pdbUse map[string]int32, mayEvict, mayReconfigure bool) (*carve, []landing) {
 	tried := map[string]bool{}
+	var best *carve
+	var bestLandings []landing
 	for _, gpu := range p.changeOrder(to) {
 		gi := to.gpus[gpu]
 		if tried[gi.sig] {
 			continue
 		}
 		tried[gi.sig] = true
-		if len(gi.pods) > 0 && (p.noEvict || p.disruptLeft < 2) || len(gi.pods) == 0 && p.reconfigureLeft < 1 {
-			continue
-		}
-		if !p.pdbsAllow(gi.pods, pdbUse) {
+		if (len(gi.pods) > 0 && !mayEvict) || (len(gi.pods) == 0 && !mayReconfigure) || !p.pdbsAllow(gi.pods, pdbUse) {
 			continue
 		}
 		for o := range to.prod.options {
@@ -334,8 +363,8 @@ func (p *planState) carveOn(to, from *nodeInfo, pods []*inventory.Pod, pdbUse ma
 			for _, pod := range pods {
 				per, whole, known := gpuNeeds(pod, to.prod)
 				vec := from.podVec[pod.Key]
-				if !known || !fitsNeed(&st, per, whole, vec) {
-					break
+				if !known || !pod.MayRunOn(to.node.Object) || !fitsNeed(&st, per, whole, vec) {
+					continue
 				}
 				for k, n := range per {
 					st.free[k] -= n
@@ -346,12 +375,15 @@ func (p *planState) carveOn(to, from *nodeInfo, pods []*inventory.Pod, pdbUse ma
 				}
 				out = append(out, landing{pod: pod.Key, from: from, to: to, need: podNeed{perProfile: per, whole: whole}, vec: vec})
 			}
-			if len(out) == len(pods) {
-				return &carve{node: to, choice: ch, evictions: gi.pods}, out
+			if len(out) > len(bestLandings) {
+				best, bestLandings = &carve{node: to, choice: ch, evictions: gi.pods}, out
+				if len(out) == len(pods) {
+					return best, bestLandings
+				}
 			}
 		}
 	}
-	return nil, nil
+	return best, bestLandings
 }
 
 // pdbsAllow reports whether evicting pods as well as what pdbUse counts stays within the
@@ -369,13 +401,15 @@ func (p *planState) pdbsAllow(pods []*inventory.Pod, pdbUse map[string]int32) bo
 	return true
 }
 
-// acceptCarve makes (sign -1) or unmakes (+1) a proposal's carve the carve node's accepted
-// proposal, serving nothing yet, with the PodDisruptionBudgets its evictions spend.
-func (p *planState) acceptCarve(pr *proposal, sign int) {
-	c := pr.carve
-	if c == nil {
-		return
+// acceptCarves makes (sign -1) or unmakes (+1) a proposal's carves their nodes' accepted
+// proposals, serving nothing yet, with the PodDisruptionBudgets their evictions spend.
+func (p *planState) acceptCarves(pr *proposal, sign int) {
+	for _, c := range pr.carves {
+		p.acceptCarve(c, sign)
 	}
+}
+
+func (p *planState) acceptCarve(c *carve, sign int) {
 	if sign < 0 {
 		c.proposal = &proposal{node: c.node, choice: c.choice, served: make([]int, len(p.classes)), gain: p.newScore(),
 			changed: 1, evictions: len(c.evictions), leftover: -1}

@@ -170,8 +170,8 @@ type proposal struct {
 	leftover  int // stranded compute slices this choice leaves; -1 until computed
 	// landings are the evicted pods this choice moves to other nodes.
 	landings []landing
-	// carve is the change on another node that makes room for some of the landings.
-	carve *carve
+	// carves are the changes on other nodes that make room for some of the landings.
+	carves []*carve
 	// seq is the order the proposal was accepted in, from 1; 0 until it is.
 	seq int
 }
@@ -454,18 +454,14 @@ func (p *planState) greedy(disruptBudget, reconfigureBudget int, steps map[*node
 			// The budget for this kind of change is spent; the node stays as it is.
 			continue
 		}
-		carveSeq := 0
-		if top.carve != nil {
-			// The landing is carved first: its step comes before the one that moves pods there.
-			p.accepted++
-			carveSeq = p.accepted
-		}
-		p.accepted++
+		// Landings are carved first: their steps come before the one that moves pods there.
+		carveSeq := p.accepted
+		p.accepted += len(top.carves) + 1
 		top.seq = p.accepted
 		steps[top.node] = top
 		p.consume(top, -1)
-		if c := top.carve; c != nil {
-			c.proposal.seq = carveSeq
+		for i, c := range top.carves {
+			c.proposal.seq = carveSeq + 1 + i
 			steps[c.node] = p.fillCarve(c)
 		}
 		disruptLeft -= needDisrupt
@@ -485,7 +481,7 @@ func (pr *proposal) cost() (disrupt, reconfigure int) {
 	} else {
 		reconfigure++
 	}
-	if c := pr.carve; c != nil {
+	for _, c := range pr.carves {
 		if len(c.evictions) > 0 {
 			disrupt++
 		} else {
@@ -720,8 +716,8 @@ func (p *planState) nextBest(pr *proposal, candidates []*proposal, version int, 
 	} else {
 		reconfigureLeft--
 	}
-	if pr.carve != nil {
-		if len(pr.carve.evictions) > 0 {
+	for _, c := range pr.carves {
+		if len(c.evictions) > 0 {
 			disruptLeft--
 		} else {
 			reconfigureLeft--
@@ -765,7 +761,7 @@ func (p *planState) consume(pr *proposal, sign int) {
 	} else {
 		pr.node.accepted = nil
 	}
-	p.acceptCarve(pr, sign)
+	p.acceptCarves(pr, sign)
 	p.commitLandings(pr, sign)
 	defer p.refreshLedger()
 	var evicted []types.NamespacedName
@@ -965,7 +961,7 @@ func (p *planState) evaluateInto(ni *nodeInfo, ch choice, served []int, pr *prop
 		return false
 	}
 	if len(st.displaced) > 0 {
-		if pr.landings, pr.carve, ok = p.landOrCarve(ni, st.displaced, pdbUse); !ok {
+		if pr.landings, pr.carves, ok = p.landOrCarve(ni, st.displaced, pdbUse); !ok {
 			return false
 		}
 	}
@@ -988,7 +984,7 @@ func (p *planState) evaluateInto(ni *nodeInfo, ch choice, served []int, pr *prop
 	if altGain.compare(pr.gain) > 0 {
 		copy(served, p.awayServed)
 		p.scoreInto(served, &pr.gain)
-		pr.landings, pr.carve = away, nil
+		pr.landings, pr.carves = away, nil
 	}
 	return true
 }
@@ -1000,6 +996,7 @@ func keepCopy(cand *proposal) *proposal {
 	out.served = slices.Clone(cand.served)
 	out.gain = score{tiers: slices.Clone(cand.gain.tiers), byClass: out.served, pods: cand.gain.pods}
 	out.landings = slices.Clone(cand.landings)
+	out.carves = slices.Clone(cand.carves)
 	return &out
 }
 
