@@ -202,7 +202,7 @@ func Plan(in Input) (*Result, error) {
 	}
 	approval := spec.Disruption.Approval
 	p.evictOK = approval != v1alpha1.ApprovalAutoIdle && in.EvictionsPaused == ""
-	p.moves = p.evictOK
+	p.moves = p.evictOK && !in.NoMoves
 	cat := &catalog{entries: spec.Catalog, products: map[catalogKey]*productInfo{}}
 	for i, n := range pool {
 		ni := newNodeInfo(n, cat, d, &in, len(p.classes), p.evictOK)

@@ -48,6 +48,9 @@ type Input struct {
 	// NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go validateFlags), so the node would
 	// advertise no GPU at all. Time-slicing is used instead where the catalog allows it.
 	AllowMPS bool
+	// NoMoves makes every evicted pod come back on its own node, as planners before cross-node
+	// moves did. The controller never sets it; benchmarks set it to measure what moves add.
+	NoMoves bool
 	// Now is the planning time (carried into the result, never read from a clock).
 	Now time.Time
 }

@@ -213,7 +213,7 @@ func (gp *gpupoolPlanner) plan() (bool, error) {
 	// (a GPU Operator without the mixed MIG strategy); under mixed, as gpupool needs for MIG,
 	// the product never plans MPS (planner.Input.AllowMPS).
 	in := planner.Input{Snapshot: gp.snapshot(), Pending: gp.pending(), Policy: gp.policy,
-		AllowMPS: s.cfg.Strategy == GpupoolShare, Now: epoch.Add(time.Duration(s.now) * time.Second)}
+		AllowMPS: s.cfg.Strategy == GpupoolShare, NoMoves: s.cfg.Strategy == GpupoolEvictAllNoMoves, Now: epoch.Add(time.Duration(s.now) * time.Second)}
 	start := time.Now()
 	res, err := planner.Plan(in)
 	s.plannerDur = append(s.plannerDur, time.Since(start))

@@ -48,6 +48,9 @@ const (
 	// slices) ask for a replica of an MPS-shared GPU (nvidia.com/gpu.shared) instead of a MIG
 	// instance, and single-GPU pods of 7 slices for a whole GPU: nodes are exclusive or shared.
 	GpupoolShare Strategy = "gpupool + MPS sharing (Auto)"
+	// GpupoolEvictAllNoMoves is GpupoolEvictAll with every evicted pod back on its own node,
+	// as gpupool planned before cross-node moves: the baseline for what moves add.
+	GpupoolEvictAllNoMoves Strategy = "gpupool without moves (Auto, evictions, maxDisruptedNodes 100%)"
 )
 
 // SharingStrategies are compared in the sharing run.
@@ -60,7 +63,7 @@ const sharedReplicas = 7
 // Strategies lists every strategy in report order; -strategies picks them by index, so new
 // ones go at the end.
 var Strategies = []Strategy{GpupoolIdle, GpupoolEvict, GpupoolIdleAll, GpupoolEvictAll, CountsOnly, CountsOnlyIdle,
-	StaticBalanced, Static7g, Fluid, FluidMigrate}
+	StaticBalanced, Static7g, Fluid, FluidMigrate, GpupoolEvictAllNoMoves}
 
 // Dynamic says whether the strategy changes the cluster at planner intervals while pods pend.
 func (st Strategy) Dynamic() bool {
@@ -74,10 +77,15 @@ func (st Strategy) Dynamic() bool {
 // Gpupool says whether the strategy is gpupool's planner.
 func (st Strategy) Gpupool() bool {
 	switch st {
-	case GpupoolIdle, GpupoolEvict, GpupoolIdleAll, GpupoolEvictAll, GpupoolShare:
+	case GpupoolIdle, GpupoolEvict, GpupoolIdleAll, GpupoolEvictAll, GpupoolShare, GpupoolEvictAllNoMoves:
 		return true
 	}
 	return false
+}
+
+// everyNode says whether the strategy's policy lets every node change in one plan.
+func (st Strategy) everyNode() bool {
+	return st == GpupoolIdleAll || st == GpupoolEvictAll || st == GpupoolEvictAllNoMoves
 }
 
 // reconfiguring names a maxReconfiguringNodes as the labels print it; "" is the policy leaving
@@ -97,7 +105,7 @@ func (st Strategy) Label(budget, reconfigure string) string {
 	switch st {
 	case GpupoolIdle, GpupoolEvict, GpupoolShare:
 		return name[:len(name)-1] + ", maxDisruptedNodes " + budget + ", maxReconfiguringNodes " + reconfiguring(reconfigure) + ")"
-	case GpupoolIdleAll, GpupoolEvictAll:
+	case GpupoolIdleAll, GpupoolEvictAll, GpupoolEvictAllNoMoves:
 		return name[:len(name)-1] + ", maxReconfiguringNodes 100%)"
 	}
 	return name
@@ -118,6 +126,8 @@ func (st Strategy) Short(budget, reconfigure string) string {
 		return "gpupool AutoIdle 100%"
 	case GpupoolEvictAll:
 		return "gpupool Auto 100%"
+	case GpupoolEvictAllNoMoves:
+		return "gpupool Auto 100%, no moves"
 	case GpupoolShare:
 		return "gpupool + MPS, Auto " + budget + r
 	case CountsOnly:
@@ -139,7 +149,7 @@ func (st Strategy) Short(budget, reconfigure string) string {
 // BudgetFor is the maxDisruptedNodes the strategy's policy gets in a run whose budget is
 // given.
 func (st Strategy) BudgetFor(budget string) string {
-	if st == GpupoolIdleAll || st == GpupoolEvictAll {
+	if st.everyNode() {
 		return "100%"
 	}
 	return budget
@@ -149,7 +159,7 @@ func (st Strategy) BudgetFor(budget string) string {
 // -reconfigure-budget is given ("" leaves it unset): the 100% rows stand for no budget at
 // all, as the counts-only planner has, so they get 100% of both.
 func (st Strategy) ReconfigureFor(reconfigure string) string {
-	if st == GpupoolIdleAll || st == GpupoolEvictAll {
+	if st.everyNode() {
 		return "100%"
 	}
 	return reconfigure
