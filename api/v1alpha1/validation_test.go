@@ -82,6 +82,7 @@ var _ = Describe("GPUPoolPolicy validation", func() {
 		d := got.Spec.Disruption
 		Expect(d.Approval).To(Equal(v1.ApprovalManual))
 		Expect(*d.MaxDisruptedNodes).To(Equal(intstr.FromInt32(1)))
+		Expect(*d.MaxReconfiguringNodes).To(Equal(intstr.FromString("50%")))
 		Expect(d.DrainTimeout.Duration.String()).To(Equal("15m0s"))
 		Expect(d.ConfigureTimeout.Duration.String()).To(Equal("10m0s"))
 		Expect(d.PlanTTL.Duration.String()).To(Equal("1h0m0s"))
@@ -110,6 +111,14 @@ var _ = Describe("GPUPoolPolicy validation", func() {
 			b := intstr.FromString("two")
 			p.Spec.Disruption.MaxDisruptedNodes = &b
 		}, "spec.disruption.maxDisruptedNodes", "non-negative count or a percentage"),
+		Entry("reconfiguring budget percentage over 100%", func(p *v1.GPUPoolPolicy) {
+			b := intstr.FromString("101%")
+			p.Spec.Disruption.MaxReconfiguringNodes = &b
+		}, "spec.disruption.maxReconfiguringNodes", "non-negative count or a percentage"),
+		Entry("negative reconfiguring budget", func(p *v1.GPUPoolPolicy) {
+			b := intstr.FromInt32(-2)
+			p.Spec.Disruption.MaxReconfiguringNodes = &b
+		}, "spec.disruption.maxReconfiguringNodes", "non-negative count or a percentage"),
 		Entry("bad MIG profile name in the catalog", func(p *v1.GPUPoolPolicy) {
 			p.Spec.Catalog[0].MIGProfiles = []v1.MIGProfileName{"3g.71"}
 		}, "spec.catalog[0].migProfiles[0]", "should match"),
