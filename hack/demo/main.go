@@ -182,6 +182,9 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 		for _, e := range s.Evictions {
 			fmt.Printf("     %-18s evicts %s/%s (%s)\n", s.Node, e.Namespace, e.Name, e.Reason)
 		}
+		if len(s.WaitsFor) > 0 {
+			fmt.Printf("     %-18s starts once %s is done (pods move between them)\n", s.Node, strings.Join(s.WaitsFor, ", "))
+		}
 	}
 	fmt.Printf("   it expects to serve %d pending pod(s)\n", len(plan.Spec.Expected.Pods))
 
