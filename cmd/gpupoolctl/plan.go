@@ -236,8 +236,10 @@ func writePolicy(ew *errWriter, pr *snapshot.PolicyReport, unserved []snapshot.U
 	if approval == "" {
 		approval = v1alpha1.ApprovalManual
 	}
-	ew.printf("Policy %s: %s, budget %s, %s pending, approval %s\n", pr.Policy.Name,
-		plural(res.PoolNodes, "node"), plural(res.Budget, "node"), plural(pr.Pending, "pod"), approval)
+	ew.printf("Policy %s: %s, %s pending, approval %s\n", pr.Policy.Name,
+		plural(res.PoolNodes, "node"), plural(pr.Pending, "pod"), approval)
+	ew.printf("  Budgets: %s may evict pods, %s may only re-carve idle GPUs\n",
+		plural(res.Budget, "node"), plural(res.ReconfigureBudget, "node"))
 	if pr.Policy.Spec.Planning.Paused {
 		ew.printf("  Planning is paused (spec.planning.paused): no plan is proposed.\n")
 	}
@@ -289,8 +291,8 @@ func noChangeReason(pr *snapshot.PolicyReport) string {
 		return "no pending GPU pod needs this pool"
 	case len(res.Unserved) == 0:
 		return "every pending pod fits the current layout"
-	case res.Budget == 0:
-		return "the disruption budget allows no node to change"
+	case res.Budget == 0 && res.ReconfigureBudget == 0:
+		return "maxDisruptedNodes and maxReconfiguringNodes allow no node to change"
 	}
 	return "no change the policy allows serves a pending pod (see Unserved)"
 }

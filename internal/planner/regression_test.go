@@ -75,7 +75,7 @@ func TestPDBBudgetLeftCountsEachEvictedPodOnce(t *testing.T) {
 	g.Expect(res.Steps).To(HaveLen(2))
 }
 
-// The tests below are the smallest cases TestPlanReachesTheOptimumOnSmallCases found where an
+// The tests below are the smallest cases the exhaustive-optimum test found where an
 // earlier planner served less demand than some plan under its own rules, one per cause.
 
 // TestSameLayoutOnBothGPUsServesTheOptimum: one node, two idle GPUs. MIG off on both serves a
