@@ -92,6 +92,11 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 		if err != nil {
 			return 0, err
 		}
+		if cur.State == v1alpha1.NodeDraining {
+			// After each drain pass the step's message is what the pass said (act returns it),
+			// e.g. which pods a PodDisruptionBudget still protects: the drain timeout says it too.
+			obs.DrainMessage = cur.Message
+		}
 		res := rollout.Step(plan.Name, step, cur, obs, timeouts, now)
 		for _, action := range res.Actions {
 			msg, err := r.act(ctx, plan, policy, step, targets, action)
