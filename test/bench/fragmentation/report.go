@@ -248,7 +248,10 @@ func moveGoals(by map[Strategy]Summary, ceiling float64) string {
 		v := served(g)
 		fmt.Fprintf(&b, "- %s above the fluid ceiling without migration: %s (%.1f vs %.1f; %.1f evictions per 1,000 pods)\n",
 			g.label(), yesNo(v > ceiling), v, ceiling, perK(g))
-		if base, ok := by[GpupoolEvictAllNoMoves]; ok {
+		if base, ok := by[GpupoolEvictAllNoMoves]; ok && eight(base) == 0 && eight(g) == 0 {
+			fmt.Fprintf(&b, "- 8-GPU pods: neither %s nor %s places one (the window offers %d): the goal does not apply\n",
+				g.Strategy.Short(g.Budget, g.Reconfigure), base.Strategy.Short(base.Budget, base.Reconfigure), g.Runs[0].EightPods)
+		} else if ok {
 			fmt.Fprintf(&b, "- %s places at least 3x the 8-GPU pods of %s: %s (%.1f vs %.1f placed per run, %.2fx)\n",
 				g.Strategy.Short(g.Budget, g.Reconfigure), base.Strategy.Short(base.Budget, base.Reconfigure),
 				yesNo(eight(g) >= 3*eight(base)), eight(g), eight(base), eight(g)/max(eight(base), 1e-9))
