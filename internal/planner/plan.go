@@ -249,7 +249,28 @@ func Plan(in Input) (*Result, error) {
 	steps := map[*nodeInfo]*proposal{}
 	shares := map[*nodeInfo]*shareProposal{}
 	if !spec.Planning.Paused {
+		p.noEvict = res.Budget <= 0
+		exact := p.exactSearch(res.Budget, res.ReconfigureBudget)
+		before := p.saveGreedyState()
 		reconfigureLeft := p.greedy(res.Budget, res.ReconfigureBudget, steps)
+		if exact != nil && p.exactBeats(exact, steps) {
+			greedySteps, after := steps, p.saveGreedyState()
+			p.restoreGreedyState(before)
+			steps = map[*nodeInfo]*proposal{}
+			if reconfiguring, ok := p.applyExact(exact, steps); ok {
+				reconfigureLeft = res.ReconfigureBudget - reconfiguring
+			} else {
+				// The accounting did not confirm the exact plan: the greedy's stands.
+				steps = greedySteps
+				p.restoreGreedyState(after)
+				for ni, pr := range steps {
+					ni.accepted = pr
+				}
+				for _, pr := range steps {
+					p.commitLandings(pr, -1)
+				}
+			}
+		}
 		reconfigureLeft = p.standby(reconfigureLeft, steps, standby)
 		shares = p.share(reconfigureLeft, steps)
 	}

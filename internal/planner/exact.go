@@ -1,0 +1,549 @@
+package planner
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// Exact search for tiny pools. The greedy commits to one node at a time, so it misses plans
+// where several nodes change together for one pending pod: chains of moves, a node re-carved
+// only to take another node's pods. On a pool of a few nodes every combination of targets can
+// be tried: the search below walks the nodes one by one over states of (pending pods served
+// per class, running pods evicted and placed again, budgets and PodDisruptionBudgets spent),
+// and at each node tries every choice of targets and every maximal way to fill it. It keeps
+// the plan only when it beats the greedy one (more demand served, or the same with fewer
+// evictions), so it never makes a plan worse.
+
+// exactMaxGPUs, exactMaxItems and exactMaxStates bound the pools the search runs on and the work
+// it may do; past them the greedy plan stands.
+const (
+	exactMaxGPUs    = 8
+	exactMaxItems   = 40
+	exactMaxStates  = 20000
+	exactMaxChoices = 1024 // per node, before deduplication
+	// exactMaxWork bounds the state transitions the whole search may try: a few tens of
+	// milliseconds, so that a plan of a tiny pool never waits on it.
+	exactMaxWork = 2_000_000
+)
+
+// exactItem is a pending class or one running pod a change may evict.
+type exactItem struct {
+	class *class         // a pending class; nil for a running pod
+	pod   *inventory.Pod // the running pod
+	home  *nodeInfo      // the running pod's node
+	limit int            // pods of the item
+}
+
+// exactChoice is one choice of targets on a node with what it offers and costs.
+type exactChoice struct {
+	choice  choice
+	evicted []int // items the choice evicts
+	id      string
+	disrupt bool
+	changed bool
+	pdbs    map[string]int32
+	fills   [][]uint8 // maximal ways to fill the node, per item
+}
+
+type exactState struct {
+	placed  string // per item, pods placed (bytes)
+	evicted string // per item, 1 when evicted
+	disrupt int
+	reconf  int
+	pdb     string // per PDB key, evictions (bytes)
+}
+
+type exactEntry struct {
+	prev   exactState
+	choice int
+	fill   int
+	root   bool
+}
+
+// exactPlan is the search's best plan: per node, the choice and the fill.
+type exactPlan struct {
+	items   []exactItem
+	choices []*exactChoice // per node; nil where the node keeps its layouts and takes nothing
+	fills   [][]uint8      // per node
+	served  []int          // per class
+	gain    score
+	evicts  int
+}
+
+func (p *planState) exactSearch(disruptBudget, reconfigureBudget int) *exactPlan {
+	gpus := 0
+	for _, ni := range p.nodes {
+		gpus += len(ni.gpus)
+	}
+	if gpus > exactMaxGPUs || gpus == 0 {
+		return nil
+	}
+	var items []exactItem
+	for _, c := range p.classes {
+		if c.left > 0 && !c.shared {
+			items = append(items, exactItem{class: c, limit: c.left})
+		}
+	}
+	for _, ni := range p.nodes {
+		seen := map[string]bool{}
+		for _, gi := range ni.gpus {
+			if !gi.changeable {
+				continue
+			}
+			for _, pod := range gi.pods {
+				if _, known := ni.podNeeds[pod.Key]; known && !seen[pod.Key.String()] {
+					seen[pod.Key.String()] = true
+					items = append(items, exactItem{pod: pod, home: ni, limit: 1})
+				}
+			}
+		}
+	}
+	if len(items) == 0 || len(items) > exactMaxItems || len(items) > 255 {
+		return nil
+	}
+	pdbKeys := slices.Sorted(func(yield func(string) bool) {
+		for k := range p.pdbLeft {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	nodeChoices := make([][]*exactChoice, len(p.nodes))
+	for i, ni := range p.nodes {
+		if nodeChoices[i] = p.exactChoices(ni, items); nodeChoices[i] == nil {
+			return nil
+		}
+	}
+	zero := exactState{placed: string(make([]byte, len(items))), evicted: string(make([]byte, len(items))), pdb: string(make([]byte, len(pdbKeys)))}
+	layers := []map[exactState]exactEntry{{zero: {root: true}}}
+	work := 0
+	for i := range p.nodes {
+		next := map[exactState]exactEntry{}
+		// In a fixed order, so that the first path to reach a state, the one kept, is the same
+		// whatever order the map gives.
+		for _, s := range sortedStates(layers[i]) {
+			for ci, ch := range nodeChoices[i] {
+				d, r := s.disrupt, s.reconf
+				if ch.disrupt {
+					d++
+				} else if ch.changed {
+					r++
+				}
+				if d > disruptBudget || r > reconfigureBudget {
+					continue
+				}
+				pdb := []byte(s.pdb)
+				ok := true
+				for k, n := range ch.pdbs {
+					j := slices.Index(pdbKeys, k)
+					if j < 0 || int32(pdb[j])+n > p.pdbLeft[k] {
+						ok = false
+						break
+					}
+					pdb[j] += byte(n)
+				}
+				if !ok {
+					continue
+				}
+				evicted := []byte(s.evicted)
+				for _, it := range ch.evicted {
+					evicted[it] = 1
+				}
+				if work += len(ch.fills); work > exactMaxWork {
+					return nil
+				}
+				for fi, f := range ch.fills {
+					placed := []byte(s.placed)
+					for it, n := range f {
+						placed[it] = byte(min(items[it].limit, int(placed[it])+int(n)))
+					}
+					key := exactState{placed: string(placed), evicted: string(evicted), disrupt: d, reconf: r, pdb: string(pdb)}
+					if _, seen := next[key]; !seen {
+						next[key] = exactEntry{prev: s, choice: ci, fill: fi}
+					}
+				}
+			}
+		}
+		if len(next) > exactMaxStates {
+			return nil
+		}
+		layers = append(layers, next)
+	}
+	var best *exactPlan
+	var bestState exactState
+	for _, s := range sortedStates(layers[len(p.nodes)]) {
+		valid := true
+		served := make([]int, len(p.classes))
+		evicts := 0
+		for it, item := range items {
+			if item.class != nil {
+				served[item.class.id] = int(s.placed[it])
+			} else if s.evicted[it] == 1 {
+				evicts++
+				valid = valid && s.placed[it] >= 1
+			}
+		}
+		if !valid {
+			continue
+		}
+		cand := &exactPlan{served: served, evicts: evicts}
+		p.scoreInto(served, &cand.gain)
+		if best == nil || exactBetter(cand, best, s, bestState) {
+			best, bestState = cand, s
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	// Walk back to the choice and fill of every node.
+	best.items = items
+	best.choices = make([]*exactChoice, len(p.nodes))
+	best.fills = make([][]uint8, len(p.nodes))
+	s := bestState
+	for i := len(p.nodes) - 1; i >= 0; i-- {
+		e := layers[i+1][s]
+		ch := nodeChoices[i][e.choice]
+		best.choices[i], best.fills[i] = ch, ch.fills[e.fill]
+		s = e.prev
+	}
+	return best
+}
+
+func sortedStates(m map[exactState]exactEntry) []exactState {
+	out := make([]exactState, 0, len(m))
+	for s := range m {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b exactState) int {
+		return cmp.Or(strings.Compare(a.placed, b.placed), strings.Compare(a.evicted, b.evicted),
+			cmp.Compare(a.disrupt, b.disrupt), cmp.Compare(a.reconf, b.reconf), strings.Compare(a.pdb, b.pdb))
+	})
+	return out
+}
+
+// exactBetter orders plans: more served (the planner's score), then fewer evictions, then
+// fewer nodes changed, then a fixed order of the states so that equal inputs give equal plans.
+func exactBetter(a, b *exactPlan, sa, sb exactState) bool {
+	if c := a.gain.compare(b.gain); c != 0 {
+		return c > 0
+	}
+	if a.evicts != b.evicts {
+		return a.evicts < b.evicts
+	}
+	if ca, cb := sa.disrupt+sa.reconf, sb.disrupt+sb.reconf; ca != cb {
+		return ca < cb
+	}
+	return strings.Compare(sa.placed+sa.evicted, sb.placed+sb.evicted) < 0
+}
+
+// exactChoices enumerates a node's choices of targets, each with its maximal fills. A node
+// that keeps its layouts only takes moved pods (pending pods that fit it as it is were placed
+// before planning); a node nothing may land on and that may not change has one empty choice.
+func (p *planState) exactChoices(ni *nodeInfo, items []exactItem) []*exactChoice {
+	var out []*exactChoice
+	if ni.prod == nil || !ni.schedulable {
+		return []*exactChoice{{fills: [][]uint8{make([]uint8, len(items))}}}
+	}
+	count := 1
+	for _, gi := range ni.gpus {
+		if ni.blocker == "" && gi.changeable {
+			count *= len(ni.prod.options) + 1
+		}
+	}
+	if count > exactMaxChoices {
+		return nil
+	}
+	// Choices that leave the same capacity and evict the same pods are one choice.
+	seen := map[string]bool{}
+	ch := keepAll(len(ni.gpus))
+	var walk func(g int)
+	walk = func(g int) {
+		if g == len(ni.gpus) {
+			if c := p.exactChoice(ni, slices.Clone(ch), items); c != nil && !seen[c.id] {
+				seen[c.id] = true
+				out = append(out, c)
+			}
+			return
+		}
+		walk(g + 1)
+		gi := ni.gpus[g]
+		if ni.blocker != "" || !gi.changeable || (p.noEvict && len(gi.pods) > 0) {
+			return
+		}
+		for o := range ni.prod.options {
+			if o == gi.currentOpt {
+				continue
+			}
+			ch[g] = o
+			walk(g + 1)
+			ch[g] = keep
+		}
+	}
+	walk(0)
+	return out
+}
+
+func (p *planState) exactChoice(ni *nodeInfo, ch choice, items []exactItem) *exactChoice {
+	st, ok := ni.freedInto(ch, nil)
+	if !ok {
+		return nil
+	}
+	c := &exactChoice{choice: ch, pdbs: map[string]int32{}}
+	for _, o := range ch {
+		c.changed = c.changed || o != keep
+	}
+	for _, key := range st.evicted {
+		ni.release(&st, key)
+		it := slices.IndexFunc(items, func(x exactItem) bool { return x.pod != nil && x.pod.Key == key && x.home == ni })
+		if it < 0 {
+			return nil
+		}
+		c.evicted = append(c.evicted, it)
+		c.disrupt = true
+		for _, k := range items[it].pod.PDBs {
+			c.pdbs[k]++
+		}
+	}
+	if ni.reserved != nil {
+		for _, cl := range p.classes {
+			if n := ni.reserved[cl.id]; n > 0 {
+				ni.take(p, cl, &st, n)
+			}
+		}
+		if !st.valid() {
+			return nil
+		}
+	}
+	// What each item takes of this node, and how many of it may land here.
+	type take struct {
+		per   []int
+		whole int
+		vec   []int64
+		limit int
+	}
+	takes := make([]take, len(items))
+	for it, item := range items {
+		switch {
+		case item.class != nil:
+			need := p.needs(item.class, ni.prod)
+			if !c.changed || need == nil || !p.eligible(ni, item.class) {
+				continue
+			}
+			takes[it] = take{per: need.perProfile, whole: int(item.class.whole), vec: item.class.vec, limit: item.limit}
+		case item.home == ni:
+			if slices.Contains(c.evicted, it) {
+				need := ni.podNeeds[item.pod.Key]
+				takes[it] = take{per: need.perProfile, whole: need.whole, vec: ni.podVec[item.pod.Key], limit: 1}
+			}
+		default:
+			if !p.hostable(ni) || !item.pod.MayRunOn(ni.node.Object) {
+				continue
+			}
+			per, whole, known := gpuNeeds(item.pod, ni.prod)
+			if known {
+				takes[it] = take{per: per, whole: whole, vec: item.home.podVec[item.pod.Key], limit: 1}
+			}
+		}
+	}
+	fits := func(st *state, t take) bool { return t.limit > 0 && fitsNeed(st, t.per, t.whole, t.vec) }
+	apply := func(st *state, t take, sign int) {
+		for k, n := range t.per {
+			st.free[k] -= sign * n
+		}
+		st.whole -= sign * t.whole
+		for d, v := range t.vec {
+			st.vec[d] -= int64(sign) * v
+		}
+	}
+	cur := make([]uint8, len(items))
+	var dfs func(it int)
+	dfs = func(it int) {
+		if len(c.fills) > 200 {
+			return
+		}
+		if it == len(items) {
+			for j := range items {
+				if int(cur[j]) < takes[j].limit && fits(&st, takes[j]) {
+					return // not maximal
+				}
+			}
+			c.fills = append(c.fills, slices.Clone(cur))
+			return
+		}
+		t := takes[it]
+		n := 0
+		for n < t.limit && fits(&st, t) {
+			apply(&st, t, 1)
+			n++
+		}
+		for ; n >= 0; n-- {
+			cur[it] = uint8(n)
+			dfs(it + 1)
+			if n > 0 {
+				apply(&st, t, -1)
+			}
+		}
+		cur[it] = 0
+	}
+	dfs(0)
+	if len(c.fills) == 0 {
+		return nil
+	}
+	c.id = fmt.Sprint(c.changed, c.evicted, c.fills)
+	return c
+}
+
+// exactBeats reports whether the exact plan serves more than the greedy one, or the same with
+// fewer evictions.
+func (p *planState) exactBeats(x *exactPlan, steps map[*nodeInfo]*proposal) bool {
+	served := make([]int, len(p.classes))
+	evicts := 0
+	for _, pr := range steps {
+		for _, c := range p.classes {
+			served[c.id] += pr.served[c.id]
+		}
+		evicts += pr.evictions
+	}
+	greedy := p.newScore()
+	p.scoreInto(served, &greedy)
+	if c := x.gain.compare(greedy); c != 0 {
+		return c > 0
+	}
+	return x.evicts < evicts
+}
+
+// greedyState is what the greedy changes in the planner's working memory, so that its plan can
+// be set aside for the exact one.
+type greedyState struct {
+	left     []int
+	pdbLeft  map[string]int32
+	accepted int
+}
+
+func (p *planState) saveGreedyState() greedyState {
+	s := greedyState{pdbLeft: maps.Clone(p.pdbLeft), accepted: p.accepted}
+	for _, c := range p.classes {
+		s.left = append(s.left, c.left)
+	}
+	return s
+}
+
+func (p *planState) restoreGreedyState(s greedyState) {
+	for i, c := range p.classes {
+		c.left = s.left[i]
+	}
+	p.pdbLeft, p.accepted = s.pdbLeft, s.accepted
+	for _, ni := range p.nodes {
+		ni.accepted, ni.landed = nil, nil
+	}
+}
+
+// applyExact turns the exact plan into accepted proposals in steps, as the greedy would have
+// left them, and returns how many nodes change without evicting; ok is false, with nothing
+// changed, when the planner's own accounting does not confirm the plan.
+func (p *planState) applyExact(x *exactPlan, steps map[*nodeInfo]*proposal) (reconfiguring int, ok bool) {
+	// Where each evicted pod lands: back on its node when a fill puts it there, else the first
+	// node that takes it.
+	landAt := map[int]*nodeInfo{}
+	for i, ni := range p.nodes {
+		for it, n := range x.fills[i] {
+			item := x.items[it]
+			if n == 0 || item.pod == nil {
+				continue
+			}
+			if _, seen := landAt[it]; !seen || ni == item.home {
+				landAt[it] = ni
+			}
+		}
+	}
+	left := make([]int, len(p.classes))
+	for _, c := range p.classes {
+		left[c.id] = c.left
+	}
+	made := map[*nodeInfo]*proposal{}
+	for _, evicting := range []bool{false, true} {
+		for i, ni := range p.nodes {
+			ch := x.choices[i]
+			if ch == nil || !ch.changed || ch.disrupt != evicting {
+				continue
+			}
+			pr := &proposal{node: ni, choice: ch.choice, served: make([]int, len(p.classes)), gain: p.newScore(), leftover: -1}
+			for _, o := range ch.choice {
+				if o != keep {
+					pr.changed++
+				}
+			}
+			for it, n := range x.fills[i] {
+				if c := x.items[it].class; c != nil {
+					take := min(int(n), left[c.id])
+					pr.served[c.id] += take
+					left[c.id] -= take
+				}
+			}
+			for _, it := range ch.evicted {
+				pr.evictions++
+				to := landAt[it]
+				if to == nil {
+					return 0, false
+				}
+				if to == ni {
+					continue
+				}
+				pod := x.items[it].pod
+				per, whole, known := gpuNeeds(pod, to.prod)
+				if !known {
+					return 0, false
+				}
+				pr.landings = append(pr.landings, landing{pod: pod.Key, from: ni, to: to, need: podNeed{perProfile: per, whole: whole}, vec: ni.podVec[pod.Key]})
+			}
+			p.scoreInto(pr.served, &pr.gain)
+			made[ni] = pr
+		}
+	}
+	saved := p.saveGreedyState()
+	seq := p.accepted
+	for _, evicting := range []bool{false, true} {
+		for _, ni := range p.nodes {
+			if pr := made[ni]; pr != nil && (pr.evictions > 0) == evicting {
+				seq++
+				pr.seq = seq
+				ni.accepted = pr
+				p.commitLandings(pr, -1)
+			}
+		}
+	}
+	// The planner's own accounting must agree: every node keeps room for what it serves and
+	// for the pods moved to it.
+	for _, ni := range p.nodes {
+		if ni.prod == nil || !ni.schedulable {
+			continue
+		}
+		if _, ok := p.acceptedState(ni); !ok {
+			p.restoreGreedyState(saved)
+			return 0, false
+		}
+	}
+	p.accepted = seq
+	for ni, pr := range made {
+		steps[ni] = pr
+		if pr.evictions == 0 {
+			reconfiguring++
+		}
+		for _, c := range p.classes {
+			c.left -= pr.served[c.id]
+		}
+		for _, gi := range changedGPUs(pr) {
+			for _, pod := range gi.pods {
+				for _, key := range pod.PDBs {
+					p.pdbLeft[key]--
+				}
+			}
+		}
+	}
+	return reconfiguring, true
+}
