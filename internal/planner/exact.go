@@ -26,9 +26,10 @@ const (
 	exactMaxItems   = 40
 	exactMaxStates  = 20000
 	exactMaxChoices = 1024 // per node, before deduplication
-	// exactMaxWork bounds the state transitions the whole search may try: a few tens of
-	// milliseconds, so that a plan of a tiny pool never waits on it.
-	exactMaxWork = 2_000_000
+	// exactMaxWork bounds the steps (fill candidates and state transitions) the whole search
+	// may take, about a tenth of a second at most, so that a plan of a tiny pool never waits
+	// long on it; past it the greedy plan stands.
+	exactMaxWork = 1_000_000
 )
 
 // exactItem is a pending class or one running pod a change may evict.
@@ -113,15 +114,15 @@ func (p *planState) exactSearch(disruptBudget, reconfigureBudget int) *exactPlan
 			}
 		}
 	})
+	work := exactMaxWork
 	nodeChoices := make([][]*exactChoice, len(p.nodes))
 	for i, ni := range p.nodes {
-		if nodeChoices[i] = p.exactChoices(ni, items); nodeChoices[i] == nil {
+		if nodeChoices[i] = p.exactChoices(ni, items, &work); nodeChoices[i] == nil || work < 0 {
 			return nil
 		}
 	}
 	zero := exactState{placed: string(make([]byte, len(items))), evicted: string(make([]byte, len(items))), pdb: string(make([]byte, len(pdbKeys)))}
 	layers := []map[exactState]exactEntry{{zero: {root: true}}}
-	work := 0
 	for i := range p.nodes {
 		next := map[exactState]exactEntry{}
 		// In a fixed order, so that the first path to reach a state, the one kept, is the same
@@ -154,7 +155,7 @@ func (p *planState) exactSearch(disruptBudget, reconfigureBudget int) *exactPlan
 				for _, it := range ch.evicted {
 					evicted[it] = 1
 				}
-				if work += len(ch.fills); work > exactMaxWork {
+				if work -= len(ch.fills); work < 0 {
 					return nil
 				}
 				for fi, f := range ch.fills {
@@ -244,7 +245,7 @@ func exactBetter(a, b *exactPlan, sa, sb exactState) bool {
 // exactChoices enumerates a node's choices of targets, each with its maximal fills. A node
 // that keeps its layouts only takes moved pods (pending pods that fit it as it is were placed
 // before planning); a node nothing may land on and that may not change has one empty choice.
-func (p *planState) exactChoices(ni *nodeInfo, items []exactItem) []*exactChoice {
+func (p *planState) exactChoices(ni *nodeInfo, items []exactItem, work *int) []*exactChoice {
 	var out []*exactChoice
 	if ni.prod == nil || !ni.schedulable {
 		return []*exactChoice{{fills: [][]uint8{make([]uint8, len(items))}}}
@@ -264,7 +265,10 @@ func (p *planState) exactChoices(ni *nodeInfo, items []exactItem) []*exactChoice
 	var walk func(g int)
 	walk = func(g int) {
 		if g == len(ni.gpus) {
-			if c := p.exactChoice(ni, slices.Clone(ch), items); c != nil && !seen[c.id] {
+			if *work < 0 {
+				return
+			}
+			if c := p.exactChoice(ni, slices.Clone(ch), items, work); c != nil && !seen[c.id] {
 				seen[c.id] = true
 				out = append(out, c)
 			}
@@ -288,7 +292,7 @@ func (p *planState) exactChoices(ni *nodeInfo, items []exactItem) []*exactChoice
 	return out
 }
 
-func (p *planState) exactChoice(ni *nodeInfo, ch choice, items []exactItem) *exactChoice {
+func (p *planState) exactChoice(ni *nodeInfo, ch choice, items []exactItem, work *int) *exactChoice {
 	st, ok := ni.freedInto(ch, nil)
 	if !ok {
 		return nil
@@ -363,7 +367,7 @@ func (p *planState) exactChoice(ni *nodeInfo, ch choice, items []exactItem) *exa
 	cur := make([]uint8, len(items))
 	var dfs func(it int)
 	dfs = func(it int) {
-		if len(c.fills) > 200 {
+		if *work--; *work < 0 || len(c.fills) > 200 {
 			return
 		}
 		if it == len(items) {
