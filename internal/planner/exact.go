@@ -27,9 +27,9 @@ const (
 	exactMaxStates  = 20000
 	exactMaxChoices = 1024 // per node, before deduplication
 	// exactMaxWork bounds the steps (fill candidates and state transitions) the whole search
-	// may take, about a tenth of a second at most, so that a plan of a tiny pool never waits
+	// may take, a few tens of milliseconds at most, so that a plan of a tiny pool never waits
 	// long on it; past it the greedy plan stands.
-	exactMaxWork = 1_000_000
+	exactMaxWork = 300_000
 )
 
 // exactItem is a pending class or one running pod a change may evict.
@@ -400,6 +400,12 @@ func (p *planState) exactChoice(ni *nodeInfo, ch choice, items []exactItem, work
 	}
 	c.id = fmt.Sprint(c.changed, c.evicted, c.fills)
 	return c
+}
+
+// unservedExclusive reports whether pending demand the exact search could serve is left: pods
+// that ask for MIG instances or whole GPUs (shared replicas are the share phase's).
+func (p *planState) unservedExclusive() bool {
+	return slices.ContainsFunc(p.classes, func(c *class) bool { return c.left > 0 && !c.shared })
 }
 
 // exactBeats reports whether the exact plan serves more than the greedy one, or the same with

@@ -249,18 +249,25 @@ func Plan(in Input) (*Result, error) {
 	steps := map[*nodeInfo]*proposal{}
 	shares := map[*nodeInfo]*shareProposal{}
 	if !spec.Planning.Paused {
-		p.noEvict = res.Budget <= 0
-		exact := p.exactSearch(res.Budget, res.ReconfigureBudget)
 		before := p.saveGreedyState()
 		reconfigureLeft := p.greedy(res.Budget, res.ReconfigureBudget, steps)
-		if exact != nil && p.exactBeats(exact, steps) {
+		if p.unservedExclusive() {
+			// The greedy left demand unserved: on a tiny pool, search every plan from the same
+			// start, and keep the greedy's unless that search does better.
 			greedySteps, after := steps, p.saveGreedyState()
 			p.restoreGreedyState(before)
-			steps = map[*nodeInfo]*proposal{}
-			if reconfiguring, ok := p.applyExact(exact, steps); ok {
-				reconfigureLeft = res.ReconfigureBudget - reconfiguring
-			} else {
-				// The accounting did not confirm the exact plan: the greedy's stands.
+			noEvict := p.noEvict
+			p.noEvict = res.Budget <= 0
+			exact := p.exactSearch(res.Budget, res.ReconfigureBudget)
+			p.noEvict = noEvict
+			applied := false
+			if exact != nil && p.exactBeats(exact, greedySteps) {
+				steps = map[*nodeInfo]*proposal{}
+				if reconfiguring, ok := p.applyExact(exact, steps); ok {
+					reconfigureLeft, applied = res.ReconfigureBudget-reconfiguring, true
+				}
+			}
+			if !applied {
 				steps = greedySteps
 				p.restoreGreedyState(after)
 				for ni, pr := range steps {
