@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 
@@ -47,39 +48,83 @@ func (p *planState) hostable(ni *nodeInfo) bool {
 	return ni.schedulable && ni.prod != nil && p.in.Frozen[ni.node.Name] == ""
 }
 
-// refreshLedger recomputes the spare capacity after the accepted proposals or the landings
-// changed. Nothing reads the ledger while it is rebuilt: the parallel first pass of proposals
-// only reads it.
+// refreshLedger computes the spare capacity of every node from scratch. Nothing reads the
+// ledger while it is built: the parallel first pass of proposals only reads it.
 func (p *planState) refreshLedger() {
 	if !p.moves {
 		return
 	}
-	l := &ledger{spare: make([]*state, len(p.nodes)), byProfile: map[int][][]*nodeInfo{}, whole: map[int][]*nodeInfo{}}
+	p.ledger = &ledger{spare: make([]*state, len(p.nodes)), byProfile: map[int][][]*nodeInfo{}, whole: map[int][]*nodeInfo{}}
 	for _, ni := range p.nodes {
-		if !p.hostable(ni) {
-			continue
-		}
-		st, ok := p.acceptedState(ni)
-		if !ok {
-			continue
-		}
-		l.spare[ni.pos] = &st
-		id := ni.prod.id
-		rows := l.byProfile[id]
-		for len(rows) < len(ni.prod.names) {
-			rows = append(rows, nil)
-		}
-		for k, n := range st.free {
-			if n > 0 {
-				rows[k] = append(rows[k], ni)
-			}
-		}
-		l.byProfile[id] = rows
-		if st.whole > 0 {
-			l.whole[id] = append(l.whole[id], ni)
+		p.indexLedger(ni, true)
+	}
+}
+
+// updateLedger recomputes the spare capacity of the nodes an acceptance (or its undoing)
+// touched: the proposal's node, the nodes its pods land on and its carves. Only they change,
+// and rebuilding the whole ledger at every acceptance would make a plan of a large pool
+// quadratic in its nodes.
+func (p *planState) updateLedger(pr *proposal) {
+	if !p.moves || p.ledger == nil {
+		return
+	}
+	touched := []*nodeInfo{pr.node}
+	for _, l := range pr.landings {
+		touched = append(touched, l.to)
+	}
+	for _, c := range pr.carves {
+		touched = append(touched, c.node)
+	}
+	for _, ni := range touched {
+		p.indexLedger(ni, false)
+	}
+}
+
+// indexLedger records node ni's spare capacity in the ledger; fresh says the ledger holds
+// nothing of it yet. The lists stay in node order, so landings are found in the same order as
+// ever.
+func (p *planState) indexLedger(ni *nodeInfo, fresh bool) {
+	p.ledgerVersion++
+	l := p.ledger
+	var st *state
+	if p.hostable(ni) {
+		if s, ok := p.acceptedState(ni); ok {
+			st = &s
 		}
 	}
-	p.ledger = l
+	l.spare[ni.pos] = st
+	if ni.prod == nil {
+		return
+	}
+	id := ni.prod.id
+	rows := l.byProfile[id]
+	for len(rows) < len(ni.prod.names) {
+		rows = append(rows, nil)
+	}
+	for k := range ni.prod.names {
+		rows[k] = setMember(rows[k], ni, st != nil && st.free[k] > 0, fresh)
+	}
+	l.byProfile[id] = rows
+	l.whole[id] = setMember(l.whole[id], ni, st != nil && st.whole > 0, fresh)
+}
+
+// setMember puts ni in (or takes it out of) a list sorted by node position.
+func setMember(list []*nodeInfo, ni *nodeInfo, member, fresh bool) []*nodeInfo {
+	if fresh {
+		// Nodes are indexed in order on a fresh ledger: appending keeps the list sorted.
+		if member {
+			list = append(list, ni)
+		}
+		return list
+	}
+	i, found := slices.BinarySearchFunc(list, ni.pos, func(x *nodeInfo, pos int) int { return cmp.Compare(x.pos, pos) })
+	switch {
+	case member && !found:
+		list = slices.Insert(list, i, ni)
+	case !member && found:
+		list = slices.Delete(list, i, i+1)
+	}
+	return list
 }
 
 // acceptedState is what a node offers once the plan so far is done there: its accepted choice
@@ -211,6 +256,9 @@ func (p *planState) landOrCarve(from *nodeInfo, keys []types.NamespacedName, pdb
 	return nil, nil, false
 }
 
+// maxLandingTries bounds the nodes one landing search looks at, per product.
+const maxLandingTries = 64
+
 // spareCopy is one node's spare capacity with this evaluation's own landings taken.
 type spareCopy struct {
 	node *nodeInfo
@@ -221,6 +269,23 @@ func (p *planState) landOne(from *nodeInfo, pod *inventory.Pod, taken *[]spareCo
 	if pod == nil {
 		return landing{}, false
 	}
+	// A pod that found no landing in this ledger finds none with less room either: on a large
+	// pool the same pods are tried for every candidate change of their node, and walking every
+	// node with spare capacity each time would cost most of the plan.
+	if v, failed := p.landFailed[pod.Key]; failed && v == p.ledgerVersion {
+		return landing{}, false
+	}
+	l, ok := p.landSearch(from, pod, taken)
+	if !ok && len(*taken) == 0 {
+		if p.landFailed == nil {
+			p.landFailed = map[types.NamespacedName]int{}
+		}
+		p.landFailed[pod.Key] = p.ledgerVersion
+	}
+	return l, ok
+}
+
+func (p *planState) landSearch(from *nodeInfo, pod *inventory.Pod, taken *[]spareCopy) (landing, bool) {
 	vec := from.podVec[pod.Key]
 	for _, pi := range p.landingProducts {
 		per, whole, ok := gpuNeeds(pod, pi)
@@ -233,8 +298,17 @@ func (p *planState) landOne(from *nodeInfo, pod *inventory.Pod, taken *[]spareCo
 		} else if rows := p.ledger.byProfile[pi.id]; len(rows) > 0 {
 			candidates = rows[slices.IndexFunc(per, func(n int) bool { return n > 0 })]
 		}
+		tried := 0
 		for _, to := range candidates {
-			if to == from || !pod.MayRunOn(to.node.Object) {
+			if to == from {
+				continue
+			}
+			// Bounded: a pod whose placement rules exclude most of a large pool would otherwise
+			// walk every node with spare capacity for each candidate change of its node.
+			if tried++; tried > maxLandingTries {
+				break
+			}
+			if !pod.MayRunOn(to.node.Object) {
 				continue
 			}
 			st := p.ledger.spare[to.pos]

@@ -37,8 +37,11 @@ type planState struct {
 	moves bool
 	// noEvict is set once the plan has used maxDisruptedNodes: later changes evict nobody.
 	noEvict bool
-	// ledger is the spare capacity moved pods may land in; see moves.go.
-	ledger *ledger
+	// ledger is the spare capacity moved pods may land in; see moves.go. ledgerVersion counts
+	// its changes, and landFailed remembers, per pod, the version in which it found no landing.
+	ledger        *ledger
+	ledgerVersion int
+	landFailed    map[types.NamespacedName]int
 	// landingProducts are the pool's products, in a fixed order, for finding landings.
 	landingProducts []*productInfo
 	// takenBuf, awayScratch and awayServed are reused by land and evaluateInto.
@@ -531,7 +534,9 @@ func (p *planState) fillCarve(c *carve) *proposal {
 		cl.left -= full.served[cl.id]
 	}
 	c.proposal.served, c.proposal.gain = full.served, full.gain
-	p.refreshLedger()
+	if p.ledger != nil {
+		p.indexLedger(c.node, false)
+	}
 	return c.proposal
 }
 
@@ -552,7 +557,7 @@ func (p *planState) proposeAll(version int) []*proposal {
 	for w := range workers {
 		worker := *p
 		worker.scratch, worker.evictedBuf, worker.wantedBuf = state{}, nil, nil
-		worker.takenBuf, worker.awayScratch, worker.awayServed = nil, state{}, nil
+		worker.takenBuf, worker.awayScratch, worker.awayServed, worker.landFailed = nil, state{}, nil, nil
 		wg.Go(func() {
 			for i := w; i < len(p.nodes); i += workers {
 				out[i] = worker.propose(p.nodes[i], version)
@@ -791,7 +796,7 @@ func (p *planState) consume(pr *proposal, sign int) {
 	}
 	p.acceptCarves(pr, sign)
 	p.commitLandings(pr, sign)
-	defer p.refreshLedger()
+	defer p.updateLedger(pr)
 	var evicted []types.NamespacedName
 	for _, gi := range changedGPUs(pr) {
 		for _, pod := range gi.pods {
