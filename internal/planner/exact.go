@@ -63,7 +63,6 @@ type exactEntry struct {
 	prev   exactState
 	choice int
 	fill   int
-	root   bool
 }
 
 // exactPlan is the search's best plan: per node, the choice and the fill.
@@ -122,7 +121,7 @@ func (p *planState) exactSearch(disruptBudget, reconfigureBudget int) *exactPlan
 		}
 	}
 	zero := exactState{placed: string(make([]byte, len(items))), evicted: string(make([]byte, len(items))), pdb: string(make([]byte, len(pdbKeys)))}
-	layers := []map[exactState]exactEntry{{zero: {root: true}}}
+	layers := []map[exactState]exactEntry{{zero: {}}}
 	for i := range p.nodes {
 		next := map[exactState]exactEntry{}
 		// In a fixed order, so that the first path to reach a state, the one kept, is the same
@@ -355,15 +354,7 @@ func (p *planState) exactChoice(ni *nodeInfo, ch choice, items []exactItem, work
 		}
 	}
 	fits := func(st *state, t take) bool { return t.limit > 0 && fitsNeed(st, t.per, t.whole, t.vec) }
-	apply := func(st *state, t take, sign int) {
-		for k, n := range t.per {
-			st.free[k] -= sign * n
-		}
-		st.whole -= sign * t.whole
-		for d, v := range t.vec {
-			st.vec[d] -= int64(sign) * v
-		}
-	}
+	apply := func(st *state, t take, sign int) { st.takeNeed(t.per, t.whole, t.vec, sign) }
 	cur := make([]uint8, len(items))
 	var dfs func(it int)
 	dfs = func(it int) {

@@ -175,13 +175,7 @@ func (p *planState) stateWith(ni *nodeInfo, ch choice, away []landing, buf *stat
 		}
 	}
 	for _, l := range ni.landed {
-		for k, n := range l.need.perProfile {
-			st.free[k] -= n
-		}
-		st.whole -= l.need.whole
-		for d, v := range l.vec {
-			st.vec[d] -= v
-		}
+		st.takeNeed(l.need.perProfile, l.need.whole, l.vec, 1)
 	}
 	return st, st.valid()
 }
@@ -323,17 +317,23 @@ func (p *planState) landSearch(from *nodeInfo, pod *inventory.Pod, taken *[]spar
 				*taken = append(*taken, spareCopy{node: to, st: state{free: slices.Clone(st.free), whole: st.whole, vec: slices.Clone(st.vec)}})
 				st = &(*taken)[len(*taken)-1].st
 			}
-			for k, n := range per {
-				st.free[k] -= n
-			}
-			st.whole -= whole
-			for d, v := range vec {
-				st.vec[d] -= v
-			}
+			st.takeNeed(per, whole, vec, 1)
 			return landing{pod: pod.Key, from: from, to: to, need: podNeed{perProfile: per, whole: whole}, vec: vec}, true
 		}
 	}
 	return landing{}, false
+}
+
+// takeNeed takes (sign 1) or gives back (-1) what one pod needs: instances per profile
+// position, whole GPUs and non-GPU resources.
+func (st *state) takeNeed(per []int, whole int, vec []int64, sign int) {
+	for k, n := range per {
+		st.free[k] -= sign * n
+	}
+	st.whole -= sign * whole
+	for d, v := range vec {
+		st.vec[d] -= int64(sign) * v
+	}
 }
 
 func fitsNeed(st *state, per []int, whole int, vec []int64) bool {
@@ -440,13 +440,7 @@ func (p *planState) carveOn(to, from *nodeInfo, pods []*inventory.Pod, pdbUse ma
 				if !known || !pod.MayRunOn(to.node.Object) || !fitsNeed(&st, per, whole, vec) {
 					continue
 				}
-				for k, n := range per {
-					st.free[k] -= n
-				}
-				st.whole -= whole
-				for d, v := range vec {
-					st.vec[d] -= v
-				}
+				st.takeNeed(per, whole, vec, 1)
 				out = append(out, landing{pod: pod.Key, from: from, to: to, need: podNeed{perProfile: per, whole: whole}, vec: vec})
 			}
 			if len(out) > len(bestLandings) {
