@@ -174,19 +174,36 @@ func (r *reconciler) devicePlugin(ctx context.Context, n *Node, node *corev1.Nod
 		}
 	}
 
-	patch := capacityPatch(node.Status, want)
-	if len(patch) == 0 {
-		return nil
-	}
-	body, err := jsonPatchBody(map[string]any{"status": patch})
-	if err != nil {
+	patch, err := r.patchCapacity(ctx, node, want)
+	if err != nil || len(patch) == 0 {
 		return err
-	}
-	if err := r.client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
-		return fmt.Errorf("device plugin: patching the capacity of node %s: %w", n.name, err)
 	}
 	log.Info("advertised devices", "capacity", patch["capacity"])
 	return nil
+}
+
+// patchCapacity writes the device-plugin resources of the node's status so that they equal
+// want, and returns what it changed. The patch carries the resourceVersion the node was read
+// at: the difference is computed from that read, and written over a newer node (the cache can
+// lag the simulator's own last write) it would bring back a resource that is already gone, as
+// a zero that the real kubelet never shows. The API server refuses such a stale patch with a
+// conflict, and the reconcile runs again on the newer node.
+func (r *reconciler) patchCapacity(ctx context.Context, node *corev1.Node, want corev1.ResourceList) (map[string]map[corev1.ResourceName]*string, error) {
+	patch := capacityPatch(node.Status, want)
+	if len(patch) == 0 {
+		return nil, nil
+	}
+	body, err := jsonPatchBody(map[string]any{
+		"metadata": map[string]any{"resourceVersion": node.ResourceVersion},
+		"status":   patch,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := r.client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
+		return nil, fmt.Errorf("device plugin: patching the capacity of node %s: %w", node.Name, err)
+	}
+	return patch, nil
 }
 
 // silentPlugin is the plugin-silent fault: the node advertises none of its device-plugin
@@ -195,16 +212,9 @@ func (r *reconciler) silentPlugin(ctx context.Context, n *Node, node *corev1.Nod
 	n.mu.Lock()
 	n.plugin = nil
 	n.mu.Unlock()
-	patch := capacityPatch(node.Status, nothingAdvertised(node.Status))
-	if len(patch) == 0 {
-		return nil
-	}
-	body, err := jsonPatchBody(map[string]any{"status": patch})
-	if err != nil {
+	patch, err := r.patchCapacity(ctx, node, nothingAdvertised(node.Status))
+	if err != nil || len(patch) == 0 {
 		return err
-	}
-	if err := r.client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
-		return fmt.Errorf("device plugin: patching the capacity of node %s: %w", n.name, err)
 	}
 	logf.FromContext(ctx).Info("fault plugin-silent: the device plugin advertises nothing", "capacity", patch["capacity"])
 	return nil

@@ -582,28 +582,32 @@ func (f *fixture) watchLabels(name string, keys ...string) *labelHistory {
 		f.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := wc.Watch(ctx, &corev1.NodeList{}, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)})
-	if err != nil {
+	// The history starts from a consistent read of the node, and the watch from exactly that
+	// resourceVersion. A watch without one starts from the API server's watch cache, which may
+	// not have seen the last write yet: its first event would then be an older state, and the
+	// history would show a value the node had already left.
+	var node corev1.Node
+	if err := wc.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
 		cancel()
 		f.t.Fatal(err)
 	}
 	h := &labelHistory{values: map[string][]string{}}
+	h.record(&node, keys)
+	w, err := wc.Watch(ctx, &corev1.NodeList{}, &client.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", name),
+		Raw:           &metav1.ListOptions{ResourceVersion: node.ResourceVersion},
+	})
+	if err != nil {
+		cancel()
+		f.t.Fatal(err)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for ev := range w.ResultChan() {
-			n, ok := ev.Object.(*corev1.Node)
-			if !ok {
-				continue
+			if n, ok := ev.Object.(*corev1.Node); ok {
+				h.record(n, keys)
 			}
-			h.mu.Lock()
-			for _, k := range keys {
-				v := n.Labels[k]
-				if vs := h.values[k]; len(vs) == 0 || vs[len(vs)-1] != v {
-					h.values[k] = append(vs, v)
-				}
-			}
-			h.mu.Unlock()
 		}
 	}()
 	f.t.Cleanup(func() {
@@ -612,6 +616,18 @@ func (f *fixture) watchLabels(name string, keys ...string) *labelHistory {
 		<-done
 	})
 	return h
+}
+
+// record adds the node's values of keys, consecutive repeats collapsed.
+func (h *labelHistory) record(n *corev1.Node, keys []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, k := range keys {
+		v := n.Labels[k]
+		if vs := h.values[k]; len(vs) == 0 || vs[len(vs)-1] != v {
+			h.values[k] = append(vs, v)
+		}
+	}
 }
 
 // of returns the values key has taken so far, consecutive repeats collapsed.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -20,6 +21,9 @@ import (
 
 // FieldManager is the field manager of every write the simulator makes.
 const FieldManager = "gpusim"
+
+// conflictRetry is how soon a reconcile whose write met a newer node runs again.
+const conflictRetry = 100 * time.Millisecond
 
 // podNodeNameField indexes the pod cache by spec.nodeName.
 const podNodeNameField = "spec.nodeName"
@@ -85,6 +89,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if err := r.devicePlugin(ctx, n, &node, op, annotated); err != nil {
+		if apierrors.IsConflict(err) {
+			// The node changed since it was read (see patchCapacity): its watch event brings the
+			// newer node; the requeue is only a safety net.
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
 		return ctrl.Result{}, err
 	}
 	if len(starved) > 0 && (result.RequeueAfter == 0 || result.RequeueAfter > r.retryPeriod) {

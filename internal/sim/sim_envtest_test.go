@@ -75,8 +75,9 @@ func TestCreatedNodeAndSeededConfig(t *testing.T) {
 	f.g.Expect(quantity(n, "capacity", corev1.ResourceCPU)).To(Equal("128"))
 	f.g.Expect(quantity(f.node("created-h200"), "allocatable", res1g)).To(Equal("14"))
 
+	// gpusim seeds the ConfigMap beside creating the nodes, in no set order: wait for it.
 	cm := &corev1.ConfigMap{}
-	f.g.Expect(f.c.Get(context.Background(), f.cm, cm)).To(Succeed())
+	f.g.Eventually(func() error { return f.c.Get(context.Background(), f.cm, cm) }).WithTimeout(30 * time.Second).Should(Succeed())
 	var cfg struct {
 		Version    string                      `json:"version"`
 		MIGConfigs map[string][]map[string]any `json:"mig-configs"`
