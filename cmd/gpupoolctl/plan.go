@@ -240,6 +240,10 @@ func writePolicy(ew *errWriter, pr *snapshot.PolicyReport, unserved []snapshot.U
 		plural(res.PoolNodes, "node"), plural(pr.Pending, "pod"), approval)
 	ew.printf("  Budgets: %s may evict pods, %s may only re-carve idle GPUs\n",
 		plural(res.Budget, "node"), plural(res.ReconfigureBudget, "node"))
+	if res.StepBound > 0 {
+		ew.printf("  Cut to %s so that the plan fits in the API server; the demand it leaves is planned once it has run.\n",
+			plural(res.StepBound, "node"))
+	}
 	if pr.Policy.Spec.Planning.Paused {
 		ew.printf("  Planning is paused (spec.planning.paused): no plan is proposed.\n")
 	}

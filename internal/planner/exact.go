@@ -75,6 +75,17 @@ type exactPlan struct {
 	evicts  int
 }
 
+// changes is how many nodes the exact plan changes.
+func (x *exactPlan) changes() int {
+	n := 0
+	for _, ch := range x.choices {
+		if ch != nil && ch.changed {
+			n++
+		}
+	}
+	return n
+}
+
 func (p *planState) exactSearch(disruptBudget, reconfigureBudget int) *exactPlan {
 	gpus := 0
 	for _, ni := range p.nodes {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"container/heap"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -53,6 +54,16 @@ type planState struct {
 	// disruptLeft and reconfigureLeft are what the greedy has left of the two budgets; a
 	// carve (moves.go) is only proposed when they pay for it too.
 	disruptLeft, reconfigureLeft int
+	// maxSteps is Input.MaxSteps: how many nodes the plan may change in all; 0 is no bound.
+	maxSteps int
+}
+
+// stepRoom is how many more nodes a plan that changes these may change, under maxSteps.
+func (p *planState) stepRoom(changing int) int {
+	if p.maxSteps <= 0 {
+		return math.MaxInt
+	}
+	return max(0, p.maxSteps-changing)
 }
 
 // needs is what one pod of a class takes from a node of one product.
@@ -191,7 +202,7 @@ func Plan(in Input) (*Result, error) {
 		return nil, err
 	}
 	d := newDims(in.Pending, runningRequests(pool))
-	p := &planState{in: &in, dims: d, pdbLeft: map[string]int32{}}
+	p := &planState{in: &in, dims: d, pdbLeft: map[string]int32{}, maxSteps: in.MaxSteps}
 	p.classes = groupClasses(in.Pending, d)
 	p.needCache = make([][]cachedNeeds, len(p.classes))
 	for _, c := range p.classes {
@@ -264,7 +275,7 @@ func Plan(in Input) (*Result, error) {
 			exact := p.exactSearch(res.Budget, res.ReconfigureBudget)
 			p.noEvict = noEvict
 			applied := false
-			if exact != nil && p.exactBeats(exact, greedySteps) {
+			if exact != nil && exact.changes() <= p.stepRoom(0) && p.exactBeats(exact, greedySteps) {
 				steps = map[*nodeInfo]*proposal{}
 				if reconfiguring, ok := p.applyExact(exact, steps); ok {
 					reconfigureLeft, applied = res.ReconfigureBudget-reconfiguring, true
@@ -281,8 +292,8 @@ func Plan(in Input) (*Result, error) {
 				}
 			}
 		}
-		reconfigureLeft = p.standby(reconfigureLeft, steps, standby)
-		shares = p.share(reconfigureLeft, steps)
+		reconfigureLeft = p.standby(min(reconfigureLeft, p.stepRoom(len(steps))), steps, standby)
+		shares = p.share(min(reconfigureLeft, p.stepRoom(len(steps))), steps)
 	}
 	res.StrandedAfter = p.stranded(p.finalStates(steps), standby)
 	res.Steps, res.Served = p.steps(steps, res)
@@ -465,9 +476,9 @@ func (p *planState) greedy(disruptBudget, reconfigureBudget int, steps map[*node
 			h.items = append(h.items, pr)
 		}
 	}
-	h.pack = disruptLeft+reconfigureLeft >= len(h.items)
+	h.pack = min(disruptLeft+reconfigureLeft, p.stepRoom(0)) >= len(h.items)
 	heap.Init(h)
-	for h.Len() > 0 && (disruptLeft > 0 || reconfigureLeft > 0) {
+	for h.Len() > 0 && (disruptLeft > 0 || reconfigureLeft > 0) && p.stepRoom(len(steps)) > 0 {
 		top := heap.Pop(h).(*proposal)
 		if top.version != version {
 			if pr := p.propose(top.node, version); pr != nil {
@@ -481,8 +492,10 @@ func (p *planState) greedy(disruptBudget, reconfigureBudget int, steps map[*node
 			top = p.improve(top)
 		}
 		needDisrupt, needReconfigure := top.cost()
-		if needDisrupt > disruptLeft || needReconfigure > reconfigureLeft {
-			// The budget for this kind of change is spent; the node stays as it is.
+		if needDisrupt > disruptLeft || needReconfigure > reconfigureLeft ||
+			needDisrupt+needReconfigure > p.stepRoom(len(steps)) {
+			// The budget for this kind of change, or the bound on the plan's size, is spent;
+			// the node stays as it is.
 			continue
 		}
 		// Landings are carved first: their steps come before the one that moves pods there.

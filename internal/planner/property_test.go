@@ -71,6 +71,9 @@ func checkPlan(s *scenario, in planner.Input, res *planner.Result) *planCheck {
 	if disrupting > w.budget || len(res.Steps)-disrupting > w.reconfigureBudget {
 		pc.fail("%d nodes evict and %d change without evicting; budgets %d and %d", disrupting, len(res.Steps)-disrupting, w.budget, w.reconfigureBudget)
 	}
+	if in.MaxSteps > 0 && len(res.Steps) > in.MaxSteps {
+		pc.fail("%d steps, over MaxSteps %d", len(res.Steps), in.MaxSteps)
+	}
 	if res.PoolNodes != len(w.nodes) {
 		pc.fail("PoolNodes is %d, want %d", res.PoolNodes, len(w.nodes))
 	}

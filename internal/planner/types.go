@@ -51,6 +51,9 @@ type Input struct {
 	// NoMoves makes every evicted pod come back on its own node, as planners before cross-node
 	// moves did. The controller never sets it; benchmarks set it to measure what moves add.
 	NoMoves bool
+	// MaxSteps bounds how many nodes the plan changes in all, beside both budgets; 0 means no
+	// bound beyond them. PlanWithin sets it to keep a plan within what the API server stores.
+	MaxSteps int
 	// Now is the planning time (carried into the result, never read from a clock).
 	Now time.Time
 }
@@ -101,6 +104,9 @@ type Result struct {
 	ReconfigureBudget int
 	// PoolNodes is how many nodes the policy selects.
 	PoolNodes int
+	// StepBound is the bound on the plan's steps that PlanWithin applied so that the plan can
+	// be stored; 0 when the plan was not cut. Demand it leaves is planned after the plan runs.
+	StepBound int
 }
 
 // Step is the change on one node.

@@ -169,7 +169,8 @@ func (s *Snapshot) planPolicy(p *v1alpha1.GPUPoolPolicy, selectedBy map[string][
 		minAge = d.Duration
 	}
 	reqs, skipped := demand.Pending(s.Pods, now, minAge)
-	res, err := planner.Plan(planner.Input{Snapshot: snap, Pending: reqs, Policy: p, Frozen: frozen, Now: now})
+	// As the controller plans: within the size the API server stores.
+	res, err := planner.PlanWithin(planner.Input{Snapshot: snap, Pending: reqs, Policy: p, Frozen: frozen, Now: now})
 	if err != nil {
 		return nil, &Error{Object: "GPUPoolPolicy " + p.Name, Message: err.Error()}
 	}
