@@ -61,7 +61,7 @@ func (r *CordonReconciler) SetupWithManager(mgr manager.Manager) error {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
 		})).
 		Named("cordon").
-		Complete(r)
+		Complete(quietConflicts{r})
 }
 
 // nodesOfPlan maps a plan to the nodes whose annotation names it.

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -26,10 +27,15 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -47,6 +53,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=nodes;pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nvidia.com,resources=clusterpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=gpupool-agent,resources=leases,verbs=get;list;watch
 
 // Names of gpupool's ConfigMaps that the GPU Operator's ClusterPolicy must point at.
 const (
@@ -80,6 +87,9 @@ type PolicyReconciler struct {
 	ConfigNamespace string
 	// MaxReportAge is how old a GPUNode report may be before its node is not planned.
 	MaxReportAge time.Duration
+	// AgentNamespace is where the node agents renew their heartbeat Leases; empty reads none,
+	// and a report is then judged by its observedTime alone.
+	AgentNamespace string
 	// Metrics receives each pool's demand and stranded slices; nil records nothing.
 	Metrics *metrics.Metrics
 
@@ -98,6 +108,9 @@ type plannedResult struct {
 	frozen string
 	plan   string
 	res    *planner.Result
+	// pending are the pods that were pending when the planner ran: a pod pending now that is
+	// not among them is new demand, which the remembered result knows nothing about.
+	pending map[types.NamespacedName]bool
 }
 
 // SetupWithManager watches policies, their plans and everything a plan is computed from.
@@ -109,7 +122,7 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	all := handler.EnqueueRequestsFromMapFunc(r.allPolicies)
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		// Unstructured, decoded per object: see policies.go.
 		For(newPolicyObject()).
 		Owns(&v1alpha1.RepartitionPlan{}).
@@ -118,9 +131,13 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Node{}, all).
 		Watches(&corev1.Pod{}, all).
 		Watches(&v1alpha1.GPUNode{}, all).
-		Watches(&policyv1.PodDisruptionBudget{}, all).
-		Named("gpupoolpolicy").
-		Complete(r)
+		Watches(&policyv1.PodDisruptionBudget{}, all)
+	if r.AgentNamespace != "" {
+		// A heartbeat changes no plan; only an agent coming back after a silence does. The
+		// manager's cache holds only the agents' Leases (AgentLeaseCache).
+		b = b.Watches(&coordinationv1.Lease{}, all, builder.WithPredicates(agentReturned(r.MaxReportAge)))
+	}
+	return b.Named("gpupoolpolicy").Complete(quietConflicts{r})
 }
 
 // allPolicies maps any change in the cluster to every policy: pools are few, and a pod or a
@@ -150,6 +167,8 @@ type world struct {
 	pods     []corev1.Pod
 	pdbs     []policyv1.PodDisruptionBudget
 	plans    []v1alpha1.RepartitionPlan
+	// heartbeats are, per node, when its agent last renewed its Lease.
+	heartbeats map[string]time.Time
 }
 
 func (r *PolicyReconciler) read(ctx context.Context) (*world, error) {
@@ -189,8 +208,58 @@ func (r *PolicyReconciler) read(ctx context.Context) (*world, error) {
 		}
 		pods.Items = append(pods.Items, onNode.Items...)
 	}
+	heartbeats, err := r.heartbeats(ctx)
+	if err != nil {
+		return nil, err
+	}
 	return &world{policies: policies, nodes: nodes.Items, gpuNodes: gpuNodes.Items,
-		pods: pods.Items, pdbs: pdbs.Items, plans: plans.Items}, nil
+		pods: pods.Items, pdbs: pdbs.Items, plans: plans.Items, heartbeats: heartbeats}, nil
+}
+
+// heartbeats reads the agents' Leases: per node, when its agent last renewed. A Lease counts
+// only when it is held by that node's agent (agent.LeaseHolder; the agent admission policy
+// refuses any other holder from an agent).
+func (r *PolicyReconciler) heartbeats(ctx context.Context) (map[string]time.Time, error) {
+	if r.AgentNamespace == "" {
+		return nil, nil
+	}
+	var leases coordinationv1.LeaseList
+	if err := r.Client.List(ctx, &leases, client.InNamespace(r.AgentNamespace),
+		client.MatchingLabels{v1alpha1.LabelAgentLease: "true"}); err != nil {
+		return nil, fmt.Errorf("listing the agents' heartbeat Leases in %s: %w", r.AgentNamespace, err)
+	}
+	out := make(map[string]time.Time, len(leases.Items))
+	for _, l := range leases.Items {
+		if l.Spec.RenewTime != nil && ptr.Deref(l.Spec.HolderIdentity, "") == agentLeaseHolder(l.Name) {
+			out[l.Name] = l.Spec.RenewTime.Time
+		}
+	}
+	return out, nil
+}
+
+// agentLeaseHolder is the holder of node's heartbeat Lease; internal/agent's LeaseHolder
+// writes it, and the agent admission policy spells it too.
+func agentLeaseHolder(node string) string { return "gpupool-agent/" + node }
+
+// agentReturned passes Lease events that can change a plan: an agent's first Lease, and a
+// renewal after a silence long enough for its node to have been left out of planning. Routine
+// renewals pass nothing: a node's freshness is read at each pass, and the policy's periodic
+// recheck notices an agent that stops renewing.
+func agentReturned(maxAge time.Duration) predicate.Predicate {
+	renewed := func(o client.Object) time.Time {
+		if l, ok := o.(*coordinationv1.Lease); ok && l.Spec.RenewTime != nil {
+			return l.Spec.RenewTime.Time
+		}
+		return time.Time{}
+	}
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return renewed(e.ObjectNew).Sub(renewed(e.ObjectOld)) > maxAge
+		},
+		CreateFunc:  func(event.CreateEvent) bool { return true },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
 
 // Reconcile observes the policy's pool, proposes a plan when pending demand needs one, and
@@ -229,7 +298,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	frozen, inFlight := frozenNodes(policy, w, conflicts, now)
 	minAge := durationOr(policy.Spec.Planning.MinPendingAge, defaultMinPendingAge)
 	snap := inventory.Build(w.nodes, w.gpuNodes, w.pods, w.pdbs, inventory.Options{
-		Now: now, MaxReportAge: r.MaxReportAge,
+		Now: now, MaxReportAge: r.MaxReportAge, Heartbeats: w.heartbeats,
 		EvictEmptyDir: policy.Spec.Disruption.EvictEmptyDir, EvictUnmanaged: policy.Spec.Disruption.EvictUnmanaged,
 	})
 	pending, _ := demand.Pending(w.pods, now, minAge)
@@ -238,9 +307,10 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	window := durationOr(policy.Spec.Planning.StabilizationWindow, defaultStabilization)
 	own := ownPlans(policy, w.plans)
 	young := youngAwaitingPlan(policy, own, now, window)
-	res := r.remembered(policy, young, frozenKey(frozen))
+	res := r.remembered(policy, young, frozenKey(frozen), pending)
 	if res == nil {
-		if res, err = planner.Plan(planner.Input{Snapshot: snap, Pending: pending, Policy: policy,
+		// Within the size the API server stores: a larger change becomes several plans in turn.
+		if res, err = planner.PlanWithin(planner.Input{Snapshot: snap, Pending: pending, Policy: policy,
 			Frozen: frozen, InFlightDisrupting: inFlight.disrupting, InFlightReconfiguring: inFlight.reconfiguring, EvictionsPaused: pool.EvictionsPaused(policy, own, now), Now: now}); err != nil {
 			return reconcile.Result{RequeueAfter: policyRecheckInterval},
 				r.reportUnusable(ctx, policy, reasonPlanningFailed, fmt.Sprintf("the planner cannot plan for this policy: %v", err))
@@ -250,7 +320,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	r.remember(policy, current, res, frozenKey(frozen))
+	r.remember(policy, current, res, frozenKey(frozen), pending)
 	if err := r.collectPlans(ctx, policy, own); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -262,7 +332,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	// A copy: SetStatusCondition edits in place, and the old status is compared below.
 	status.Conditions = slices.Clone(policy.Status.Conditions)
-	r.setConditions(ctx, policy, &status, w, conflicts, current, res, len(pending))
+	r.setConditions(ctx, policy, &status, w, conflicts, current, res, pending, pool.Unreported(poolNodes(snap, selector)))
 	setSpecCondition(policy, &status, problems)
 	if err := r.writeStatus(ctx, policy, status); err != nil {
 		return reconcile.Result{}, err
@@ -356,9 +426,11 @@ func youngAwaitingPlan(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.Repartit
 	return nil
 }
 
-// remembered returns the planner result that proposed plan, when the policy has not changed
-// since; nil means the planner must run.
-func (r *PolicyReconciler) remembered(policy *v1alpha1.GPUPoolPolicy, plan *v1alpha1.RepartitionPlan, frozen string) *planner.Result {
+// remembered returns the planner result that proposed plan, when neither the policy nor the
+// frozen nodes have changed since and no pod has started pending since; nil means the planner
+// must run. New demand always runs it, so that it can extend the plan under review (propose).
+func (r *PolicyReconciler) remembered(policy *v1alpha1.GPUPoolPolicy, plan *v1alpha1.RepartitionPlan, frozen string,
+	pending []demand.Request) *planner.Result {
 	if plan == nil {
 		return nil
 	}
@@ -368,6 +440,11 @@ func (r *PolicyReconciler) remembered(policy *v1alpha1.GPUPoolPolicy, plan *v1al
 	if !ok || last.generation != policy.Generation || last.plan != plan.Name || last.frozen != frozen {
 		return nil
 	}
+	for _, p := range pending {
+		if !last.pending[p.Pod] {
+			return nil
+		}
+	}
 	return last.res
 }
 
@@ -376,7 +453,8 @@ func frozenKey(frozen map[string]string) string {
 	return strings.Join(slices.Sorted(maps.Keys(frozen)), ",")
 }
 
-func (r *PolicyReconciler) remember(policy *v1alpha1.GPUPoolPolicy, current *v1alpha1.RepartitionPlan, res *planner.Result, frozen string) {
+func (r *PolicyReconciler) remember(policy *v1alpha1.GPUPoolPolicy, current *v1alpha1.RepartitionPlan, res *planner.Result, frozen string,
+	pending []demand.Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.lastPlan == nil {
@@ -386,7 +464,11 @@ func (r *PolicyReconciler) remember(policy *v1alpha1.GPUPoolPolicy, current *v1a
 		delete(r.lastPlan, policy.Name)
 		return
 	}
-	r.lastPlan[policy.Name] = plannedResult{generation: policy.Generation, frozen: frozen, plan: current.Name, res: res}
+	known := make(map[types.NamespacedName]bool, len(pending))
+	for _, p := range pending {
+		known[p.Pod] = true
+	}
+	r.lastPlan[policy.Name] = plannedResult{generation: policy.Generation, frozen: frozen, plan: current.Name, res: res, pending: known}
 }
 
 // propose keeps, replaces or retires the policy's unapproved plan so that at most one plan of
@@ -422,7 +504,8 @@ func (r *PolicyReconciler) propose(ctx context.Context, policy *v1alpha1.GPUPool
 		return nil, r.supersede(ctx, awaiting, "pending demand no longer needs it")
 	case awaiting != nil && hashAs(want, awaiting.Name) == awaiting.Spec.Hash:
 		return awaiting, nil
-	case awaiting != nil && now.Sub(awaiting.CreationTimestamp.Time) < window:
+	case awaiting != nil && now.Sub(awaiting.CreationTimestamp.Time) < window && !pool.Extends(want, awaiting):
+		// Inside the window a plan under review is replaced only to serve demand it does not.
 		return awaiting, nil
 	case refusedRecently(plans, want, now):
 		// A human's no (or nobody's yes within planTTL) is not overridden by proposing the very
@@ -433,16 +516,24 @@ func (r *PolicyReconciler) propose(ctx context.Context, policy *v1alpha1.GPUPool
 		}
 		return nil, nil
 	case awaiting != nil:
-		if err := r.supersede(ctx, awaiting, "superseded by a new plan"); err != nil {
+		why := "superseded by a new plan"
+		if pool.Extends(want, awaiting) {
+			why = "superseded by a new plan that also serves pods pending since it was proposed"
+		}
+		if err := r.supersede(ctx, awaiting, why); err != nil {
 			return nil, err
 		}
 	}
 	if err := r.create(ctx, want, now); err != nil {
 		return nil, err
 	}
+	cut := ""
+	if res.StepBound > 0 {
+		cut = fmt.Sprintf(" (cut to %d node(s) so that the plan fits in the API server; the demand it leaves is planned once it has run)", res.StepBound)
+	}
 	r.Recorder.Eventf(want, policy, corev1.EventTypeNormal, reasonPlanProposed, "Propose",
-		"plan %s changes %d node(s), evicts %d pod(s), serves %d pending pod(s); approve with: kubectl annotate repartitionplan %s %s=%s",
-		want.Name, len(want.Spec.Steps), evictions(want), len(want.Spec.Expected.Pods), want.Name, v1alpha1.AnnotationApprove, want.Spec.Hash)
+		"plan %s changes %d node(s)%s, evicts %d pod(s), serves %d pending pod(s); approve with: kubectl annotate repartitionplan %s %s=%s",
+		want.Name, len(want.Spec.Steps), cut, evictions(want), len(want.Spec.Expected.Pods), want.Name, v1alpha1.AnnotationApprove, want.Spec.Hash)
 	return want, nil
 }
 
@@ -606,7 +697,7 @@ func (r *PolicyReconciler) writeStatus(ctx context.Context, policy *v1alpha1.GPU
 
 // setConditions computes every condition of the policy from what this pass saw.
 func (r *PolicyReconciler) setConditions(ctx context.Context, policy *v1alpha1.GPUPoolPolicy, status *v1alpha1.GPUPoolPolicyStatus,
-	w *world, conflicts map[string]string, current *v1alpha1.RepartitionPlan, res *planner.Result, pending int) {
+	w *world, conflicts map[string]string, current *v1alpha1.RepartitionPlan, res *planner.Result, pending []demand.Request, unreported string) {
 	set := func(t string, ok bool, reason, msg string) {
 		s := metav1.ConditionFalse
 		if ok {
@@ -621,17 +712,8 @@ func (r *PolicyReconciler) setConditions(ctx context.Context, policy *v1alpha1.G
 	} else {
 		set(v1alpha1.ConditionConflict, false, "NoConflict", "no other policy selects these nodes")
 	}
-	switch {
-	case pending == 0:
-		set(v1alpha1.ConditionDemandSatisfied, true, "NoPendingPods", "no GPU pod is pending")
-	case len(res.Unserved) == 0:
-		set(v1alpha1.ConditionDemandSatisfied, false, "PlanServesPending",
-			fmt.Sprintf("%d pod(s) pending; the current layouts or the plan serve them all", pending))
-	default:
-		u := res.Unserved[0]
-		set(v1alpha1.ConditionDemandSatisfied, false, string(u.Reason),
-			fmt.Sprintf("%d pod(s) pending, %d not served; e.g. %s %s", pending, len(res.Unserved), u.Pod, u.Message))
-	}
+	demanded := pool.DemandSatisfied(pending, res, current)
+	set(v1alpha1.ConditionDemandSatisfied, demanded.True, demanded.Reason, demanded.Message)
 	awaiting := current != nil && rollout.Gate(current, policy, r.Clock.Now()).Phase == v1alpha1.PlanAwaitingApproval
 	if awaiting {
 		set(v1alpha1.ConditionAwaitingApproval, true, reasonPlanProposed, fmt.Sprintf(
@@ -646,11 +728,10 @@ func (r *PolicyReconciler) setConditions(ctx context.Context, policy *v1alpha1.G
 	} else {
 		set(v1alpha1.ConditionReconfiguring, false, "Idle", "no plan is executing")
 	}
-	blocked := blockedNodes(w, policy)
 	failed := lastFailedPlan(policy, w.plans)
 	switch {
-	case blocked != "":
-		set(v1alpha1.ConditionDegraded, true, "NodesNotPlannable", blocked)
+	case unreported != "":
+		set(v1alpha1.ConditionDegraded, true, "NodesNotPlannable", unreported)
 	case failed != "":
 		set(v1alpha1.ConditionDegraded, true, "PlanFailed", failed)
 	default:
@@ -848,29 +929,12 @@ func lastFailedPlan(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.Repartition
 	return ""
 }
 
-// blockedNodes names pool nodes the planner cannot reason about because their agent does not
-// report, so that a silent agent never looks like a healthy, idle pool.
-func blockedNodes(w *world, policy *v1alpha1.GPUPoolPolicy) string {
-	selector, err := policy.Spec.NodeSelector.AsSelector()
-	if err != nil {
-		return ""
+// AgentLeaseCache is how the manager's cache must hold Leases for the policy controller: only
+// the agents' heartbeat Leases, in their namespace (RBAC grants no more), never the
+// leader-election Leases of other components.
+func AgentLeaseCache(agentNamespace string) cache.ByObject {
+	return cache.ByObject{
+		Namespaces: map[string]cache.Config{agentNamespace: {}},
+		Label:      labels.SelectorFromSet(labels.Set{v1alpha1.LabelAgentLease: "true"}),
 	}
-	reports := map[string]bool{}
-	for _, g := range w.gpuNodes {
-		reports[g.Name] = meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionNVMLReady)
-	}
-	var missing []string
-	for _, n := range w.nodes {
-		if selector.Matches(labels.Set(n.Labels)) && !reports[n.Name] {
-			missing = append(missing, n.Name)
-		}
-	}
-	if len(missing) == 0 {
-		return ""
-	}
-	slices.Sort(missing)
-	if len(missing) > 5 {
-		missing = append(missing[:5], fmt.Sprintf("and %d more", len(missing)-5))
-	}
-	return "no GPU report (agent missing or NVML not ready) from " + strings.Join(missing, ", ")
 }

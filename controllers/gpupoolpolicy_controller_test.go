@@ -6,6 +6,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -172,24 +173,30 @@ func TestPendingDemandBecomesAPlanAndStaleDemandRetiresIt(t *testing.T) {
 }
 
 // TestAPlanAwaitingApprovalStandsThroughTheStabilizationWindow guards the window: while a plan
-// waits for a human and is younger than stabilizationWindow, new demand neither replaces it
-// nor adds a second plan; once the window has passed, the planner runs again and a plan for
-// the whole demand supersedes it.
+// waits for a human and is younger than stabilizationWindow, new demand that no plan can serve
+// neither replaces it nor adds a second plan, and DemandSatisfied names that pod's reason;
+// new demand that the planner can serve replaces it at once, without waiting out the window
+// (issue 21: the pending -> plan bound holds while a plan is under review).
 func TestAPlanAwaitingApprovalStandsThroughTheStabilizationWindow(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	env, clock := startPolicyController(t)
+	env, _ := startPolicyController(t)
 	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
 	pendingPod(t, env, "trainer", "3g.71gb")
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
 	first := onlyPlan(t, env)
 
-	pendingPod(t, env, "big", "7g.141gb")
+	// 2g.35gb is not in the pool's catalog: no plan serves it.
+	pendingPod(t, env, "odd", "2g.35gb")
 	g.Eventually(func(g Gomega) {
 		got := &v1.GPUPoolPolicy{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
 		g.Expect(got.Status.PendingPods).To(Equal(int32(2)), "the controller has seen the new demand")
+		c := condition(got, v1.ConditionDemandSatisfied)
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal("PartitionShape"))
+		g.Expect(c.Message).To(HavePrefix("2 pod(s) pending, 1 not served; e.g. default/odd"))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Consistently(func(g Gomega) {
 		var plans v1.RepartitionPlanList
@@ -199,18 +206,109 @@ func TestAPlanAwaitingApprovalStandsThroughTheStabilizationWindow(t *testing.T) 
 		g.Expect(plans.Items[0].Status.Phase).To(Equal(v1.PlanAwaitingApproval))
 	}).WithTimeout(2*time.Second).WithPolling(250*time.Millisecond).Should(Succeed(), "the plan under review stands")
 
-	clock.Step(3 * time.Minute)
-	// The agent keeps reporting; the policy controller ignores reports older than two minutes.
-	heartbeat(t, env, "gpu-1", clock.Now())
+	// A pod the planner can serve: the plan under review is replaced inside the window (the
+	// fake clock does not move), by one that serves both servable pods.
+	pendingPod(t, env, "big", "7g.141gb")
 	g.Eventually(func(g Gomega) {
 		got := &v1.RepartitionPlan{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(&first), got)).To(Succeed())
 		g.Expect(got.Status.Phase).To(Equal(v1.PlanSuperseded))
 		var plans v1.RepartitionPlanList
 		g.Expect(env.Client.List(ctx, &plans)).To(Succeed())
-		g.Expect(plans.Items).To(ContainElement(HaveField("Spec.Expected.Pods",
-			ContainElement(v1.PodReference{Namespace: "default", Name: "big"}))))
-	}).WithTimeout(30*time.Second).Should(Succeed(), "past the window the planner serves the new demand")
+		g.Expect(plans.Items).To(ContainElement(HaveField("Spec.Expected.Pods", ConsistOf(
+			v1.PodReference{Namespace: "default", Name: "big"}, v1.PodReference{Namespace: "default", Name: "trainer"}))))
+	}).WithTimeout(30*time.Second).Should(Succeed(), "new servable demand replaces the plan under review without waiting out the window")
+}
+
+// TestSilentAgentsAreCountedAndDegradeThePool guards issue 21's silent staleness: a pool node
+// whose agent report has aged past the limit is left out of planning, counted in
+// status.pool.unreportedNodes and named in Degraded, and a fresh report brings it back.
+func TestSilentAgentsAreCountedAndDegradeThePool(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	env, clock := startPolicyController(t)
+	labels := map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"}
+	gpuNode(t, env, "gpu-1", 2, labels)
+	gpuNode(t, env, "gpu-2", 2, labels)
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	poolStatus := func(g Gomega) *v1.GPUPoolPolicy {
+		got := &v1.GPUPoolPolicy{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
+		return got
+	}
+	g.Eventually(func(g Gomega) {
+		got := poolStatus(g)
+		g.Expect(got.Status.Pool.GPUs).To(Equal(int32(4)))
+		g.Expect(got.Status.Pool.UnreportedNodes).To(BeZero())
+		g.Expect(condition(got, v1.ConditionDegraded).Status).To(Equal(metav1.ConditionFalse))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+
+	// Three minutes pass; only gpu-1's agent reports.
+	clock.Step(3 * time.Minute)
+	heartbeat(t, env, "gpu-1", clock.Now())
+	g.Eventually(func(g Gomega) {
+		got := poolStatus(g)
+		g.Expect(got.Status.Pool.Nodes).To(Equal(int32(2)))
+		g.Expect(got.Status.Pool.UnreportedNodes).To(Equal(int32(1)))
+		g.Expect(got.Status.Pool.GPUs).To(Equal(int32(2)), "the silent node's GPUs are unseen")
+		c := condition(got, v1.ConditionDegraded)
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Reason).To(Equal("NodesNotPlannable"))
+		g.Expect(c.Message).To(And(
+			HavePrefix("1 of 2 pool node(s) are left out of planning, their GPUs unseen: gpu-2 (the GPUNode report is "),
+			HaveSuffix(" old (limit 2m0s): is the agent healthy?)")))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+
+	heartbeat(t, env, "gpu-2", clock.Now())
+	g.Eventually(func(g Gomega) {
+		got := poolStatus(g)
+		g.Expect(got.Status.Pool.UnreportedNodes).To(BeZero())
+		g.Expect(condition(got, v1.ConditionDegraded).Status).To(Equal(metav1.ConditionFalse))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+}
+
+// TestAgentLeaseKeepsAnUnchangedReportFresh guards the Lease heartbeat (issue 21): an agent
+// that writes its report only on change stays planned while it renews its Lease, however old
+// the report; when the Lease lapses the node is left out and counted, named by the Lease's age.
+func TestAgentLeaseKeepsAnUnchangedReportFresh(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	env, clock := startPolicyController(t)
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	g.Expect(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}})).To(Succeed())
+	renew := metav1.NewMicroTime(clock.Now())
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: "gpu-1", Labels: map[string]string{v1.LabelAgentLease: "true"}},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("gpupool-agent/gpu-1"), RenewTime: &renew},
+	}
+	g.Expect(env.Client.Create(ctx, lease)).To(Succeed())
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	expectPool := func(unreported int32, message string) {
+		t.Helper()
+		g.Eventually(func(g Gomega) {
+			got := &v1.GPUPoolPolicy{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
+			g.Expect(got.Status.Pool.UnreportedNodes).To(Equal(unreported))
+			g.Expect(condition(got, v1.ConditionDegraded).Message).To(ContainSubstring(message))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+	}
+	expectPool(0, "every pool node's agent reports its GPUs")
+
+	// Ten minutes on, the report is ten minutes old; the agent renewed its Lease a moment ago,
+	// which (after a silence longer than the report-age limit) wakes the policy by itself.
+	clock.Step(10 * time.Minute)
+	lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(clock.Now()))
+	g.Expect(env.Client.Update(ctx, lease)).To(Succeed())
+	expectPool(0, "every pool node's agent reports its GPUs")
+
+	// The agent falls silent: three minutes later the node is left out, by the Lease's age.
+	clock.Step(3 * time.Minute)
+	patch := client.MergeFrom(policy.DeepCopy())
+	policy.Annotations = map[string]string{"example.com/poke": "1"}
+	g.Expect(env.Client.Patch(ctx, policy, patch)).To(Succeed(), "any event runs a pass")
+	expectPool(1, "gpu-1 (the agent's heartbeat Lease is 3m0s old (limit 2m0s)")
 }
 
 // TestApprovedPlanIsNeverSuperseded guards that a human's approval cannot be pulled from under

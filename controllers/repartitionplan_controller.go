@@ -63,7 +63,7 @@ func (r *PlanReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A policy's approval mode and planTTL decide its waiting plans.
 		Watches(newPolicyObject(), handler.EnqueueRequestsFromMapFunc(r.plansOfPolicy)).
 		Named("repartitionplan").
-		Complete(r)
+		Complete(quietConflicts{r})
 }
 
 // plansOfPolicy maps a policy to its plans.

@@ -21,13 +21,12 @@ func poolStatus(policy *v1alpha1.GPUPoolPolicy, selector labels.Selector, snap *
 	res *planner.Result) v1alpha1.GPUPoolPolicyStatus {
 	st := v1alpha1.GPUPoolPolicyStatus{PendingPods: int32(len(pending))}
 	slicesByProfile := map[string]*v1alpha1.ProfileSlices{}
-	var pool []*inventory.Node
-	for _, n := range snap.Nodes {
-		if !selector.Matches(labels.Set(n.Object.Labels)) {
-			continue
-		}
-		pool = append(pool, n)
+	pool := poolNodes(snap, selector)
+	for _, n := range pool {
 		st.Pool.Nodes++
+		if n.Unreported {
+			st.Pool.UnreportedNodes++
+		}
 		for _, g := range n.GPUs {
 			st.Pool.GPUs++
 			if st.Pool.GPUsByProduct == nil {
@@ -151,4 +150,15 @@ func sharingAllowed(policy *v1alpha1.GPUPoolPolicy, migDevices bool, names ...st
 		}
 	}
 	return false
+}
+
+// poolNodes are the snapshot's nodes that the policy's selector picks, in the snapshot's order.
+func poolNodes(snap *inventory.Snapshot, selector labels.Selector) []*inventory.Node {
+	var out []*inventory.Node
+	for _, n := range snap.Nodes {
+		if selector.Matches(labels.Set(n.Object.Labels)) {
+			out = append(out, n)
+		}
+	}
+	return out
 }

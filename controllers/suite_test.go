@@ -8,12 +8,14 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -62,7 +64,9 @@ func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock,
 	t.Helper()
 	g := NewWithT(t)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme,
-		Client:  client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&coordinationv1.Lease{}: controllers.AgentLeaseCache(agentNamespace)}},
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		// Every test runs its own manager in this process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
@@ -72,7 +76,8 @@ func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock,
 	g.Expect(err).NotTo(HaveOccurred())
 	var recorder events.EventRecorder = mgr.GetEventRecorder("gpupool-policy-controller")
 	if withPolicies {
-		g.Expect((&controllers.PolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock, Recorder: recorder, Metrics: m}).
+		g.Expect((&controllers.PolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock, Recorder: recorder, Metrics: m,
+			AgentNamespace: agentNamespace}).
 			SetupWithManager(mgr)).To(Succeed())
 	}
 	g.Expect((&controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder,
@@ -91,6 +96,9 @@ func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock,
 	t.Cleanup(stop)
 	return stop, reg
 }
+
+// agentNamespace is where the tests' agents keep their heartbeat Leases.
+const agentNamespace = "gpupool-agent"
 
 // testWriter sends the manager's log to the test's log, shown when a test fails.
 type testWriter struct{ t *testing.T }

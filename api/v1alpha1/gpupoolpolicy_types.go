@@ -283,6 +283,12 @@ type PoolStatus struct {
 	// StrandedSlices counts free compute slices that no pending shape or catalog profile can use.
 	// +optional
 	StrandedSlices int32 `json:"strandedSlices"`
+	// UnreportedNodes counts the pool's nodes left out of planning because their agent's GPU
+	// report is missing, cannot read NVML, or is older than two minutes (the agent refreshes it
+	// every 30 s by default).
+	// Their GPUs are not in GPUs or Slices. Degraded is True while it is above zero.
+	// +optional
+	UnreportedNodes int32 `json:"unreportedNodes,omitempty"`
 }
 
 // ProfileSlices counts the instances of one MIG profile in a pool.

@@ -18,6 +18,11 @@ const (
 	// cordoned it before gpupool's plan did, so that gpupool leaves it cordoned afterwards.
 	AnnotationWasUnschedulable = "gpupool.io/was-unschedulable"
 
+	// LabelAgentLease marks, with value "true", the Lease a node agent renews as its heartbeat.
+	// The Lease lives in the agent's namespace and is named after the node; the manager caches
+	// only Leases with this label, and judges a node's GPU report fresh while its Lease is.
+	LabelAgentLease = "gpupool.io/agent-lease"
+
 	// LabelMIGConfig selects the mig-parted config entry that NVIDIA's mig-manager applies.
 	LabelMIGConfig = "nvidia.com/mig.config"
 	// LabelMIGConfigState is where mig-manager reports pending, rebooting, success or failed.

@@ -68,7 +68,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, d deps) i
 	probe := fs.Bool("probe", false, "read the GPUs through NVML, print them as JSON with a comparison against gpupool's built-in MIG tables, and exit")
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "name of this node, and of the GPUNode the agent publishes (default $NODE_NAME)")
 	socket := fs.String("pod-resources-socket", agent.DefaultPodResourcesSocket, "kubelet PodResources API socket, a path or unix:// URL")
-	period := fs.Duration("refresh-period", agent.DefaultRefreshPeriod, "how often NVML is re-read; status is written when it changed and at least this often")
+	period := fs.Duration("refresh-period", agent.DefaultRefreshPeriod, "how often NVML is re-read and the heartbeat renewed")
+	leaseNamespace := fs.String("lease-namespace", os.Getenv("POD_NAMESPACE"),
+		"namespace of the heartbeat Lease named after the node (default $POD_NAMESPACE); empty rewrites GPUNode status every refresh period instead")
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to (0 disables them)")
 	metricsAddr := fs.String("metrics-bind-address", "0", "address plain-HTTP metrics bind to, e.g. :8080 (0 disables them)")
 	zapOpts := zap.Options{}
@@ -110,6 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, d deps) i
 		Read:                   agent.NVMLReader(d.newNVML()),
 		Owners:                 agent.PodResourcesOwners(pods, podResourcesTimeout),
 		RefreshPeriod:          *period,
+		LeaseNamespace:         *leaseNamespace,
 		Clock:                  d.clock,
 		HealthProbeBindAddress: *probeAddr,
 		MetricsBindAddress:     *metricsAddr,
@@ -118,7 +121,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, d deps) i
 		log.Error(err, "setting up the agent")
 		return exitFailed
 	}
-	log.Info("starting agent", "node", *nodeName, "refreshPeriod", *period, "podResources", *socket,
+	log.Info("starting agent", "node", *nodeName, "refreshPeriod", *period, "leaseNamespace", *leaseNamespace, "podResources", *socket,
 		"probes", *probeAddr, "metrics", *metricsAddr)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "agent stopped")

@@ -57,6 +57,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 		"and create its device plugin ConfigMap (one exclusive config under spec.devicePlugin.config.default) when it does not exist")
 	agents := fs.Bool("agents", true, "run gpupool's node agent in-process for every simulated node")
 	agentPeriod := fs.Duration("agent-refresh-period", sim.DefaultAgentRefreshPeriod, "how often the in-process agents re-read NVML")
+	agentLeases := fs.String("agent-lease-namespace", "", "namespace where the in-process agents renew their heartbeat Leases, as the agent DaemonSet does; empty rewrites GPUNode status each refresh instead")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -94,13 +95,14 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 		return exitFailed
 	}
 	s, err := sim.New(cfg, sim.Options{
-		Nodes:              specs,
-		ClusterPolicy:      *clusterPolicy,
-		CreateNodes:        *createNodes,
-		SeedConfig:         *seedConfig,
-		DisableAgents:      !*agents,
-		AgentRefreshPeriod: *agentPeriod,
-		Logger:             logger,
+		Nodes:               specs,
+		ClusterPolicy:       *clusterPolicy,
+		CreateNodes:         *createNodes,
+		SeedConfig:          *seedConfig,
+		DisableAgents:       !*agents,
+		AgentRefreshPeriod:  *agentPeriod,
+		AgentLeaseNamespace: *agentLeases,
+		Logger:              logger,
 	})
 	if err != nil {
 		log.Error(err, "setting up the simulator")

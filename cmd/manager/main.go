@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -37,6 +38,7 @@ import (
 type options struct {
 	metricsCertDir          string
 	operatorNamespace       string
+	agentNamespace          string
 	metricsAddr             string
 	metricsSecure           bool
 	probeAddr               string
@@ -53,6 +55,9 @@ func main() {
 	flag.StringVar(&opts.operatorNamespace, "gpu-operator-namespace", "",
 		"Namespace of NVIDIA's GPU Operator, where gpupool writes the ConfigMaps its mig-manager and device plugin mount; "+
 			"when empty, the ClusterPolicy's status.namespace, else "+nvidia.DefaultOperatorNamespace+".")
+	flag.StringVar(&opts.agentNamespace, "agent-namespace", "gpupool-agent",
+		"Namespace where the node agents renew their heartbeat Leases; a node's GPU report is fresh while its agent's Lease is. "+
+			"Empty judges reports by their observedTime alone (agents started without a Lease).")
 	flag.StringVar(&opts.metricsCertDir, "metrics-cert-dir", "",
 		"Folder with tls.crt and tls.key for the metrics endpoint (e.g. a mounted cert-manager Secret); a self-signed certificate when empty.")
 	flag.BoolVar(&opts.metricsSecure, "metrics-secure", true,
@@ -122,9 +127,7 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 			DefaultTransform: cache.TransformStripManagedFields(),
 			// gpupool reads and writes only its own ConfigMaps, in the GPU Operator's namespace;
 			// RBAC grants no more.
-			ByObject: map[client.Object]cache.ByObject{
-				&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{configNamespace: {}}},
-			},
+			ByObject: byObject(configNamespace, opts.agentNamespace),
 		},
 		// Policies are read as unstructured objects and decoded one at a time (controllers/
 		// policies.go); those reads must come from the cache too.
@@ -151,8 +154,8 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 		return err
 	}
 	policies := &controllers.PolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock.RealClock{},
-		ConfigNamespace: configNamespace,
-		Recorder:        mgr.GetEventRecorder("gpupool-policy-controller"), Metrics: m}
+		ConfigNamespace: configNamespace, AgentNamespace: opts.agentNamespace,
+		Recorder: mgr.GetEventRecorder("gpupool-policy-controller"), Metrics: m}
 	if err := policies.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the policy controller: %w", err)
 	}
@@ -201,4 +204,17 @@ func operatorNamespace(ctx context.Context, cfg *rest.Config, scheme *runtime.Sc
 		}
 	}
 	return nvidia.DefaultOperatorNamespace, nil
+}
+
+// byObject restricts the cache per kind: gpupool reads and writes only its own ConfigMaps, in
+// the GPU Operator's namespace, and reads only the agents' heartbeat Leases, in theirs; RBAC
+// grants no more.
+func byObject(configNamespace, agentNamespace string) map[client.Object]cache.ByObject {
+	out := map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{configNamespace: {}}},
+	}
+	if agentNamespace != "" {
+		out[&coordinationv1.Lease{}] = controllers.AgentLeaseCache(agentNamespace)
+	}
+	return out
 }

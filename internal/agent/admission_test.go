@@ -8,10 +8,12 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpupool/gpupool/api/v1alpha1"
@@ -72,7 +74,7 @@ func installAgentConfig(t *testing.T, env *testenv.Env) map[string]*unstructured
 			}
 		}
 	})
-	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
 		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet"} {
 		if byKind[kind] == nil {
 			t.Fatalf("config/agent ships no %s", kind)
@@ -124,7 +126,7 @@ func TestAdmissionPolicyConfinesAgentToItsNode(t *testing.T) {
 	}
 
 	// Policies and RBAC take effect shortly after creation; probe with a dry run.
-	wrongNode := "the gpupool agent on node node-a may only write GPUNode node-a, not node-b"
+	wrongNode := "the gpupool agent on node node-a may only write the GPUNode and the heartbeat Lease named node-a, not node-b"
 	g.Eventually(func() error {
 		return agentA.Create(ctx, &v1alpha1.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}}, client.DryRunAll)
 	}).WithTimeout(30 * time.Second).Should(MatchError(ContainSubstring(wrongNode)))
@@ -143,7 +145,7 @@ func TestAdmissionPolicyConfinesAgentToItsNode(t *testing.T) {
 
 	// ...nor its status written when it exists.
 	g.Expect(env.Client.Create(ctx, &v1alpha1.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: "node-c"}})).To(Succeed())
-	g.Expect(publish(agentA, "node-c")).To(MatchError(ContainSubstring("the gpupool agent on node node-a may only write GPUNode node-a, not node-c")))
+	g.Expect(publish(agentA, "node-c")).To(MatchError(ContainSubstring("the gpupool agent on node node-a may only write the GPUNode and the heartbeat Lease named node-a, not node-c")))
 	g.Expect(getNode(t, env.Client, "node-c").Status).To(Equal(v1alpha1.GPUNodeStatus{}))
 
 	// A token without the node-name claim writes nothing.
@@ -161,6 +163,27 @@ func TestAdmissionPolicyConfinesAgentToItsNode(t *testing.T) {
 	own.Spec.ExpectedLayout = []v1alpha1.GPULayout{{Index: 0}}
 	g.Expect(apierrors.IsForbidden(agentA.Update(ctx, own))).To(BeTrue(), "spec update")
 	g.Expect(apierrors.IsForbidden(agentA.Delete(ctx, own))).To(BeTrue(), "delete")
+
+	// The heartbeat: the agent renews the Lease named after its node, in its own namespace.
+	ns := sa.GetNamespace()
+	leased := &agent.Publisher{Client: agentA, NodeName: "node-a", Read: agent.NVMLReader(s), Clock: env.Clock, Period: period, LeaseNamespace: ns}
+	_, err = leased.Reconcile(ctx, leased.Request())
+	g.Expect(err).NotTo(HaveOccurred())
+	lease := &coordinationv1.Lease{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "node-a"}, lease)).To(Succeed())
+	g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal(agent.LeaseHolder("node-a"))))
+	g.Expect(lease.Labels).To(HaveKeyWithValue(v1alpha1.LabelAgentLease, "true"))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), lease) })
+	// Not another node's Lease, not one held by anyone else, not in another namespace.
+	forged := func(name, holder, namespace string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder)}}
+	}
+	g.Expect(agentA.Create(ctx, forged("node-b", agent.LeaseHolder("node-b"), ns), client.DryRunAll)).To(MatchError(ContainSubstring(wrongNode)))
+	g.Expect(agentA.Create(ctx, forged("node-a", "someone", ns), client.DryRunAll)).To(MatchError(ContainSubstring(
+		"the heartbeat Lease of the gpupool agent on node node-a must be held by gpupool-agent/node-a")))
+	g.Expect(apierrors.IsForbidden(agentA.Create(ctx, forged("node-a", agent.LeaseHolder("node-a"), "default"), client.DryRunAll))).To(BeTrue(),
+		"RBAC: Leases in the agent's namespace only")
 
 	// Anyone else, the controller included, is not subject to the policy.
 	node := getNode(t, env.Client, "node-c")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -30,6 +31,9 @@ type ManagerOptions struct {
 	Owners OwnersFunc
 	// RefreshPeriod between NVML reads and heartbeats; 0 means DefaultRefreshPeriod.
 	RefreshPeriod time.Duration
+	// LeaseNamespace is where the agent renews its heartbeat Lease (Publisher.LeaseNamespace);
+	// empty keeps the older heartbeat through status.observedTime.
+	LeaseNamespace string
 	// Clock for the publisher; nil means the real clock.
 	Clock clock.WithTicker
 	// HealthProbeBindAddress serves /healthz and /readyz; "0" disables them.
@@ -51,11 +55,17 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("registering gpupool kinds: %w", err)
 	}
+	if err := coordinationv1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("registering Leases: %w", err)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&v1alpha1.GPUNode{}: {Field: fields.OneTermEqualSelector("metadata.name", o.NodeName)},
 		}},
+		// The agent reads its one Lease straight from the API server once a period; a cache
+		// would watch every Lease it may read, for nothing.
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&coordinationv1.Lease{}}}},
 		// Metrics are plain HTTP when enabled: authenticating scrapers through
 		// the API server would need TokenReview and SubjectAccessReview rights,
 		// which a DaemonSet on every GPU node should not hold.
@@ -74,6 +84,8 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		Owners:   o.Owners,
 		Clock:    o.Clock,
 		Period:   o.RefreshPeriod,
+
+		LeaseNamespace: o.LeaseNamespace,
 	}
 	if err := p.SetupWithManager(mgr); err != nil {
 		return nil, err

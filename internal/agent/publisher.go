@@ -94,11 +94,11 @@ func PodResourcesOwners(c *PodResourcesClient, timeout time.Duration) OwnersFunc
 //
 // Write policy: status is written (server-side apply, field manager
 // FieldManager, status subresource only, so spec is never touched) when the
-// published GPUs or the agent's conditions differ from what the API server
-// holds, and otherwise only when observedTime is a refresh period old. The
-// periodic write is a heartbeat: the controller tells a live agent whose node
-// did not change from a dead one by observedTime, so it must advance about
-// once per period, and it need not advance more often than that.
+// agent starts and when the published GPUs or the agent's conditions differ
+// from what the API server holds. The agent's heartbeat, which tells the
+// controller a live agent whose node did not change from a dead one, is a
+// Lease renewed every refresh period (LeaseNamespace); without one it is
+// observedTime, rewritten once a period.
 //
 // When NVML cannot be read, status.gpus is cleared rather than left at the
 // last values: a GPUNode must not list GPUs that nobody can see any more,
@@ -120,10 +120,20 @@ type Publisher struct {
 	Period time.Duration
 	// InitialBackoff is the first retry delay after a failed read. Default DefaultInitialBackoff.
 	InitialBackoff time.Duration
+	// LeaseNamespace, when set, is where the agent renews a Lease named after its node every
+	// Period (renewLease): its heartbeat. GPUNode status is then written when the agent starts
+	// and when what it publishes changes, never only to say that it is alive. Empty keeps the
+	// older heartbeat, status.observedTime rewritten every Period.
+	LeaseNamespace string
 
 	mu        sync.Mutex // serialises reconciles: NVML reads and the failure count
 	failures  int
 	published atomic.Bool
+	// wroteStatus is set once this process has written the status: a report written before a
+	// restart (a reboot, say) must never be taken for a fresh one, so the first pass writes.
+	wroteStatus bool
+	// renewed is when this process last renewed the Lease.
+	renewed time.Time
 }
 
 // setDefaults fills unset fields and rejects a Publisher that cannot work.
@@ -233,13 +243,15 @@ func (p *Publisher) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		observed = node.Status.ObservedTime.Time
 	}
 	changed := !sameStatus(desired, node.Status)
-	if changed || now.Sub(observed) >= p.Period {
+	heartbeatDue := p.LeaseNamespace == "" && now.Sub(observed) >= p.Period
+	if changed || heartbeatDue || !p.wroteStatus {
 		desired.ObservedTime = &metav1.Time{Time: now}
 		if err := p.apply(ctx, desired); err != nil {
 			p.published.Store(false)
 			return reconcile.Result{}, err
 		}
 		observed = now
+		p.wroteStatus = true
 		if changed {
 			nvmlReady := meta.FindStatusCondition(desired.Conditions, v1alpha1.ConditionNVMLReady)
 			layout := meta.FindStatusCondition(desired.Conditions, v1alpha1.ConditionLayoutVerified)
@@ -248,9 +260,20 @@ func (p *Publisher) Reconcile(ctx context.Context, req reconcile.Request) (recon
 				"layoutVerified", layout.Reason, "layoutMessage", layout.Message)
 		}
 	}
+	lastBeat := observed
+	if p.LeaseNamespace != "" {
+		if now.Sub(p.renewed) >= p.Period {
+			if err := p.renewLease(ctx, now); err != nil {
+				p.published.Store(false)
+				return reconcile.Result{}, err
+			}
+			p.renewed = now
+		}
+		lastBeat = p.renewed
+	}
 	p.published.Store(true)
 
-	next := p.Period - now.Sub(observed)
+	next := p.Period - now.Sub(lastBeat)
 	if readErr != nil {
 		p.failures++
 		log.V(1).Info("NVML read failed, retrying", "error", readErr.Error(), "failures", p.failures)

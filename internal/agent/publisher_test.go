@@ -7,8 +7,13 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/gpupool/gpupool/api/v1alpha1"
@@ -243,4 +248,68 @@ func TestPublisherMarksOnlyTheFailingGPU(t *testing.T) {
 		HaveField("Status", metav1.ConditionUnknown), HaveField("Reason", agent.ReasonGPUUnreadable)))
 	g.Expect(condition(n, v1alpha1.ConditionLayoutVerified).Message).To(And(
 		ContainSubstring("GPU 1: GetMigMode: ERROR_GPU_IS_LOST"), Not(ContainSubstring("GPU 0"))))
+}
+
+// With a heartbeat Lease the agent writes its status once when it starts (so a report from
+// before a restart is never taken for a fresh one) and then only on change, while the Lease
+// is renewed every period; a new agent process writes the status again at once.
+func TestPublisherWithALeaseWritesStatusOnlyAtStartAndOnChange(t *testing.T) {
+	g := NewWithT(t)
+	env := startEnv(t)
+	ctx := context.Background()
+	const ns = "agent-lease-test"
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	s, migs := h200Node(t)
+	d0 := mockDevice(t, s, 0)
+	enableMIG(t, d0)
+	u1g := createInstance(t, d0, nvml.GPU_INSTANCE_PROFILE_1_SLICE, 0, true)
+	p, clk := newPublisher(t, "node-leased", agent.NVMLReader(s))
+	p.LeaseNamespace = ns
+	leaseOf := func() *coordinationv1.Lease {
+		l := &coordinationv1.Lease{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "node-leased"}, l)).To(Succeed())
+		return l
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "node-leased"}}) })
+
+	g.Expect(reconcileOnce(t, p)).To(Equal(reconcile.Result{RequeueAfter: period}))
+	first := getNode(t, env.Client, "node-leased")
+	g.Expect(first.Status.ObservedTime.Time).To(BeTemporally("==", testenv.Epoch))
+	lease := leaseOf()
+	g.Expect(lease.Spec.RenewTime.Time).To(BeTemporally("==", testenv.Epoch))
+	g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal(agent.LeaseHolder("node-leased"))))
+	g.Expect(lease.Labels).To(HaveKeyWithValue(v1alpha1.LabelAgentLease, "true"))
+
+	// Three periods of nothing changing: the Lease moves on, the GPUNode is never written.
+	for i := 1; i <= 3; i++ {
+		clk.Step(period)
+		g.Expect(reconcileOnce(t, p)).To(Equal(reconcile.Result{RequeueAfter: period}))
+		g.Expect(leaseOf().Spec.RenewTime.Time).To(BeTemporally("==", testenv.Epoch.Add(time.Duration(i)*period)))
+	}
+	g.Expect(getNode(t, env.Client, "node-leased").ResourceVersion).To(Equal(first.ResourceVersion), "a heartbeat writes no status")
+
+	// Between two renewals a change is written at once, and the next run is the next renewal.
+	migs.SetProcesses(u1g, []nvml.ProcessInfo{{Pid: 7}})
+	clk.Step(10 * time.Second)
+	g.Expect(reconcileOnce(t, p)).To(Equal(reconcile.Result{RequeueAfter: 20 * time.Second}))
+	changed := getNode(t, env.Client, "node-leased")
+	g.Expect(changed.Status.GPUs[0].Instances[0].Busy).To(BeTrue())
+	g.Expect(changed.Status.ObservedTime.Time).To(BeTemporally("==", testenv.Epoch.Add(3*period+10*time.Second)))
+
+	// A new agent process (after a reboot, say) writes its status at once, changed or not.
+	restarted := &agent.Publisher{Client: p.Client, NodeName: p.NodeName, Read: p.Read, Clock: clk, Period: period, LeaseNamespace: ns}
+	clk.Step(time.Second)
+	reconcileOnce(t, restarted)
+	g.Expect(getNode(t, env.Client, "node-leased").Status.ObservedTime.Time).To(BeTemporally("==", testenv.Epoch.Add(3*period+11*time.Second)))
+
+	// A Lease of that name held by someone else is never taken over.
+	other := leaseOf()
+	other.Spec.HolderIdentity = ptr.To("somebody-else")
+	g.Expect(env.Client.Update(ctx, other)).To(Succeed())
+	clk.Step(period)
+	_, err := restarted.Reconcile(ctx, restarted.Request())
+	g.Expect(err).To(MatchError(ContainSubstring(`is held by "somebody-else", not by this node's agent`)))
+	g.Expect(restarted.ReadyCheck(nil)).NotTo(Succeed(), "an agent that cannot renew its heartbeat is not ready")
 }

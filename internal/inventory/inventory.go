@@ -31,6 +31,11 @@ type Options struct {
 	// MaxReportAge is how old a GPUNode report may be before its node is not planned;
 	// zero disables the check (offline what-if on a saved snapshot).
 	MaxReportAge time.Duration
+	// Heartbeats are, per node name, when its agent last renewed its heartbeat Lease. An agent
+	// with a Lease writes its report only when the GPUs change, so the report is as old as the
+	// last change and the Lease says whether the agent still stands by it: a report's age is
+	// judged from the later of its observedTime and the node's heartbeat.
+	Heartbeats map[string]time.Time
 	// EvictEmptyDir allows evicting pods with emptyDir volumes.
 	EvictEmptyDir bool
 	// EvictUnmanaged allows evicting pods that no controller recreates.
@@ -62,6 +67,10 @@ type Node struct {
 	Pods []*Pod
 	// Blocker says why the planner must leave the node alone; empty when it may plan it.
 	Blocker string
+	// Unreported is true when the Blocker is the agent's report: missing, NVML not ready, or
+	// older than MaxReportAge. Such nodes are counted in the pool's status, so that a pool whose
+	// agents fall silent says so instead of planning a shrinking set of nodes in silence.
+	Unreported bool
 }
 
 // GPU is one GPU and what runs on it.
@@ -209,6 +218,7 @@ func Build(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []corev1.Pod,
 			return cmp.Or(cmp.Compare(a.Key.Namespace, b.Key.Namespace), cmp.Compare(a.Key.Name, b.Key.Name))
 		})
 		n.GPUs, n.Blocker = gpusOf(obj, reports[n.Name], products, opts)
+		n.Unreported = n.Blocker != ""
 		if n.Blocker == "" {
 			n.Blocker = unattributedGPUPods(n)
 		}
@@ -234,9 +244,13 @@ func gpusOf(node *corev1.Node, report *v1alpha1.GPUNode, products productCache, 
 		if report.Status.ObservedTime == nil {
 			return nil, "the GPUNode report has no observedTime"
 		}
-		if age := opts.Now.Sub(report.Status.ObservedTime.Time); age > opts.MaxReportAge {
-			return nil, fmt.Sprintf("the GPUNode report is %s old (limit %s): is the agent healthy?",
-				age.Round(time.Second), opts.MaxReportAge)
+		seen, what := report.Status.ObservedTime.Time, "GPUNode report"
+		if beat, ok := opts.Heartbeats[node.Name]; ok && beat.After(seen) {
+			seen, what = beat, "agent's heartbeat Lease"
+		}
+		if age := opts.Now.Sub(seen); age > opts.MaxReportAge {
+			return nil, fmt.Sprintf("the %s is %s old (limit %s): is the agent healthy?",
+				what, age.Round(time.Second), opts.MaxReportAge)
 		}
 	}
 	var gpus []*GPU

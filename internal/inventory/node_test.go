@@ -26,32 +26,75 @@ func TestNodeBlockers(t *testing.T) {
 		reports  []v1alpha1.GPUNode
 		pods     []corev1.Pod
 		maxAge   time.Duration
+		beats    map[string]time.Time
 		blocker  string
 		wantGPUs int
+		// unreported: the blocker is the report's (missing, unreadable or stale), not a pod's.
+		unreported bool
 	}{{
-		name:    "no GPUNode report",
-		blocker: noReport,
+		name:       "no GPUNode report",
+		blocker:    noReport,
+		unreported: true,
 	}, {
-		name:    "only another node's report",
-		reports: []v1alpha1.GPUNode{report("node-b", gpus())},
-		blocker: noReport,
+		name:       "only another node's report",
+		reports:    []v1alpha1.GPUNode{report("node-b", gpus())},
+		blocker:    noReport,
+		unreported: true,
 	}, {
-		name:    "NVMLReady False, with the agent's message",
-		reports: []v1alpha1.GPUNode{report(nodeA, gpus(), nvml(metav1.ConditionFalse, "nvmlInit: driver/library version mismatch"))},
-		blocker: "the agent cannot read NVML: nvmlInit: driver/library version mismatch",
+		name:       "NVMLReady False, with the agent's message",
+		reports:    []v1alpha1.GPUNode{report(nodeA, gpus(), nvml(metav1.ConditionFalse, "nvmlInit: driver/library version mismatch"))},
+		blocker:    "the agent cannot read NVML: nvmlInit: driver/library version mismatch",
+		unreported: true,
 	}, {
-		name:    "NVMLReady Unknown without a message",
-		reports: []v1alpha1.GPUNode{report(nodeA, gpus(), nvml(metav1.ConditionUnknown, ""))},
-		blocker: "the agent cannot read NVML",
+		name:       "NVMLReady Unknown without a message",
+		reports:    []v1alpha1.GPUNode{report(nodeA, gpus(), nvml(metav1.ConditionUnknown, ""))},
+		blocker:    "the agent cannot read NVML",
+		unreported: true,
 	}, {
-		name:    "no NVMLReady condition yet",
-		reports: []v1alpha1.GPUNode{report(nodeA, gpus(), noConditions())},
-		blocker: "the agent cannot read NVML",
+		name:       "no NVMLReady condition yet",
+		reports:    []v1alpha1.GPUNode{report(nodeA, gpus(), noConditions())},
+		blocker:    "the agent cannot read NVML",
+		unreported: true,
 	}, {
-		name:    "stale report, with its age and the limit",
-		reports: []v1alpha1.GPUNode{report(nodeA, gpus(), observedAgo(10*time.Minute+400*time.Millisecond))},
+		name:       "stale report, with its age and the limit",
+		reports:    []v1alpha1.GPUNode{report(nodeA, gpus(), observedAgo(10*time.Minute+400*time.Millisecond))},
+		maxAge:     5 * time.Minute,
+		blocker:    "the GPUNode report is 10m0s old (limit 5m0s): is the agent healthy?",
+		unreported: true,
+	}, {
+		// An agent with a Lease writes its report only on change: an old report is fresh while
+		// the agent renews its Lease.
+		name:     "an old report with a fresh heartbeat is fresh",
+		reports:  []v1alpha1.GPUNode{report(nodeA, gpus(), observedAgo(3*time.Hour))},
+		maxAge:   5 * time.Minute,
+		beats:    map[string]time.Time{nodeA: now.Add(-20 * time.Second)},
+		wantGPUs: 2,
+	}, {
+		name:       "an old report with a stale heartbeat is stale, by the heartbeat's age",
+		reports:    []v1alpha1.GPUNode{report(nodeA, gpus(), observedAgo(3*time.Hour))},
+		maxAge:     5 * time.Minute,
+		beats:      map[string]time.Time{nodeA: now.Add(-7 * time.Minute)},
+		blocker:    "the agent's heartbeat Lease is 7m0s old (limit 5m0s): is the agent healthy?",
+		unreported: true,
+	}, {
+		name:    "another node's heartbeat says nothing of this one",
+		reports: []v1alpha1.GPUNode{report(nodeA, gpus(), observedAgo(10*time.Minute))},
 		maxAge:  5 * time.Minute,
-		blocker: "the GPUNode report is 10m0s old (limit 5m0s): is the agent healthy?",
+		beats:   map[string]time.Time{"node-b": now},
+		blocker: "the GPUNode report is 10m0s old (limit 5m0s): is the agent healthy?", unreported: true,
+	}, {
+		name:     "a fresh report beside a stale heartbeat is fresh (an agent from before Leases)",
+		reports:  []v1alpha1.GPUNode{report(nodeA, gpus(), observedAgo(10*time.Second))},
+		maxAge:   5 * time.Minute,
+		beats:    map[string]time.Time{nodeA: now.Add(-time.Hour)},
+		wantGPUs: 2,
+	}, {
+		name:       "a heartbeat does not stand in for a report without observedTime",
+		reports:    []v1alpha1.GPUNode{report(nodeA, gpus(), neverObserved())},
+		maxAge:     5 * time.Minute,
+		beats:      map[string]time.Time{nodeA: now},
+		blocker:    "the GPUNode report has no observedTime",
+		unreported: true,
 	}, {
 		name:     "a report exactly as old as the limit is fresh",
 		reports:  []v1alpha1.GPUNode{report(nodeA, gpus(), observedAgo(5*time.Minute))},
@@ -71,10 +114,11 @@ func TestNodeBlockers(t *testing.T) {
 		reports:  []v1alpha1.GPUNode{report(nodeA, gpus(), neverObserved())},
 		wantGPUs: 2,
 	}, {
-		name:    "with MaxReportAge, a report without observedTime is not trusted",
-		reports: []v1alpha1.GPUNode{report(nodeA, gpus(), neverObserved())},
-		maxAge:  5 * time.Minute,
-		blocker: "the GPUNode report has no observedTime",
+		name:       "with MaxReportAge, a report without observedTime is not trusted",
+		reports:    []v1alpha1.GPUNode{report(nodeA, gpus(), neverObserved())},
+		maxAge:     5 * time.Minute,
+		blocker:    "the GPUNode report has no observedTime",
+		unreported: true,
 	}, {
 		name:    "GPU pod the agent has not attributed to a device",
 		reports: []v1alpha1.GPUNode{report(nodeA, gpus())},
@@ -121,19 +165,23 @@ func TestNodeBlockers(t *testing.T) {
 		pods:     []corev1.Pod{pod("cpu-only", requests("cpu", "1", "nvidia.com/gpu", "0"))},
 		wantGPUs: 2,
 	}, {
-		name:    "an unreadable report is reported before unattributed pods",
-		reports: []v1alpha1.GPUNode{report(nodeA, gpus(), nvml(metav1.ConditionFalse, "no devices"))},
-		pods:    []corev1.Pod{pod("x", requests("nvidia.com/gpu", "1"))},
-		blocker: "the agent cannot read NVML: no devices",
+		name:       "an unreadable report is reported before unattributed pods",
+		reports:    []v1alpha1.GPUNode{report(nodeA, gpus(), nvml(metav1.ConditionFalse, "no devices"))},
+		pods:       []corev1.Pod{pod("x", requests("nvidia.com/gpu", "1"))},
+		blocker:    "the agent cannot read NVML: no devices",
+		unreported: true,
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := []corev1.Node{gpuHost(nodeA, nil), gpuHost("node-b", nil)}
 			snap := inventory.Build(nodes, tc.reports, tc.pods, nil,
-				inventory.Options{Now: now, MaxReportAge: tc.maxAge})
+				inventory.Options{Now: now, MaxReportAge: tc.maxAge, Heartbeats: tc.beats})
 			n := nodeNamed(t, snap, nodeA)
 			if n.Blocker != tc.blocker {
 				t.Errorf("Blocker = %q\nwant      %q", n.Blocker, tc.blocker)
+			}
+			if n.Unreported != tc.unreported {
+				t.Errorf("Unreported = %v, want %v", n.Unreported, tc.unreported)
 			}
 			if len(n.GPUs) != tc.wantGPUs {
 				t.Errorf("%d GPUs, want %d", len(n.GPUs), tc.wantGPUs)

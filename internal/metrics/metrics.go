@@ -22,6 +22,7 @@ type Metrics struct {
 	pendingPods        *prometheus.GaugeVec
 	strandedSlices     *prometheus.GaugeVec
 	feasibleNodesRatio *prometheus.GaugeVec
+	unreportedNodes    *prometheus.GaugeVec
 	planPhase          *prometheus.GaugeVec
 	evictions          *prometheus.CounterVec
 	reconfigureSeconds *prometheus.HistogramVec
@@ -42,6 +43,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "gpupool_feasible_nodes_ratio",
 			Help: "Of the pool's nodes eligible for a pending shape, the fraction that could be carved to host it.",
 		}, []string{"policy", "shape"}),
+		unreportedNodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpupool_unreported_nodes",
+			Help: "Nodes of a pool left out of planning because their agent's GPU report is missing, cannot read NVML, or is stale.",
+		}, []string{"policy"}),
 		planPhase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpupool_plan_phase",
 			Help: "1 for the phase a RepartitionPlan is in, 0 for its other phases.",
@@ -57,7 +62,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(5, 2, 10),
 		}, []string{"policy", "result"}),
 	}
-	for _, c := range []prometheus.Collector{m.pendingPods, m.strandedSlices, m.feasibleNodesRatio,
+	for _, c := range []prometheus.Collector{m.pendingPods, m.strandedSlices, m.feasibleNodesRatio, m.unreportedNodes,
 		m.planPhase, m.evictions, m.reconfigureSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering gpupool metrics: %w", err)
@@ -84,6 +89,7 @@ func (m *Metrics) ObservePolicy(policy string, st v1alpha1.GPUPoolPolicyStatus) 
 	for _, s := range st.Pool.Slices {
 		m.strandedSlices.WithLabelValues(policy, s.Profile).Set(float64(s.Stranded))
 	}
+	m.unreportedNodes.WithLabelValues(policy).Set(float64(st.Pool.UnreportedNodes))
 }
 
 // ForgetPolicy removes a policy's pool series.
@@ -91,7 +97,7 @@ func (m *Metrics) ForgetPolicy(policy string) {
 	if m == nil {
 		return
 	}
-	for _, v := range []*prometheus.GaugeVec{m.pendingPods, m.strandedSlices, m.feasibleNodesRatio} {
+	for _, v := range []*prometheus.GaugeVec{m.pendingPods, m.strandedSlices, m.feasibleNodesRatio, m.unreportedNodes} {
 		v.DeletePartialMatch(prometheus.Labels{"policy": policy})
 	}
 }

@@ -32,7 +32,7 @@ func TestPolicySeriesFollowTheStatus(t *testing.T) {
 			{Resource: "nvidia.com/mig-3g.71gb", PendingPods: 3, EligibleNodes: 4, FeasibleNodes: 1},
 			{Resource: "nvidia.com/gpu", PendingPods: 1},
 		},
-		Pool: v1alpha1.PoolStatus{Slices: []v1alpha1.ProfileSlices{{Profile: "1g.18gb", Total: 28, Free: 9, Stranded: 5}}},
+		Pool: v1alpha1.PoolStatus{Slices: []v1alpha1.ProfileSlices{{Profile: "1g.18gb", Total: 28, Free: 9, Stranded: 5}}, UnreportedNodes: 2},
 	})
 	g.Expect(testutil.CollectAndCompare(reg, strings.NewReader(`
 # HELP gpupool_feasible_nodes_ratio Of the pool's nodes eligible for a pending shape, the fraction that could be carved to host it.
@@ -46,7 +46,10 @@ gpupool_pending_pods{policy="pool-a",shape="nvidia.com/mig-3g.71gb"} 3
 # HELP gpupool_stranded_slices Free MIG instances in a pool that no pending pod can use, per profile.
 # TYPE gpupool_stranded_slices gauge
 gpupool_stranded_slices{policy="pool-a",profile="1g.18gb"} 5
-`), "gpupool_pending_pods", "gpupool_stranded_slices", "gpupool_feasible_nodes_ratio")).To(Succeed())
+# HELP gpupool_unreported_nodes Nodes of a pool left out of planning because their agent's GPU report is missing, cannot read NVML, or is stale.
+# TYPE gpupool_unreported_nodes gauge
+gpupool_unreported_nodes{policy="pool-a"} 2
+`), "gpupool_pending_pods", "gpupool_stranded_slices", "gpupool_feasible_nodes_ratio", "gpupool_unreported_nodes")).To(Succeed())
 
 	m.ObservePolicy("pool-a", v1alpha1.GPUPoolPolicyStatus{
 		Demand: []v1alpha1.ShapeDemand{{Resource: "nvidia.com/gpu", PendingPods: 2, EligibleNodes: 2, FeasibleNodes: 2}}})
@@ -54,7 +57,7 @@ gpupool_stranded_slices{policy="pool-a",profile="1g.18gb"} 5
 	g.Expect(testutil.CollectAndCount(reg, "gpupool_stranded_slices")).To(Equal(0))
 
 	m.ForgetPolicy("pool-a")
-	g.Expect(testutil.CollectAndCount(reg, "gpupool_pending_pods", "gpupool_feasible_nodes_ratio")).To(BeZero())
+	g.Expect(testutil.CollectAndCount(reg, "gpupool_pending_pods", "gpupool_feasible_nodes_ratio", "gpupool_unreported_nodes")).To(BeZero())
 }
 
 // TestPlanPhaseIsOneHot guards that exactly one phase of a plan reads 1, that the phase it

@@ -86,6 +86,9 @@ type Options struct {
 	DisableAgents bool
 	// AgentRefreshPeriod is the agents' NVML read period; 0 means DefaultAgentRefreshPeriod.
 	AgentRefreshPeriod time.Duration
+	// AgentLeaseNamespace, when set, makes the agents renew heartbeat Leases there, as the
+	// agent DaemonSet does in its own namespace; empty keeps the observedTime heartbeat.
+	AgentLeaseNamespace string
 	// RetryPeriod is how soon pods that could not get devices are tried again; 0 means
 	// DefaultRetryPeriod.
 	RetryPeriod time.Duration
@@ -187,6 +190,7 @@ func New(cfg *rest.Config, o Options) (*Sim, error) {
 				Read:                   agent.NVMLReader(n.NVML()),
 				Owners:                 func(context.Context) (map[string][]v1alpha1.PodReference, error) { return n.Owners(), nil },
 				RefreshPeriod:          o.AgentRefreshPeriod,
+				LeaseNamespace:         o.AgentLeaseNamespace,
 				HealthProbeBindAddress: "0",
 				MetricsBindAddress:     "0",
 			}

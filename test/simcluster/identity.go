@@ -62,6 +62,9 @@ func (c *Cluster) installTrustBoundary(ctx context.Context) error {
 		// The Role for gpupool's ConfigMaps is in the GPU Operator's namespace.
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gpupool-manager-rolebinding", Namespace: OperatorNamespace},
 			Subjects: []rbacv1.Subject{subject}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "manager-role"}},
+		// The Role for the agents' heartbeat Leases is in the agents' namespace.
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gpupool-manager-rolebinding", Namespace: AgentNamespace},
+			Subjects: []rbacv1.Subject{subject}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "manager-role"}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gpupool-leader-election-rolebinding", Namespace: Namespace},
 			Subjects: []rbacv1.Subject{subject}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "leader-election-role"}},
 	} {

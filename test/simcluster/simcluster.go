@@ -34,6 +34,10 @@ import (
 // Namespace is the manager's namespace, where its ServiceAccount lives.
 const Namespace = "gpupool-system"
 
+// AgentNamespace is the node agents' namespace, as config/agent installs it: the agents (run by
+// gpusim) renew their heartbeat Leases there, and the manager reads them (--agent-namespace).
+const AgentNamespace = "gpupool-agent"
+
 // OperatorNamespace is the simulated GPU Operator's namespace, the ClusterPolicy's
 // status.namespace: the only place the simulated mig-manager and device plugin read their
 // ConfigMaps, as the real operator mounts them into its DaemonSets there, and where the manager,
@@ -136,7 +140,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.installCRDs(ctx); err != nil {
 		return err
 	}
-	for _, ns := range []string{Namespace, OperatorNamespace} {
+	for _, ns := range []string{Namespace, OperatorNamespace, AgentNamespace} {
 		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil &&
 			!apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
@@ -153,7 +157,8 @@ func (c *Cluster) start(ctx context.Context) error {
 
 	fmt.Fprintf(c.progress, "starting the simulated GPU Operator (gpusim --nodes %s)\n", c.opts.Nodes)
 	if err := c.Run(GPUSimProcess, c.opts.GPUSim, "--kubeconfig="+c.Kubeconfig, "--nodes="+c.opts.Nodes,
-		"--create-nodes", "--seed-config", "--cluster-policy="+ClusterPolicyName, "--agent-refresh-period=2s"); err != nil {
+		"--create-nodes", "--seed-config", "--cluster-policy="+ClusterPolicyName, "--agent-refresh-period=2s",
+		"--agent-lease-namespace="+AgentNamespace); err != nil {
 		return err
 	}
 	if err := c.waitNodes(ctx); err != nil {

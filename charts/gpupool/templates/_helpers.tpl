@@ -102,8 +102,9 @@ Call with (dict "image" .Values.manager.image "context" $).
 
 {{/*
 The namespace a Role of config/rbac/role.yaml goes to. controller-gen writes the namespaces of
-the +kubebuilder:rbac markers; the chart moves gpupool's own (gpupool-system) to the release's
-and the GPU Operator's (gpu-operator) to gpuOperator.namespace. Call with (list $ "<ns>").
+the +kubebuilder:rbac markers; the chart moves gpupool's own (gpupool-system) to the release's,
+the GPU Operator's (gpu-operator) to gpuOperator.namespace and the agent's (gpupool-agent) to
+the agent's namespace. Call with (list $ "<ns>").
 */}}
 {{- define "gpupool.roleNamespace" -}}
 {{- $root := index . 0 -}}
@@ -112,6 +113,8 @@ and the GPU Operator's (gpu-operator) to gpuOperator.namespace. Call with (list 
 {{- $root.Release.Namespace -}}
 {{- else if eq $ns "gpu-operator" -}}
 {{- $root.Values.gpuOperator.namespace -}}
+{{- else if eq $ns "gpupool-agent" -}}
+{{- include "gpupool.agentNamespace" $root -}}
 {{- else -}}
 {{- $ns -}}
 {{- end -}}
