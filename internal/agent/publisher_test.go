@@ -272,7 +272,9 @@ func TestPublisherWithALeaseWritesStatusOnlyAtStartAndOnChange(t *testing.T) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "node-leased"}, l)).To(Succeed())
 		return l
 	}
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "node-leased"}}) })
+	t.Cleanup(func() {
+		_ = env.Client.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "node-leased"}})
+	})
 
 	g.Expect(reconcileOnce(t, p)).To(Equal(reconcile.Result{RequeueAfter: period}))
 	first := getNode(t, env.Client, "node-leased")

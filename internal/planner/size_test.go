@@ -4,13 +4,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpupool/gpupool/internal/demand"
-	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/planner"
 )
 
@@ -25,9 +22,7 @@ func TestPlanWithinBoundsA5000NodePlan(t *testing.T) {
 	pol := policy()
 	pol.Spec.Disruption.MaxDisruptedNodes = ptr.To(intstr.FromString("100%"))
 	pol.Spec.Disruption.MaxReconfiguringNodes = ptr.To(intstr.FromString("100%"))
-	snap := inventory.Build(c.nodes, c.gpuNodes, c.pods, c.pdbs, inventory.Options{Now: now})
-	pending, _ := demand.Pending(c.pods, now, 30*time.Second)
-	in := planner.Input{Snapshot: snap, Pending: pending, Policy: pol, Now: now}
+	in := c.input(pol)
 
 	unbounded, err := planner.Plan(in)
 	if err != nil {
@@ -70,10 +65,7 @@ func TestPlanWithinBoundsA5000NodePlan(t *testing.T) {
 
 // A plan that fits is left alone: PlanWithin returns what Plan returns, with no bound.
 func TestPlanWithinKeepsAPlanThatFits(t *testing.T) {
-	c := benchCluster(t, 50)
-	in := planner.Input{Policy: policy(), Now: now}
-	in.Snapshot = inventory.Build(c.nodes, c.gpuNodes, c.pods, c.pdbs, inventory.Options{Now: now})
-	in.Pending, _ = demand.Pending(c.pods, now, 30*time.Second)
+	in := benchCluster(t, 50).input(policy())
 	plain, err := planner.Plan(in)
 	if err != nil {
 		t.Fatal(err)
