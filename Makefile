@@ -121,6 +121,10 @@ $(GOLANGCI_LINT): $(TOOLS_MOD)
 
 ##@ Benchmarks
 
+.PHONY: bench-heartbeat
+bench-heartbeat: test-assets ## Measure the agents' heartbeat (status rewrites vs Lease) at 1,000 nodes against a real API server; writes docs/benchmarks-heartbeat.md.
+	$(GO) run ./test/bench/heartbeat/cmd/hbbench -write docs/benchmarks-heartbeat.md $(BENCH_FLAGS)
+
 .PHONY: bench-fragmentation
 bench-fragmentation: ## Replay the Alibaba GPU trace (../shared) against gpupool and baselines; writes docs/benchmarks.md and docs/benchmarks/*.svg (BENCH_FLAGS='-lists all' for every pod list).
 	$(GO) run ./test/bench/fragmentation/cmd/fragbench -write docs/benchmarks.md $(BENCH_FLAGS)

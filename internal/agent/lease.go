@@ -27,10 +27,24 @@ const leaseDurationPeriods = 4
 // when missing. This is the agent's heartbeat, as the kubelet's is a Lease in kube-node-lease
 // (KEP-589): a small object renewed every period instead of the whole GPUNode status, so that
 // a live node whose GPUs did not change costs the API server, etcd and every watcher of
-// GPUNodes nothing.
+// GPUNodes nothing. The Lease last written is kept, so that a renewal is one update, as the
+// kubelet's is; only when someone else changed or deleted it is it read again.
 func (p *Publisher) renewLease(ctx context.Context, now time.Time) error {
 	key := types.NamespacedName{Namespace: p.LeaseNamespace, Name: p.NodeName}
 	renew := metav1.NewMicroTime(now)
+	if p.lease != nil {
+		lease := p.lease.DeepCopy()
+		lease.Spec.RenewTime = &renew
+		err := p.Client.Update(ctx, lease, client.FieldOwner(FieldManager))
+		switch {
+		case err == nil:
+			p.lease = lease
+			return nil
+		case !apierrors.IsConflict(err) && !apierrors.IsNotFound(err):
+			return fmt.Errorf("renewing the agent's Lease %s: %w", key, err)
+		}
+		p.lease = nil // changed or deleted by someone else: read it again below
+	}
 	lease := &coordinationv1.Lease{}
 	err := p.Client.Get(ctx, key, lease)
 	switch {
@@ -48,12 +62,13 @@ func (p *Publisher) renewLease(ctx context.Context, now time.Time) error {
 		if err := p.Client.Create(ctx, lease, client.FieldOwner(FieldManager)); err != nil {
 			return fmt.Errorf("creating the agent's Lease %s: %w", key, err)
 		}
+		p.lease = lease
 		return nil
 	case err != nil:
 		return fmt.Errorf("reading the agent's Lease %s: %w", key, err)
 	}
 	if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h != LeaseHolder(p.NodeName) {
-		return fmt.Errorf("Lease %s is held by %q, not by this node's agent (%q): delete it so that the agent can create its own",
+		return fmt.Errorf("the Lease %s is held by %q, not by this node's agent (%q): delete it so that the agent can create its own",
 			key, h, LeaseHolder(p.NodeName))
 	}
 	lease.Spec.RenewTime = &renew
@@ -66,5 +81,6 @@ func (p *Publisher) renewLease(ctx context.Context, now time.Time) error {
 	if err := p.Client.Update(ctx, lease, client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("renewing the agent's Lease %s: %w", key, err)
 	}
+	p.lease = lease
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -132,8 +133,9 @@ type Publisher struct {
 	// wroteStatus is set once this process has written the status: a report written before a
 	// restart (a reboot, say) must never be taken for a fresh one, so the first pass writes.
 	wroteStatus bool
-	// renewed is when this process last renewed the Lease.
+	// renewed is when this process last renewed the Lease, and lease the Lease it wrote.
 	renewed time.Time
+	lease   *coordinationv1.Lease
 }
 
 // setDefaults fills unset fields and rejects a Publisher that cannot work.

@@ -306,6 +306,12 @@ func TestPublisherWithALeaseWritesStatusOnlyAtStartAndOnChange(t *testing.T) {
 	reconcileOnce(t, restarted)
 	g.Expect(getNode(t, env.Client, "node-leased").Status.ObservedTime.Time).To(BeTemporally("==", testenv.Epoch.Add(3*period+11*time.Second)))
 
+	// Someone deletes the Lease: the next renewal creates it again.
+	g.Expect(env.Client.Delete(ctx, leaseOf())).To(Succeed())
+	clk.Step(period)
+	reconcileOnce(t, restarted)
+	g.Expect(leaseOf().Spec.RenewTime.Time).To(BeTemporally("==", testenv.Epoch.Add(4*period+11*time.Second)))
+
 	// A Lease of that name held by someone else is never taken over.
 	other := leaseOf()
 	other.Spec.HolderIdentity = ptr.To("somebody-else")
