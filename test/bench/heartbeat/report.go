@@ -71,8 +71,8 @@ func (rep *Report) Write(w io.Writer) error {
 		rep.Idle.APIServerCPU.Seconds()/rep.Idle.Window.Seconds(), rep.Idle.EtcdCPU.Seconds()/rep.Idle.Window.Seconds()); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "| heartbeat | beats | agent requests/s | agent KiB/s sent | watcher KiB/s received | kube-apiserver cores | etcd cores |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| heartbeat | beats | agent requests/s | agent KiB/s sent | watcher KiB/s received | kube-apiserver cores | kube-apiserver CPU ms per beat | etcd cores |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	baseAPI := rep.heartbeatCPU(base.APIServerCPU, rep.Idle.APIServerCPU, base.Window)
 	baseEtcd := rep.heartbeatCPU(base.EtcdCPU, rep.Idle.EtcdCPU, base.Window)
 	for i, r := range rep.Rows {
@@ -83,6 +83,7 @@ func (rep *Report) Write(w io.Writer) error {
 			fmt.Sprintf("%.1f", r.perSecond(float64(r.RequestBytes))/1024),
 			fmt.Sprintf("%.1f", r.perSecond(float64(r.WatchBytes))/1024),
 			fmt.Sprintf("%.3f", api),
+			fmt.Sprintf("%.1f", perBeat(api, r)),
 			fmt.Sprintf("%.3f", etcd),
 		}
 		if i > 0 {
@@ -90,9 +91,18 @@ func (rep *Report) Write(w io.Writer) error {
 			cells[1] += " (" + ratio(float64(base.RequestBytes)/base.Window.Seconds(), float64(r.RequestBytes)/r.Window.Seconds()) + ")"
 			cells[2] += " (" + ratio(float64(base.WatchBytes)/base.Window.Seconds(), float64(r.WatchBytes)/r.Window.Seconds()) + ")"
 			cells[3] += " (" + ratio(baseAPI, api) + ")"
-			cells[4] += " (" + ratio(baseEtcd, etcd) + ")"
+			cells[4] += " (" + ratio(perBeat(baseAPI, base), perBeat(api, r)) + ")"
+			cells[5] += " (" + ratio(baseEtcd, etcd) + ")"
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s |\n", r.Mode, r.Beats, cells[0], cells[1], cells[2], cells[3], cells[4])
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", r.Mode, r.Beats, cells[0], cells[1], cells[2], cells[3], cells[4], cells[5])
 	}
 	return nil
+}
+
+// perBeat is the CPU, in milliseconds, that one heartbeat of the row cost, from its cores.
+func perBeat(cores float64, r Row) float64 {
+	if r.Beats == 0 {
+		return 0
+	}
+	return cores * r.Window.Seconds() * 1000 / float64(r.Beats)
 }

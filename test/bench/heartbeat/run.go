@@ -65,13 +65,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// The manager's view: a cache of every GPUNode and of the agents' Leases, whose watch
 	// streams are counted.
 	var watched, agents traffic
-	managerCache, err := startCache(ctx, watched.counted(env.Config), env)
+	managerCache, err := startCache(ctx, watched.counted(env.Config), env, &v1alpha1.GPUNode{}, &coordinationv1.Lease{})
 	if err != nil {
 		return nil, err
 	}
 	// The agents read their GPUNode from a cache (as each agent's own, restricted to its node,
 	// does) and their Lease from the API server; their requests are counted.
-	agentCache, err := startCache(ctx, env.Config, env)
+	agentCache, err := startCache(ctx, env.Config, env, &v1alpha1.GPUNode{})
 	if err != nil {
 		return nil, err
 	}
@@ -138,8 +138,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return report, nil
 }
 
-// startCache starts a cache of every GPUNode and of the agents' Leases on cfg, and waits for it.
-func startCache(ctx context.Context, cfg *rest.Config, env *testenv.Env) (cache.Cache, error) {
+// startCache starts a cache of the kinds given on cfg (GPUNodes, and the agents' Leases), and
+// waits for it.
+func startCache(ctx context.Context, cfg *rest.Config, env *testenv.Env, kinds ...client.Object) (cache.Cache, error) {
 	c, err := cache.New(cfg, cache.Options{Scheme: env.Scheme, ByObject: map[client.Object]cache.ByObject{
 		&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{agentNamespace: {}},
 			Label: labels.SelectorFromSet(labels.Set{v1alpha1.LabelAgentLease: "true"})},
@@ -147,7 +148,7 @@ func startCache(ctx context.Context, cfg *rest.Config, env *testenv.Env) (cache.
 	if err != nil {
 		return nil, fmt.Errorf("creating a cache: %w", err)
 	}
-	for _, o := range []client.Object{&v1alpha1.GPUNode{}, &coordinationv1.Lease{}} {
+	for _, o := range kinds {
 		if _, err := c.GetInformer(ctx, o); err != nil {
 			return nil, fmt.Errorf("starting an informer: %w", err)
 		}
