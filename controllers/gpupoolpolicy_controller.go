@@ -32,10 +32,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -130,7 +128,8 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(newPolicyObject(), all).
 		Watches(&corev1.Node{}, all).
 		Watches(&corev1.Pod{}, all).
-		Watches(&v1alpha1.GPUNode{}, all).
+		// A report rewritten only to say the agent is alive changes no plan (agents without a Lease).
+		Watches(&v1alpha1.GPUNode{}, all, builder.WithPredicates(reportChanged(r.MaxReportAge))).
 		Watches(&policyv1.PodDisruptionBudget{}, all)
 	if r.AgentNamespace != "" {
 		// A heartbeat changes no plan; only an agent coming back after a silence does. The
@@ -217,8 +216,7 @@ func (r *PolicyReconciler) read(ctx context.Context) (*world, error) {
 }
 
 // heartbeats reads the agents' Leases: per node, when its agent last renewed. A Lease counts
-// only when it is held by that node's agent (agent.LeaseHolder; the agent admission policy
-// refuses any other holder from an agent).
+// only when it is held by that node's agent (v1alpha1.AgentLeaseHolder).
 func (r *PolicyReconciler) heartbeats(ctx context.Context) (map[string]time.Time, error) {
 	if r.AgentNamespace == "" {
 		return nil, nil
@@ -230,36 +228,11 @@ func (r *PolicyReconciler) heartbeats(ctx context.Context) (map[string]time.Time
 	}
 	out := make(map[string]time.Time, len(leases.Items))
 	for _, l := range leases.Items {
-		if l.Spec.RenewTime != nil && ptr.Deref(l.Spec.HolderIdentity, "") == agentLeaseHolder(l.Name) {
+		if l.Spec.RenewTime != nil && ptr.Deref(l.Spec.HolderIdentity, "") == v1alpha1.AgentLeaseHolder(l.Name) {
 			out[l.Name] = l.Spec.RenewTime.Time
 		}
 	}
 	return out, nil
-}
-
-// agentLeaseHolder is the holder of node's heartbeat Lease; internal/agent's LeaseHolder
-// writes it, and the agent admission policy spells it too.
-func agentLeaseHolder(node string) string { return "gpupool-agent/" + node }
-
-// agentReturned passes Lease events that can change a plan: an agent's first Lease, and a
-// renewal after a silence long enough for its node to have been left out of planning. Routine
-// renewals pass nothing: a node's freshness is read at each pass, and the policy's periodic
-// recheck notices an agent that stops renewing.
-func agentReturned(maxAge time.Duration) predicate.Predicate {
-	renewed := func(o client.Object) time.Time {
-		if l, ok := o.(*coordinationv1.Lease); ok && l.Spec.RenewTime != nil {
-			return l.Spec.RenewTime.Time
-		}
-		return time.Time{}
-	}
-	return predicate.Funcs{
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			return renewed(e.ObjectNew).Sub(renewed(e.ObjectOld)) > maxAge
-		},
-		CreateFunc:  func(event.CreateEvent) bool { return true },
-		DeleteFunc:  func(event.DeleteEvent) bool { return true },
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	}
 }
 
 // Reconcile observes the policy's pool, proposes a plan when pending demand needs one, and

@@ -34,3 +34,8 @@ const (
 	// LabelGPUPresent marks nodes with an NVIDIA GPU; the node agent DaemonSet selects on it.
 	LabelGPUPresent = "nvidia.com/gpu.present"
 )
+
+// AgentLeaseHolder is the holderIdentity of node's heartbeat Lease (LabelAgentLease). The agent
+// never takes over a Lease held by anyone else, the manager trusts only a Lease so held, and
+// the agent admission policy (config/agent) refuses any other holder from an agent.
+func AgentLeaseHolder(node string) string { return "gpupool-agent/" + node }

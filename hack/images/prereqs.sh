@@ -36,6 +36,18 @@ if ! command -v apt-get >/dev/null || ! command -v dpkg >/dev/null; then
 	fi
 fi
 
+# pinned_offered ARCH: apt's lists offer every version debian.lock pins for ARCH.
+lock="$(dirname "$0")/debian.lock"
+pinned_offered() {
+	local pkg arch version _
+	while read -r pkg arch version _; do
+		[[ -z $pkg || $pkg == \#* || $arch != "$1" ]] && continue
+		# apt-cache show exits 0 for a version it does not know, printing nothing.
+		[[ -n $(apt-cache show "$pkg:$arch=$version" 2>/dev/null) ]] || return 1
+	done <"$lock"
+	return 0
+}
+
 host=$(dpkg --print-architecture 2>/dev/null || go env GOHOSTARCH)
 updated=false
 for arch; do
@@ -52,6 +64,17 @@ for arch; do
 		if ! apt-cache show "libc6:$arch" >/dev/null 2>&1; then
 			if $updated; then say "apt offers no libc6:$arch even after apt-get update"; $optional && continue; exit 1; fi
 			need "Debian's package lists" "apt-get update -q" || continue
+			updated=true
+		fi
+		# The versions debian.lock pins must be in the lists: lists older than the lock (a
+		# machine whose image was made before Debian's last point release) lack them.
+		if ! pinned_offered "$arch"; then
+			if $updated; then
+				say "apt offers not every $arch package version debian.lock pins, even after apt-get update: Debian no longer serves one; update the pins (go -C hack/images run . lock) and commit debian.lock"
+				$optional && continue
+				exit 1
+			fi
+			need "package lists that offer debian.lock's $arch versions" "apt-get update -q" || continue
 			updated=true
 		fi
 	fi

@@ -171,7 +171,7 @@ func TestAdmissionPolicyConfinesAgentToItsNode(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	lease := &coordinationv1.Lease{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "node-a"}, lease)).To(Succeed())
-	g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal(agent.LeaseHolder("node-a"))))
+	g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal(v1alpha1.AgentLeaseHolder("node-a"))))
 	g.Expect(lease.Labels).To(HaveKeyWithValue(v1alpha1.LabelAgentLease, "true"))
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), lease) })
 	// Not another node's Lease, not one held by anyone else, not in another namespace.
@@ -179,10 +179,10 @@ func TestAdmissionPolicyConfinesAgentToItsNode(t *testing.T) {
 		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder)}}
 	}
-	g.Expect(agentA.Create(ctx, forged("node-b", agent.LeaseHolder("node-b"), ns), client.DryRunAll)).To(MatchError(ContainSubstring(wrongNode)))
+	g.Expect(agentA.Create(ctx, forged("node-b", v1alpha1.AgentLeaseHolder("node-b"), ns), client.DryRunAll)).To(MatchError(ContainSubstring(wrongNode)))
 	g.Expect(agentA.Create(ctx, forged("node-a", "someone", ns), client.DryRunAll)).To(MatchError(ContainSubstring(
 		"the heartbeat Lease of the gpupool agent on node node-a must be held by gpupool-agent/node-a")))
-	g.Expect(apierrors.IsForbidden(agentA.Create(ctx, forged("node-a", agent.LeaseHolder("node-a"), "default"), client.DryRunAll))).To(BeTrue(),
+	g.Expect(apierrors.IsForbidden(agentA.Create(ctx, forged("node-a", v1alpha1.AgentLeaseHolder("node-a"), "default"), client.DryRunAll))).To(BeTrue(),
 		"RBAC: Leases in the agent's namespace only")
 
 	// Anyone else, the controller included, is not subject to the policy.

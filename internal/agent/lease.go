@@ -15,10 +15,6 @@ import (
 	"github.com/gpupool/gpupool/api/v1alpha1"
 )
 
-// LeaseHolder is the holderIdentity of the agent's Lease on node: a Lease of that name held by
-// anyone else is never taken over.
-func LeaseHolder(node string) string { return "gpupool-agent/" + node }
-
 // leaseDurationPeriods is how many refresh periods the Lease says it lasts. The manager judges
 // freshness by its own report-age limit, not by this; it tells a human reading the Lease.
 const leaseDurationPeriods = 4
@@ -53,7 +49,7 @@ func (p *Publisher) renewLease(ctx context.Context, now time.Time) error {
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
 				Labels: map[string]string{v1alpha1.LabelAgentLease: "true"}},
 			Spec: coordinationv1.LeaseSpec{
-				HolderIdentity:       ptr.To(LeaseHolder(p.NodeName)),
+				HolderIdentity:       ptr.To(v1alpha1.AgentLeaseHolder(p.NodeName)),
 				LeaseDurationSeconds: ptr.To(int32(leaseDurationPeriods * p.Period / time.Second)),
 				AcquireTime:          &renew,
 				RenewTime:            &renew,
@@ -67,9 +63,9 @@ func (p *Publisher) renewLease(ctx context.Context, now time.Time) error {
 	case err != nil:
 		return fmt.Errorf("reading the agent's Lease %s: %w", key, err)
 	}
-	if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h != LeaseHolder(p.NodeName) {
+	if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h != v1alpha1.AgentLeaseHolder(p.NodeName) {
 		return fmt.Errorf("the Lease %s is held by %q, not by this node's agent (%q): delete it so that the agent can create its own",
-			key, h, LeaseHolder(p.NodeName))
+			key, h, v1alpha1.AgentLeaseHolder(p.NodeName))
 	}
 	lease.Spec.RenewTime = &renew
 	if lease.Labels[v1alpha1.LabelAgentLease] != "true" {

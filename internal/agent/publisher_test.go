@@ -281,7 +281,7 @@ func TestPublisherWithALeaseWritesStatusOnlyAtStartAndOnChange(t *testing.T) {
 	g.Expect(first.Status.ObservedTime.Time).To(BeTemporally("==", testenv.Epoch))
 	lease := leaseOf()
 	g.Expect(lease.Spec.RenewTime.Time).To(BeTemporally("==", testenv.Epoch))
-	g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal(agent.LeaseHolder("node-leased"))))
+	g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal(v1alpha1.AgentLeaseHolder("node-leased"))))
 	g.Expect(lease.Labels).To(HaveKeyWithValue(v1alpha1.LabelAgentLease, "true"))
 
 	// Three periods of nothing changing: the Lease moves on, the GPUNode is never written.
