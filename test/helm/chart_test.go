@@ -217,6 +217,47 @@ func TestServiceMonitorVerifiesTLS(t *testing.T) {
 	}
 }
 
+// TestAgentLeasesFollowTheAgent: the manager reads the agents' heartbeat Leases in the agent's
+// namespace, with a Role there, only when the chart installs the agent (which creates that
+// namespace); without it no object goes to a namespace that may not exist, and the manager
+// reads no Leases.
+func TestAgentLeasesFollowTheAgent(t *testing.T) {
+	for _, tc := range []struct {
+		vals      string
+		namespace string
+	}{
+		{vals: ``, namespace: "gpupool-agent"},
+		{vals: `agent: {namespace: gpu-agents}`, namespace: "gpu-agents"},
+		{vals: `agent: {enabled: false}`, namespace: ""},
+	} {
+		objs := template(t, "gpupool", "gpupool-system", values(t, tc.vals))
+		args := containerArgs(t, find(t, objs, "Deployment", "gpupool-manager"))
+		if want := "--agent-namespace=" + tc.namespace; !slices.Contains(args, want) {
+			t.Errorf("values %q: manager args %q lack %s", tc.vals, args, want)
+		}
+		leaseRoles := 0
+		for _, o := range objs {
+			if o.GetKind() != "Role" {
+				continue
+			}
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				if groups, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "apiGroups"); slices.Contains(groups, "coordination.k8s.io") &&
+					o.GetNamespace() != "gpupool-system" {
+					leaseRoles++
+					if o.GetNamespace() != tc.namespace {
+						t.Errorf("values %q: Role %s for Leases in namespace %q, want %q", tc.vals, o.GetName(), o.GetNamespace(), tc.namespace)
+					}
+				}
+			}
+		}
+		// The manager's Role to read them, and the agent's to renew its own.
+		if want := map[bool]int{true: 2, false: 0}[tc.namespace != ""]; leaseRoles != want {
+			t.Errorf("values %q: %d Roles on Leases outside the release's namespace, want %d", tc.vals, leaseRoles, want)
+		}
+	}
+}
+
 // TestGeneratedCopies: the chart's CRDs and the manager's RBAC rules are the files
 // controller-gen writes, byte for byte (`make manifests` copies them; `make verify` fails on a
 // stale copy).

@@ -86,13 +86,14 @@ func (in install) expected(t testing.TB, o *unstructured.Unstructured) *unstruct
 		t.Fatal(err)
 	}
 	// The user names and the approver role appear inside CEL expressions and messages, the
-	// GPU Operator's namespace in a flag of the manager.
+	// GPU Operator's and the agent's namespaces in flags of the manager.
 	s := strings.NewReplacer(
 		kustomizeManagerUser, in.managerUser(),
 		kustomizeAgentUser, in.agentUser(),
 		"ClusterRole gpupool-plan-approver", "ClusterRole "+in.name("gpupool-plan-approver"),
 		"gpupool-manager-metrics."+kustomizeNamespace+".svc", in.name("gpupool-manager-metrics")+"."+in.namespace+".svc",
 		"--gpu-operator-namespace="+kustomizeGPUOperator, "--gpu-operator-namespace="+in.gpuOperatorNamespace,
+		"--agent-namespace="+kustomizeAgentNS, "--agent-namespace="+in.ns(kustomizeAgentNS),
 	).Replace(string(b))
 	out := &unstructured.Unstructured{}
 	if err := json.Unmarshal([]byte(s), &out.Object); err != nil {
