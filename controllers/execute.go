@@ -55,8 +55,8 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 	}
 	start, _, _, _ := rollout.Progress(plan.Spec.Steps, status.Nodes, budgets)
 	timeouts := rollout.Timeouts{
-		Drain:              durationOr(policy.Spec.Disruption.DrainTimeout, 15*time.Minute),
-		Configure:          durationOr(policy.Spec.Disruption.ConfigureTimeout, 10*time.Minute),
+		Drain:              durationOr(policy.Spec.Disruption.DrainTimeout, rollout.DefaultDrainTimeout),
+		Configure:          durationOr(policy.Spec.Disruption.ConfigureTimeout, rollout.DefaultConfigureTimeout),
 		Propagation:        r.ConfigPropagation,
 		KeepFailedCordoned: policy.Spec.Disruption.KeepFailedNodesCordoned,
 	}

@@ -310,7 +310,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.writeStatus(ctx, policy, status); err != nil {
 		return reconcile.Result{}, err
 	}
-	r.Metrics.ObservePolicy(policy.Name, status)
+	r.Metrics.ObservePolicy(policy.Name, observation(policy, status, pending, res))
 	log.V(1).Info("observed pool", "nodes", status.Pool.Nodes, "pending", status.PendingPods,
 		"plan", status.CurrentPlan)
 	// Time alone moves pods past minPendingAge, plans past their TTL and out of the window.
@@ -910,4 +910,16 @@ func AgentLeaseCache(agentNamespace string) cache.ByObject {
 		Namespaces: map[string]cache.Config{agentNamespace: {}},
 		Label:      labels.SelectorFromSet(labels.Set{v1alpha1.LabelAgentLease: "true"}),
 	}
+}
+
+// observation is what the metrics record of one pass over a pool.
+func observation(policy *v1alpha1.GPUPoolPolicy, status v1alpha1.GPUPoolPolicyStatus, pending []demand.Request,
+	res *planner.Result) metrics.PolicyObservation {
+	obs := metrics.PolicyObservation{Status: status, Unserved: map[metrics.ShapeReason]int{},
+		DrainTimeout:     durationOr(policy.Spec.Disruption.DrainTimeout, rollout.DefaultDrainTimeout),
+		ConfigureTimeout: durationOr(policy.Spec.Disruption.ConfigureTimeout, rollout.DefaultConfigureTimeout)}
+	for k, n := range pool.UnservedByShape(pending, res) {
+		obs.Unserved[metrics.ShapeReason{Shape: k.Shape, Reason: string(k.Reason)}] = n
+	}
+	return obs
 }

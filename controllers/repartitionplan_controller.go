@@ -189,12 +189,16 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		requeue = after
 	}
 	if !equality.Semantic.DeepEqual(plan.Status, status) {
+		ended := plan.Status.Phase != status.Phase && (status.Phase == v1alpha1.PlanSucceeded || status.Phase == v1alpha1.PlanFailed)
 		plan.Status = status
 		if err := r.Client.Status().Update(ctx, plan); err != nil {
 			return reconcile.Result{}, fmt.Errorf("writing status of plan %s: %w", plan.Name, err)
 		}
+		if ended && status.ApprovedTime != nil {
+			r.Metrics.ObservePlanEnd(plan.Spec.Policy, status.Phase, now.Sub(status.ApprovedTime.Time))
+		}
 	}
-	r.Metrics.ObservePlan(plan.Spec.Policy, plan.Name, status.Phase)
+	r.Metrics.ObservePlan(plan.Spec.Policy, plan.Name, status)
 	if requeue > 0 {
 		return reconcile.Result{RequeueAfter: requeue}, nil
 	}
@@ -222,7 +226,7 @@ func (r *PlanReconciler) refuse(ctx context.Context, plan *v1alpha1.RepartitionP
 	if err := r.Client.Status().Update(ctx, plan); err != nil {
 		return fmt.Errorf("writing status of refused plan %s: %w", plan.Name, err)
 	}
-	r.Metrics.ObservePlan(plan.Spec.Policy, plan.Name, status.Phase)
+	r.Metrics.ObservePlan(plan.Spec.Policy, plan.Name, status)
 	return nil
 }
 

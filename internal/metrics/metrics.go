@@ -4,11 +4,16 @@
 //
 // Series carry the policy (and the plan) so that one scrape answers "which pool is starved of
 // what". Series of deleted policies and plans are removed, so label sets stay bounded by the
-// objects that exist.
+// objects that exist; per-node series exist only while a node's step is in flight.
+//
+// The dashboard and alert rules (config/prometheus, charts/gpupool) are checked against
+// Exported by test/monitoring, so a renamed metric or label fails a test, not a page at 3 am.
 package metrics
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,54 +21,63 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
 
+// Metric names, so that the definitions below and Exported cannot disagree.
+const (
+	PendingPods              = "gpupool_pending_pods"
+	UnservedPods             = "gpupool_unserved_pods"
+	StrandedSlices           = "gpupool_stranded_slices"
+	FeasibleNodes            = "gpupool_feasible_nodes"
+	EligibleNodes            = "gpupool_eligible_nodes"
+	FeasibleNodesRatio       = "gpupool_feasible_nodes_ratio"
+	UnreportedNodes          = "gpupool_unreported_nodes"
+	PolicyTimeoutSeconds     = "gpupool_policy_timeout_seconds"
+	PlanPhase                = "gpupool_plan_phase"
+	PlanDurationSeconds      = "gpupool_plan_duration_seconds"
+	NodeStepStartedTimestamp = "gpupool_node_step_started_timestamp_seconds"
+	NodeStepStateTimestamp   = "gpupool_node_step_state_timestamp_seconds"
+	Evictions                = "gpupool_evictions_total"
+	ReconfigureSeconds       = "gpupool_reconfigure_seconds"
+)
+
 // Metrics holds gpupool's collectors. The zero value is not usable; a nil *Metrics records
 // nothing, so controllers built without metrics (tests of other behaviour) need no stub.
 type Metrics struct {
 	pendingPods        *prometheus.GaugeVec
+	unservedPods       *prometheus.GaugeVec
 	strandedSlices     *prometheus.GaugeVec
+	feasibleNodes      *prometheus.GaugeVec
+	eligibleNodes      *prometheus.GaugeVec
 	feasibleNodesRatio *prometheus.GaugeVec
 	unreportedNodes    *prometheus.GaugeVec
+	policyTimeout      *prometheus.GaugeVec
 	planPhase          *prometheus.GaugeVec
+	planDuration       *prometheus.HistogramVec
+	stepStarted        *prometheus.GaugeVec
+	stepState          *prometheus.GaugeVec
 	evictions          *prometheus.CounterVec
 	reconfigureSeconds *prometheus.HistogramVec
 }
 
+// Series is one exported metric: its name and the labels its series carry (a histogram's
+// _bucket series also carry "le").
+type Series struct {
+	Name   string
+	Type   string
+	Labels []string
+}
+
+// Exported lists every metric the manager exports, with its labels, in name order: what the
+// dashboard and the alert rules may name.
+func Exported() []Series {
+	out := slices.Clone(exported)
+	slices.SortFunc(out, func(a, b Series) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
 // New creates the collectors and registers them with reg.
 func New(reg prometheus.Registerer) (*Metrics, error) {
-	m := &Metrics{
-		pendingPods: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gpupool_pending_pods",
-			Help: "Pending pods in a pool that ask for a GPU resource, per requested resource (shape).",
-		}, []string{"policy", "shape"}),
-		strandedSlices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gpupool_stranded_slices",
-			Help: "Free MIG instances in a pool that no pending pod can use, per profile.",
-		}, []string{"policy", "profile"}),
-		feasibleNodesRatio: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gpupool_feasible_nodes_ratio",
-			Help: "Of the pool's nodes eligible for a pending shape, the fraction that could be carved to host it.",
-		}, []string{"policy", "shape"}),
-		unreportedNodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gpupool_unreported_nodes",
-			Help: "Nodes of a pool left out of planning because their agent's GPU report is missing, cannot read NVML, or is stale.",
-		}, []string{"policy"}),
-		planPhase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gpupool_plan_phase",
-			Help: "1 for the phase a RepartitionPlan is in, 0 for its other phases.",
-		}, []string{"policy", "plan", "phase"}),
-		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gpupool_evictions_total",
-			Help: "Eviction API calls made by plans, by outcome (Evicted, Blocked by a PodDisruptionBudget, Refused, Failed).",
-		}, []string{"policy", "outcome"}),
-		reconfigureSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "gpupool_reconfigure_seconds",
-			Help: "Time a node spent in a plan step, from cordon to done or failed.",
-			// From a quick idle re-carve to a drain that waits on PodDisruptionBudgets.
-			Buckets: prometheus.ExponentialBuckets(5, 2, 10),
-		}, []string{"policy", "result"}),
-	}
-	for _, c := range []prometheus.Collector{m.pendingPods, m.strandedSlices, m.feasibleNodesRatio, m.unreportedNodes,
-		m.planPhase, m.evictions, m.reconfigureSeconds} {
+	m := newCollectors()
+	for _, c := range m.all() {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering gpupool metrics: %w", err)
 		}
@@ -71,25 +85,136 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// ObservePolicy replaces a policy's pool series with what its status now says: shapes and
-// profiles that are no longer reported disappear instead of keeping their last value.
-func (m *Metrics) ObservePolicy(policy string, st v1alpha1.GPUPoolPolicyStatus) {
+// Label sets, kept small: a policy, a shape or profile, a plan, and a node only while its step
+// is in flight.
+var (
+	policyShape       = []string{"policy", "shape"}
+	policyShapeReason = []string{"policy", "shape", "reason"}
+	policyProfile     = []string{"policy", "profile"}
+	policyOnly        = []string{"policy"}
+	policyTimeout     = []string{"policy", "timeout"}
+	policyPlanPhase   = []string{"policy", "plan", "phase"}
+	policyPhase       = []string{"policy", "phase"}
+	policyPlanNode    = []string{"policy", "plan", "node"}
+	policyPlanState   = []string{"policy", "plan", "node", "state"}
+	policyOutcome     = []string{"policy", "outcome"}
+	policyResult      = []string{"policy", "result"}
+)
+
+func newCollectors() *Metrics {
+	gauge := func(name, help string, labels []string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	}
+	return &Metrics{
+		pendingPods: gauge(PendingPods,
+			"Pending pods in a pool that ask for a GPU resource, per requested resource (shape).", policyShape),
+		unservedPods: gauge(UnservedPods,
+			"Pending pods of a pool that the current plan cannot serve, per shape and the planner's reason "+
+				"(PartitionShape, NodePlacement, Capacity, Disruption).", policyShapeReason),
+		strandedSlices: gauge(StrandedSlices,
+			"Free MIG instances in a pool that no pending pod can use, per profile.", policyProfile),
+		feasibleNodes: gauge(FeasibleNodes,
+			"Of the pool's nodes eligible for a pending shape, how many could be carved to host it.", policyShape),
+		eligibleNodes: gauge(EligibleNodes,
+			"The pool's nodes whose GPUs, labels and taints admit a pending shape.", policyShape),
+		feasibleNodesRatio: gauge(FeasibleNodesRatio,
+			"Of the pool's nodes eligible for a pending shape, the fraction that could be carved to host it.", policyShape),
+		unreportedNodes: gauge(UnreportedNodes,
+			"Nodes of a pool left out of planning because their agent's GPU report is missing, cannot read NVML, or is stale.", policyOnly),
+		policyTimeout: gauge(PolicyTimeoutSeconds,
+			"A policy's step timeouts with defaults applied: drain (spec.disruption.drainTimeout) and configure "+
+				"(spec.disruption.configureTimeout), for alerts on steps that overrun them.", policyTimeout),
+		planPhase: gauge(PlanPhase,
+			"1 for the phase a RepartitionPlan is in, 0 for its other phases.", policyPlanPhase),
+		planDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: PlanDurationSeconds,
+			Help: "Time from a plan's approval to its end, by the phase it ended in (Succeeded, Failed).",
+			// From one idle node re-carved to many nodes drained in turn.
+			Buckets: prometheus.ExponentialBuckets(10, 2, 12),
+		}, policyPhase),
+		stepStarted: gauge(NodeStepStartedTimestamp,
+			"Unix time a node's in-flight plan step took it out of service (cordoned); present only while the step runs.", policyPlanNode),
+		stepState: gauge(NodeStepStateTimestamp,
+			"Unix time a node's in-flight plan step entered its current state (Cordoned, Draining, Configuring, Verifying).", policyPlanState),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: Evictions,
+			Help: "Eviction API calls made by plans, by outcome (Evicted, Blocked by a PodDisruptionBudget, Refused, Failed).",
+		}, policyOutcome),
+		reconfigureSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: ReconfigureSeconds,
+			Help: "Time a node spent in a plan step, from cordon to done or failed.",
+			// From a quick idle re-carve to a drain that waits on PodDisruptionBudgets.
+			Buckets: prometheus.ExponentialBuckets(5, 2, 10),
+		}, policyResult),
+	}
+}
+
+func (m *Metrics) all() []prometheus.Collector {
+	return []prometheus.Collector{m.pendingPods, m.unservedPods, m.strandedSlices, m.feasibleNodes, m.eligibleNodes,
+		m.feasibleNodesRatio, m.unreportedNodes, m.policyTimeout, m.planPhase, m.planDuration, m.stepStarted,
+		m.stepState, m.evictions, m.reconfigureSeconds}
+}
+
+// exported describes the collectors newCollectors makes; a test holds the two together.
+var exported = []Series{
+	{PendingPods, "gauge", policyShape},
+	{UnservedPods, "gauge", policyShapeReason},
+	{StrandedSlices, "gauge", policyProfile},
+	{FeasibleNodes, "gauge", policyShape},
+	{EligibleNodes, "gauge", policyShape},
+	{FeasibleNodesRatio, "gauge", policyShape},
+	{UnreportedNodes, "gauge", policyOnly},
+	{PolicyTimeoutSeconds, "gauge", policyTimeout},
+	{PlanPhase, "gauge", policyPlanPhase},
+	{PlanDurationSeconds, "histogram", policyPhase},
+	{NodeStepStartedTimestamp, "gauge", policyPlanNode},
+	{NodeStepStateTimestamp, "gauge", policyPlanState},
+	{Evictions, "counter", policyOutcome},
+	{ReconfigureSeconds, "histogram", policyResult},
+}
+
+// PolicyObservation is what one pass of the policy controller saw of a pool.
+type PolicyObservation struct {
+	// Status is the policy's status as written.
+	Status v1alpha1.GPUPoolPolicyStatus
+	// Unserved counts pending pods the plan does not serve, per shape and reason.
+	Unserved map[ShapeReason]int
+	// DrainTimeout and ConfigureTimeout are the policy's step timeouts, defaults applied.
+	DrainTimeout, ConfigureTimeout time.Duration
+}
+
+// ShapeReason keys unserved pods: the requested resource and the planner's reason.
+type ShapeReason struct {
+	Shape, Reason string
+}
+
+// ObservePolicy replaces a policy's pool series with what its pass saw: shapes and profiles
+// that are no longer reported disappear instead of keeping their last value.
+func (m *Metrics) ObservePolicy(policy string, obs PolicyObservation) {
 	if m == nil {
 		return
 	}
 	m.ForgetPolicy(policy)
+	st := obs.Status
 	for _, d := range st.Demand {
 		m.pendingPods.WithLabelValues(policy, d.Resource).Set(float64(d.PendingPods))
+		m.feasibleNodes.WithLabelValues(policy, d.Resource).Set(float64(d.FeasibleNodes))
+		m.eligibleNodes.WithLabelValues(policy, d.Resource).Set(float64(d.EligibleNodes))
 		ratio := 0.0
 		if d.EligibleNodes > 0 {
 			ratio = float64(d.FeasibleNodes) / float64(d.EligibleNodes)
 		}
 		m.feasibleNodesRatio.WithLabelValues(policy, d.Resource).Set(ratio)
 	}
+	for k, n := range obs.Unserved {
+		m.unservedPods.WithLabelValues(policy, k.Shape, k.Reason).Set(float64(n))
+	}
 	for _, s := range st.Pool.Slices {
 		m.strandedSlices.WithLabelValues(policy, s.Profile).Set(float64(s.Stranded))
 	}
 	m.unreportedNodes.WithLabelValues(policy).Set(float64(st.Pool.UnreportedNodes))
+	m.policyTimeout.WithLabelValues(policy, "drain").Set(obs.DrainTimeout.Seconds())
+	m.policyTimeout.WithLabelValues(policy, "configure").Set(obs.ConfigureTimeout.Seconds())
 }
 
 // ForgetPolicy removes a policy's pool series.
@@ -97,7 +222,8 @@ func (m *Metrics) ForgetPolicy(policy string) {
 	if m == nil {
 		return
 	}
-	for _, v := range []*prometheus.GaugeVec{m.pendingPods, m.strandedSlices, m.feasibleNodesRatio, m.unreportedNodes} {
+	for _, v := range []*prometheus.GaugeVec{m.pendingPods, m.unservedPods, m.strandedSlices, m.feasibleNodes,
+		m.eligibleNodes, m.feasibleNodesRatio, m.unreportedNodes, m.policyTimeout} {
 		v.DeletePartialMatch(prometheus.Labels{"policy": policy})
 	}
 }
@@ -107,18 +233,43 @@ var planPhases = []v1alpha1.PlanPhase{v1alpha1.PlanAwaitingApproval, v1alpha1.Pl
 	v1alpha1.PlanSucceeded, v1alpha1.PlanFailed, v1alpha1.PlanRolledBack, v1alpha1.PlanRejected,
 	v1alpha1.PlanExpired, v1alpha1.PlanSuperseded}
 
-// ObservePlan sets a plan's phase series.
-func (m *Metrics) ObservePlan(policy, plan string, phase v1alpha1.PlanPhase) {
+// inFlight are the step states in which gpupool holds a node out of service.
+var inFlight = []v1alpha1.NodeStepState{v1alpha1.NodeCordoned, v1alpha1.NodeDraining, v1alpha1.NodeConfiguring, v1alpha1.NodeVerifying}
+
+// ObservePlan sets a plan's phase series and the series of its nodes whose steps are in flight.
+func (m *Metrics) ObservePlan(policy, plan string, status v1alpha1.RepartitionPlanStatus) {
 	if m == nil {
 		return
 	}
 	for _, p := range planPhases {
 		v := 0.0
-		if p == phase {
+		if p == status.Phase {
 			v = 1
 		}
 		m.planPhase.WithLabelValues(policy, plan, string(p)).Set(v)
 	}
+	m.stepStarted.DeletePartialMatch(prometheus.Labels{"plan": plan})
+	m.stepState.DeletePartialMatch(prometheus.Labels{"plan": plan})
+	for _, st := range status.Nodes {
+		if !slices.Contains(inFlight, st.State) {
+			continue
+		}
+		if st.StartedTime != nil {
+			m.stepStarted.WithLabelValues(policy, plan, st.Node).Set(float64(st.StartedTime.Unix()))
+		}
+		if st.LastTransitionTime != nil {
+			m.stepState.WithLabelValues(policy, plan, st.Node, string(st.State)).Set(float64(st.LastTransitionTime.Unix()))
+		}
+	}
+}
+
+// ObservePlanEnd records how long a plan ran, from approval to the phase it ended in; the
+// controller calls it once, on the transition.
+func (m *Metrics) ObservePlanEnd(policy string, phase v1alpha1.PlanPhase, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.planDuration.WithLabelValues(policy, string(phase)).Observe(took.Seconds())
 }
 
 // ForgetPlan removes a deleted plan's series.
@@ -126,7 +277,9 @@ func (m *Metrics) ForgetPlan(plan string) {
 	if m == nil {
 		return
 	}
-	m.planPhase.DeletePartialMatch(prometheus.Labels{"plan": plan})
+	for _, v := range []*prometheus.GaugeVec{m.planPhase, m.stepStarted, m.stepState} {
+		v.DeletePartialMatch(prometheus.Labels{"plan": plan})
+	}
 }
 
 // CountEvictions adds one eviction pass's calls of one outcome.

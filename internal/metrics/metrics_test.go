@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/metrics"
@@ -27,13 +29,14 @@ func newMetrics(t *testing.T) (*metrics.Metrics, *prometheus.Registry) {
 func TestPolicySeriesFollowTheStatus(t *testing.T) {
 	g := NewWithT(t)
 	m, reg := newMetrics(t)
-	m.ObservePolicy("pool-a", v1alpha1.GPUPoolPolicyStatus{
+	m.ObservePolicy("pool-a", metrics.PolicyObservation{Status: v1alpha1.GPUPoolPolicyStatus{
 		Demand: []v1alpha1.ShapeDemand{
 			{Resource: "nvidia.com/mig-3g.71gb", PendingPods: 3, EligibleNodes: 4, FeasibleNodes: 1},
 			{Resource: "nvidia.com/gpu", PendingPods: 1},
 		},
 		Pool: v1alpha1.PoolStatus{Slices: []v1alpha1.ProfileSlices{{Profile: "1g.18gb", Total: 28, Free: 9, Stranded: 5}}, UnreportedNodes: 2},
-	})
+	}, Unserved: map[metrics.ShapeReason]int{{Shape: "nvidia.com/gpu", Reason: "NodePlacement"}: 1},
+		DrainTimeout: 15 * time.Minute, ConfigureTimeout: 10 * time.Minute})
 	g.Expect(testutil.CollectAndCompare(reg, strings.NewReader(`
 # HELP gpupool_feasible_nodes_ratio Of the pool's nodes eligible for a pending shape, the fraction that could be carved to host it.
 # TYPE gpupool_feasible_nodes_ratio gauge
@@ -49,15 +52,31 @@ gpupool_stranded_slices{policy="pool-a",profile="1g.18gb"} 5
 # HELP gpupool_unreported_nodes Nodes of a pool left out of planning because their agent's GPU report is missing, cannot read NVML, or is stale.
 # TYPE gpupool_unreported_nodes gauge
 gpupool_unreported_nodes{policy="pool-a"} 2
-`), "gpupool_pending_pods", "gpupool_stranded_slices", "gpupool_feasible_nodes_ratio", "gpupool_unreported_nodes")).To(Succeed())
+# HELP gpupool_unserved_pods Pending pods of a pool that the current plan cannot serve, per shape and the planner's reason (PartitionShape, NodePlacement, Capacity, Disruption).
+# TYPE gpupool_unserved_pods gauge
+gpupool_unserved_pods{policy="pool-a",reason="NodePlacement",shape="nvidia.com/gpu"} 1
+# HELP gpupool_policy_timeout_seconds A policy's step timeouts with defaults applied: drain (spec.disruption.drainTimeout) and configure (spec.disruption.configureTimeout), for alerts on steps that overrun them.
+# TYPE gpupool_policy_timeout_seconds gauge
+gpupool_policy_timeout_seconds{policy="pool-a",timeout="configure"} 600
+gpupool_policy_timeout_seconds{policy="pool-a",timeout="drain"} 900
+`), "gpupool_pending_pods", "gpupool_stranded_slices", "gpupool_feasible_nodes_ratio", "gpupool_unreported_nodes",
+		"gpupool_unserved_pods", "gpupool_policy_timeout_seconds")).To(Succeed())
+	g.Expect(testutil.CollectAndCompare(reg, strings.NewReader(`
+# HELP gpupool_eligible_nodes The pool's nodes whose GPUs, labels and taints admit a pending shape.
+# TYPE gpupool_eligible_nodes gauge
+gpupool_eligible_nodes{policy="pool-a",shape="nvidia.com/gpu"} 0
+gpupool_eligible_nodes{policy="pool-a",shape="nvidia.com/mig-3g.71gb"} 4
+`), "gpupool_eligible_nodes")).To(Succeed())
 
-	m.ObservePolicy("pool-a", v1alpha1.GPUPoolPolicyStatus{
-		Demand: []v1alpha1.ShapeDemand{{Resource: "nvidia.com/gpu", PendingPods: 2, EligibleNodes: 2, FeasibleNodes: 2}}})
+	m.ObservePolicy("pool-a", metrics.PolicyObservation{Status: v1alpha1.GPUPoolPolicyStatus{
+		Demand: []v1alpha1.ShapeDemand{{Resource: "nvidia.com/gpu", PendingPods: 2, EligibleNodes: 2, FeasibleNodes: 2}}}})
 	g.Expect(testutil.CollectAndCount(reg, "gpupool_pending_pods")).To(Equal(1), "the 3g shape is no longer pending")
 	g.Expect(testutil.CollectAndCount(reg, "gpupool_stranded_slices")).To(Equal(0))
 
+	g.Expect(testutil.CollectAndCount(reg, "gpupool_unserved_pods")).To(Equal(0), "no pod is unserved any more")
 	m.ForgetPolicy("pool-a")
-	g.Expect(testutil.CollectAndCount(reg, "gpupool_pending_pods", "gpupool_feasible_nodes_ratio", "gpupool_unreported_nodes")).To(BeZero())
+	g.Expect(testutil.CollectAndCount(reg, "gpupool_pending_pods", "gpupool_feasible_nodes_ratio", "gpupool_unreported_nodes",
+		"gpupool_feasible_nodes", "gpupool_eligible_nodes", "gpupool_policy_timeout_seconds")).To(BeZero())
 }
 
 // TestPlanPhaseIsOneHot guards that exactly one phase of a plan reads 1, that the phase it
@@ -65,8 +84,8 @@ gpupool_unreported_nodes{policy="pool-a"} 2
 func TestPlanPhaseIsOneHot(t *testing.T) {
 	g := NewWithT(t)
 	m, reg := newMetrics(t)
-	m.ObservePlan("pool-a", "pool-a-1", v1alpha1.PlanAwaitingApproval)
-	m.ObservePlan("pool-a", "pool-a-1", v1alpha1.PlanExecuting)
+	m.ObservePlan("pool-a", "pool-a-1", v1alpha1.RepartitionPlanStatus{Phase: v1alpha1.PlanAwaitingApproval})
+	m.ObservePlan("pool-a", "pool-a-1", v1alpha1.RepartitionPlanStatus{Phase: v1alpha1.PlanExecuting})
 	families, err := reg.Gather()
 	g.Expect(err).NotTo(HaveOccurred())
 	ones := map[string]float64{}
@@ -109,8 +128,9 @@ gpupool_evictions_total{outcome="Evicted",policy="pool-a"} 3
 // TestNilMetricsRecordNothing guards that controllers built without metrics need no stub.
 func TestNilMetricsRecordNothing(t *testing.T) {
 	var m *metrics.Metrics
-	m.ObservePolicy("p", v1alpha1.GPUPoolPolicyStatus{})
-	m.ObservePlan("p", "q", v1alpha1.PlanFailed)
+	m.ObservePolicy("p", metrics.PolicyObservation{})
+	m.ObservePlan("p", "q", v1alpha1.RepartitionPlanStatus{Phase: v1alpha1.PlanFailed})
+	m.ObservePlanEnd("p", v1alpha1.PlanFailed, time.Second)
 	m.CountEvictions("p", "Evicted", 1)
 	m.ObserveNodeStep("p", v1alpha1.NodeDone, time.Second)
 	m.ForgetPlan("q")
@@ -124,4 +144,85 @@ func TestRegisteringTwiceFails(t *testing.T) {
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	_, err = metrics.New(reg)
 	NewWithT(t).Expect(err).To(MatchError(ContainSubstring("registering gpupool metrics")))
+}
+
+// gathered is every series in reg: metric name -> sorted label names of its series (without
+// "le", which a histogram's buckets add on exposition), and each series' value keyed by its
+// label values joined with ",".
+func gathered(t *testing.T, reg *prometheus.Registry) (labels map[string][]string, types map[string]string) {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels, types = map[string][]string{}, map[string]string{}
+	for _, f := range families {
+		types[f.GetName()] = strings.ToLower(f.GetType().String())
+		for _, s := range f.GetMetric() {
+			var names []string
+			for _, l := range s.GetLabel() {
+				names = append(names, l.GetName())
+			}
+			slices.Sort(names)
+			labels[f.GetName()] = names
+		}
+	}
+	return labels, types
+}
+
+// TestInFlightStepSeries guards the series the out-of-service and mig-manager alerts read:
+// present with the step's times while a node's step is in flight, gone once it is done, and
+// gone with the plan.
+func TestInFlightStepSeries(t *testing.T) {
+	g := NewWithT(t)
+	m, reg := newMetrics(t)
+	started := metav1.NewTime(time.Unix(1000, 0))
+	entered := metav1.NewTime(time.Unix(1300, 0))
+	m.ObservePlan("pool-a", "pool-a-1", v1alpha1.RepartitionPlanStatus{Phase: v1alpha1.PlanExecuting, Nodes: []v1alpha1.NodeStepStatus{
+		{Node: "n1", State: v1alpha1.NodeConfiguring, StartedTime: &started, LastTransitionTime: &entered},
+		{Node: "n2", State: v1alpha1.NodeDone, StartedTime: &started, LastTransitionTime: &entered},
+	}})
+	g.Expect(testutil.CollectAndCompare(reg, strings.NewReader(`
+# HELP gpupool_node_step_started_timestamp_seconds Unix time a node's in-flight plan step took it out of service (cordoned); present only while the step runs.
+# TYPE gpupool_node_step_started_timestamp_seconds gauge
+gpupool_node_step_started_timestamp_seconds{node="n1",plan="pool-a-1",policy="pool-a"} 1000
+# HELP gpupool_node_step_state_timestamp_seconds Unix time a node's in-flight plan step entered its current state (Cordoned, Draining, Configuring, Verifying).
+# TYPE gpupool_node_step_state_timestamp_seconds gauge
+gpupool_node_step_state_timestamp_seconds{node="n1",plan="pool-a-1",policy="pool-a",state="Configuring"} 1300
+`), "gpupool_node_step_started_timestamp_seconds", "gpupool_node_step_state_timestamp_seconds")).To(Succeed())
+
+	m.ObservePlan("pool-a", "pool-a-1", v1alpha1.RepartitionPlanStatus{Phase: v1alpha1.PlanSucceeded, Nodes: []v1alpha1.NodeStepStatus{
+		{Node: "n1", State: v1alpha1.NodeDone, StartedTime: &started, LastTransitionTime: &entered}}})
+	g.Expect(testutil.CollectAndCount(reg, "gpupool_node_step_started_timestamp_seconds", "gpupool_node_step_state_timestamp_seconds")).
+		To(BeZero(), "a node whose step is done is back in service")
+	m.ObservePlanEnd("pool-a", v1alpha1.PlanSucceeded, 90*time.Second)
+	g.Expect(testutil.CollectAndCount(reg, "gpupool_plan_duration_seconds")).To(Equal(1))
+}
+
+// TestExportedDescribesEveryCollector guards the list the dashboard and alert tests check
+// against: with every metric observed once, what the registry exposes is exactly Exported,
+// names, types and labels.
+func TestExportedDescribesEveryCollector(t *testing.T) {
+	g := NewWithT(t)
+	m, reg := newMetrics(t)
+	now := metav1.NewTime(time.Unix(1000, 0))
+	m.ObservePolicy("p", metrics.PolicyObservation{Status: v1alpha1.GPUPoolPolicyStatus{
+		Demand: []v1alpha1.ShapeDemand{{Resource: "nvidia.com/gpu", PendingPods: 1}},
+		Pool:   v1alpha1.PoolStatus{Slices: []v1alpha1.ProfileSlices{{Profile: "1g.18gb", Stranded: 1}}},
+	}, Unserved: map[metrics.ShapeReason]int{{Shape: "nvidia.com/gpu", Reason: "Capacity"}: 1}})
+	m.ObservePlan("p", "q", v1alpha1.RepartitionPlanStatus{Phase: v1alpha1.PlanExecuting, Nodes: []v1alpha1.NodeStepStatus{
+		{Node: "n", State: v1alpha1.NodeDraining, StartedTime: &now, LastTransitionTime: &now}}})
+	m.ObservePlanEnd("p", v1alpha1.PlanSucceeded, time.Minute)
+	m.CountEvictions("p", "Evicted", 1)
+	m.ObserveNodeStep("p", v1alpha1.NodeDone, time.Minute)
+
+	labels, types := gathered(t, reg)
+	want := map[string][]string{}
+	wantTypes := map[string]string{}
+	for _, s := range metrics.Exported() {
+		want[s.Name] = slices.Sorted(slices.Values(s.Labels))
+		wantTypes[s.Name] = s.Type
+	}
+	g.Expect(labels).To(Equal(want))
+	g.Expect(types).To(Equal(wantTypes))
 }

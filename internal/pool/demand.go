@@ -90,3 +90,33 @@ func Extends(want, awaiting *v1alpha1.RepartitionPlan) bool {
 	}
 	return false
 }
+
+// ShapeReason keys the unserved pending pods of a pool: the GPU resource asked for and the
+// planner's reason.
+type ShapeReason struct {
+	Shape  string
+	Reason planner.Reason
+}
+
+// UnservedByShape counts the pending pods the planner does not serve, per GPU resource they ask
+// for and reason. Pods outside the pool (NotInPool) are left out: every pool would count the
+// pods of every other pool. A pod asking for several GPU resources counts under each.
+func UnservedByShape(pending []demand.Request, res *planner.Result) map[ShapeReason]int {
+	reasons := make(map[types.NamespacedName]planner.Reason, len(res.Unserved))
+	for _, u := range res.Unserved {
+		if u.Reason != planner.ReasonNotInPool {
+			reasons[u.Pod] = u.Reason
+		}
+	}
+	out := map[ShapeReason]int{}
+	for _, r := range pending {
+		reason, ok := reasons[r.Pod]
+		if !ok {
+			continue
+		}
+		for _, g := range r.GPUs {
+			out[ShapeReason{Shape: string(g.Resource), Reason: reason}]++
+		}
+	}
+	return out
+}

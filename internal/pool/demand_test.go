@@ -1,8 +1,10 @@
 package pool_test
 
 import (
+	"maps"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -91,5 +93,39 @@ func TestExtends(t *testing.T) {
 				t.Errorf("Extends = %v, want %v", got, tc.extends)
 			}
 		})
+	}
+}
+
+// TestUnservedByShape guards the unserved-pods metric's counts: per resource and reason, pods
+// of other pools left out, and served pods not counted.
+func TestUnservedByShape(t *testing.T) {
+	ask := func(name string, resources ...string) demand.Request {
+		r := demand.Request{Pod: key(name)}
+		for _, res := range resources {
+			r.GPUs = append(r.GPUs, demand.GPURequest{Resource: corev1.ResourceName(res)})
+		}
+		return r
+	}
+	pending := []demand.Request{
+		ask("a", "nvidia.com/mig-7g.141gb"),
+		ask("b", "nvidia.com/mig-7g.141gb"),
+		ask("c", "nvidia.com/mig-1g.18gb", "nvidia.com/mig-2g.35gb"),
+		ask("elsewhere", "nvidia.com/gpu"),
+		ask("served", "nvidia.com/gpu"),
+	}
+	res := &planner.Result{Served: []types.NamespacedName{key("served")}, Unserved: []planner.Unserved{
+		{Pod: key("a"), Reason: planner.ReasonPartitionShape},
+		{Pod: key("b"), Reason: planner.ReasonPartitionShape},
+		{Pod: key("c"), Reason: planner.ReasonNodePlacement},
+		{Pod: key("elsewhere"), Reason: planner.ReasonNotInPool},
+	}}
+	got := pool.UnservedByShape(pending, res)
+	want := map[pool.ShapeReason]int{
+		{Shape: "nvidia.com/mig-7g.141gb", Reason: planner.ReasonPartitionShape}: 2,
+		{Shape: "nvidia.com/mig-1g.18gb", Reason: planner.ReasonNodePlacement}:   1,
+		{Shape: "nvidia.com/mig-2g.35gb", Reason: planner.ReasonNodePlacement}:   1,
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("UnservedByShape = %v, want %v", got, want)
 	}
 }

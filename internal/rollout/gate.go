@@ -14,6 +14,12 @@ import (
 // DefaultPlanTTL is how long an unapproved plan waits when its policy does not say.
 const DefaultPlanTTL = time.Hour
 
+// Step timeouts when the policy does not say (the CRD documents the same defaults).
+const (
+	DefaultDrainTimeout     = 15 * time.Minute
+	DefaultConfigureTimeout = 10 * time.Minute
+)
+
 // Gate reasons, used as condition reasons and Event reasons.
 const (
 	ReasonAwaitingApproval = "AwaitingApproval"
