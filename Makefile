@@ -37,7 +37,7 @@ AGENT_BASE ?=
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-DEMO_ARGS = --bin-dir=$(CONTROL_PLANE_DIR) --manager=$(TOOLS_BIN)/manager --gpusim=$(TOOLS_BIN)/gpusim
+DEMO_ARGS = --bin-dir=$(CONTROL_PLANE_DIR) --manager=$(TOOLS_BIN)/manager --gpusim=$(TOOLS_BIN)/gpusim --plugin=$(TOOLS_BIN)/gpupoolctl
 
 ##@ Everyday
 

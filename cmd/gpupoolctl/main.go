@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -41,13 +42,28 @@ func run(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
-		if len(args) > 1 && args[0] == "help" && args[1] == "plan" {
-			return runPlan(name, []string{"--help"}, stdin, stdout, stderr)
+		if len(args) > 1 && args[0] == "help" {
+			return run(name, []string{args[1], "--help"}, stdin, stdout, stderr)
 		}
 		usage(name, stdout)
 		return exitOK
+	case "status":
+		return runStatus(name, args[1:], stdout, stderr)
+	case "why":
+		return runWhy(name, args[1:], stdout, stderr)
 	case "plan":
-		return runPlan(name, args[1:], stdin, stdout, stderr)
+		// "plan -f FILE" was the offline what-if before the live commands; it stays one.
+		if slices.ContainsFunc(args[1:], func(a string) bool {
+			return a == "-f" || a == "--f" || a == "-filename" || a == "--filename" || strings.HasPrefix(a, "-f=") ||
+				strings.HasPrefix(a, "--f=") || strings.HasPrefix(a, "-filename=") || strings.HasPrefix(a, "--filename=")
+		}) {
+			return runWhatIf(name, args[1:], stdin, stdout, stderr)
+		}
+		return runPlanLive(name, args[1:], stdout, stderr)
+	case "approve", "reject":
+		return runDecide(name, args[0], args[1:], stdout, stderr)
+	case "what-if":
+		return runWhatIf(name, args[1:], stdin, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "%s: unknown command %q: run %s --help for the commands\n", name, args[0], name)
 	return exitInvalid
@@ -57,12 +73,21 @@ func usage(name string, w io.Writer) {
 	fmt.Fprintf(w, `%[1]s inspects and plans gpupool's MIG repartitioning.
 
 Usage:
-  %[1]s plan -f FILE [-o table|json|yaml] [--now RFC3339] [--policy NAME]
+  %[1]s COMMAND [ARGS] [-o table|json|yaml] [--kubeconfig FILE] [--context NAME]
 
-Commands:
-  plan    what-if: the RepartitionPlans gpupool would propose for a saved cluster snapshot
+Commands on the live cluster (the kubeconfig's current context, or --context):
+  status [POLICY]          each pool's nodes and layouts, demand per shape, stranded slices, the plan's progress
+  why POD [-n NS]          why a GPU pod is pending (or what a running one holds): the layer, the blocking
+                           dimension, the node matrix, and what the current or next plan does about it
+  plan [PLAN]              list the RepartitionPlans, or show one node by node
+  approve PLAN             approve a plan, bound to its hash (read from the plan itself)
+  reject PLAN --reason R   reject a plan
+  what-if --live           the plans gpupool would propose now, computed here; nothing is written
 
-Run "%[1]s plan --help" for the plan command's flags and input format.
+Offline:
+  what-if -f SNAPSHOT      the same for a saved snapshot (kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml)
+
+Run "%[1]s COMMAND --help" for a command's flags.
 Exit status: 0 on success, 2 on unreadable or invalid input or a usage mistake, 1 otherwise.
 `, name)
 }

@@ -19,10 +19,16 @@ func TestHelp(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"--help"}, []string{"gpupoolctl plan -f FILE", "Commands:", "plan "}},
-		{[]string{"help"}, []string{"gpupoolctl plan -f FILE"}},
-		{[]string{"plan", "--help"}, []string{"kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml", "-f FILE", "-o format", "-now time", "-policy NAME"}},
-		{[]string{"help", "plan"}, []string{"-f FILE"}},
+		{[]string{"--help"}, []string{"status [POLICY]", "why POD", "approve PLAN", "what-if -f SNAPSHOT", "what-if --live"}},
+		{[]string{"help"}, []string{"what-if -f SNAPSHOT"}},
+		{[]string{"what-if", "--help"}, []string{"kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml", "-f FILE", "-o format", "-now time", "-policy NAME", "-live", "-kubeconfig file"}},
+		{[]string{"plan", "-f", "x", "--help"}, []string{"what-if -f FILE"}},
+		{[]string{"help", "what-if"}, []string{"-f FILE"}},
+		{[]string{"help", "why"}, []string{"NotInPool", "PartitionShape", "Allocator", "-n namespace"}},
+		{[]string{"status", "--help"}, []string{"feasible/eligible"}},
+		{[]string{"plan", "--help"}, []string{"node by node"}},
+		{[]string{"approve", "--help"}, []string{"gpupool.io/approve=<its spec.hash>"}},
+		{[]string{"reject", "--help"}, []string{"-reason"}},
 	} {
 		code, out, errOut := invoke(t, "", tc.args...)
 		if code != exitOK || errOut != "" {
@@ -43,6 +49,12 @@ func TestUsageMistakes(t *testing.T) {
 	}{
 		{nil, "Usage:"},
 		{[]string{"frobnicate"}, `gpupoolctl: unknown command "frobnicate": run gpupoolctl --help for the commands`},
+		{[]string{"why"}, `gpupoolctl why: want exactly one pod name, e.g. gpupoolctl why trainer-0 -n team-a`},
+		{[]string{"why", "a", "b"}, `gpupoolctl why: want exactly one pod name`},
+		{[]string{"why", "a", "-o", "wide"}, `gpupoolctl why: -o "wide": want table, json or yaml`},
+		{[]string{"approve"}, `gpupoolctl approve: want exactly one plan name`},
+		{[]string{"reject", "p"}, `gpupoolctl reject: --reason is required`},
+		{[]string{"status", "a", "b"}, `gpupoolctl status: want at most one policy name`},
 	} {
 		code, out, errOut := invoke(t, "", tc.args...)
 		if code != exitInvalid || out != "" || !strings.Contains(errOut, tc.want) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -42,10 +43,13 @@ type strandedOutput struct {
 	After  map[string]int `json:"after"`
 }
 
-const planHelp = `Plan offline: the RepartitionPlans gpupool would propose for a saved cluster snapshot.
+const planHelp = `What if: the RepartitionPlans gpupool would propose now, for a saved cluster snapshot or for
+the live cluster. Nothing is written.
 
 Usage:
-  %[1]s plan -f FILE [-o table|json|yaml] [--now RFC3339] [--policy NAME]
+  %[1]s what-if -f FILE [-o table|json|yaml] [--now RFC3339] [--policy NAME]
+  %[1]s what-if --live [--kubeconfig FILE] [--context NAME] [-o ...] [--policy NAME]
+  (%[1]s plan -f FILE is the same as what-if -f FILE.)
 
 Take the snapshot with:
   kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml > snapshot.yaml
@@ -65,11 +69,14 @@ or invalid, with one line naming the object ("item N" is .items[N]) and the fiel
 Flags:
 `
 
-// runPlan is the plan subcommand.
-func runPlan(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet(name+" plan", flag.ContinueOnError)
+// runWhatIf is the what-if subcommand: the planner on a snapshot file or on the live cluster.
+func runWhatIf(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name+" what-if", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var file, output, nowText, policy string
+	var live bool
+	fs.BoolVar(&live, "live", false, "plan the live cluster of the kubeconfig instead of a snapshot file")
+	kube := addKubeFlags(fs)
 	fs.StringVar(&file, "f", "", "snapshot `FILE` to plan, or - for stdin (required)")
 	fs.StringVar(&file, "filename", "", "same as -f")
 	fs.StringVar(&output, "o", "table", "output `format`: table, json or yaml")
@@ -77,7 +84,7 @@ func runPlan(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 	fs.StringVar(&nowText, "now", "", "planning `time` (RFC 3339); default: the newest timestamp in the input, else the current time")
 	fs.StringVar(&policy, "policy", "", "plan only the GPUPoolPolicy of this `NAME`; default: every policy in the input")
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "%s plan: %s\n", name, fmt.Sprintf(format, a...))
+		fmt.Fprintf(stderr, "%s what-if: %s\n", name, fmt.Sprintf(format, a...))
 		return exitInvalid
 	}
 	if err := fs.Parse(args); err != nil {
@@ -87,13 +94,15 @@ func runPlan(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 			fs.PrintDefaults()
 			return exitOK
 		}
-		return fail("%v (see %s plan --help)", err, name)
+		return fail("%v (see %s what-if --help)", err, name)
 	}
 	switch {
 	case fs.NArg() > 0:
-		return fail("unexpected argument %q: name the snapshot with -f (see %s plan --help)", fs.Arg(0), name)
-	case file == "":
-		return fail("-f FILE is required: the snapshot to plan, or - for stdin (see %s plan --help)", name)
+		return fail("unexpected argument %q: name the snapshot with -f (see %s what-if --help)", fs.Arg(0), name)
+	case file == "" && !live:
+		return fail("-f FILE or --live is required: the snapshot to plan (- for stdin), or the live cluster (see %s what-if --help)", name)
+	case file != "" && live:
+		return fail("-f and --live exclude each other: plan either a snapshot or the live cluster")
 	case output != "table" && output != "json" && output != "yaml":
 		return fail("-o %q: want table, json or yaml", output)
 	}
@@ -106,7 +115,16 @@ func runPlan(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 		override = t.UTC()
 	}
 
-	snap, err := readSnapshot(file, stdin)
+	var snap *snapshot.Snapshot
+	var err error
+	if live {
+		snap, err = readLive(kube)
+		if err == nil && override.IsZero() {
+			override = time.Now().UTC()
+		}
+	} else {
+		snap, err = readSnapshot(file, stdin)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return exitInvalid
@@ -132,6 +150,18 @@ func runPlan(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 		return exitFailed
 	}
 	return exitOK
+}
+
+// readLive reads the live cluster as a snapshot.
+func readLive(kube *kubeFlags) (*snapshot.Snapshot, error) {
+	kc, _, err := kube.connect()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), liveTimeout)
+	defer cancel()
+	snap, _, err := readCluster(ctx, kc)
+	return snap, err
 }
 
 func readSnapshot(file string, stdin io.Reader) (*snapshot.Snapshot, error) {
@@ -319,13 +349,24 @@ func writePlan(ew *errWriter, pr *snapshot.PolicyReport, approval v1alpha1.Appro
 	}
 	ew.wrap("  ", "    ", fmt.Sprintf("Plan %s (hash %s): %s on %s, %s; %s.", plan.Name, plan.Spec.Hash,
 		plural(gpus, "GPU"), plural(len(plan.Spec.Steps), "node"), evicts, gate))
+	writeSteps(ew, plan)
+}
+
+// writeSteps lists a plan's GPU changes node by node, then its evictions with where each pod
+// lands and why it must go.
+func writeSteps(ew *errWriter, plan *v1alpha1.RepartitionPlan) {
+	evictions := 0
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "    NODE\tGPU\tFROM\tTO\n")
 	for _, s := range plan.Spec.Steps {
+		evictions += len(s.Evictions)
 		node := s.Node
 		for _, g := range s.GPUs {
 			fmt.Fprintf(tw, "    %s\t%d\t%s\t%s\n", node, g.Index, layoutText(g.From), layoutText(g.To))
 			node = ""
+		}
+		if s.SharingConfig != nil {
+			fmt.Fprintf(tw, "    %s\t-\tsharing\t%s\n", node, s.SharingConfigName)
 		}
 	}
 	_ = tw.Flush()

@@ -318,14 +318,15 @@ func TestInvalidInput(t *testing.T) {
 			`gpupoolctl: no GPUPoolPolicy in the input: include gpupoolpolicies, e.g. kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml`},
 		{"unknown policy", "", []string{"-f", sample("busy-eviction.yaml"), "--policy", "other"},
 			`gpupoolctl: no GPUPoolPolicy named "other" in the input (it has busy-pool)`},
-		{"no -f", "", nil, `gpupoolctl plan: -f FILE is required: the snapshot to plan, or - for stdin (see gpupoolctl plan --help)`},
-		{"positional file", "", []string{"snapshot.yaml"}, `gpupoolctl plan: unexpected argument "snapshot.yaml": name the snapshot with -f (see gpupoolctl plan --help)`},
-		{"bad flag", "", []string{"--frobnicate"}, `gpupoolctl plan: flag provided but not defined: -frobnicate (see gpupoolctl plan --help)`},
-		{"bad output", "", []string{"-f", "-", "-o", "wide"}, `gpupoolctl plan: -o "wide": want table, json or yaml`},
-		{"bad --now", "", []string{"-f", "-", "--now", "yesterday"}, `gpupoolctl plan: --now "yesterday": want an RFC 3339 time such as 2026-11-29T12:00:00Z`},
+		{"no -f", "", nil, `gpupoolctl what-if: -f FILE or --live is required: the snapshot to plan (- for stdin), or the live cluster (see gpupoolctl what-if --help)`},
+		{"both -f and --live", "", []string{"-f", "-", "--live"}, `gpupoolctl what-if: -f and --live exclude each other: plan either a snapshot or the live cluster`},
+		{"positional file", "", []string{"snapshot.yaml"}, `gpupoolctl what-if: unexpected argument "snapshot.yaml": name the snapshot with -f (see gpupoolctl what-if --help)`},
+		{"bad flag", "", []string{"--frobnicate"}, `gpupoolctl what-if: flag provided but not defined: -frobnicate (see gpupoolctl what-if --help)`},
+		{"bad output", "", []string{"-f", "-", "-o", "wide"}, `gpupoolctl what-if: -o "wide": want table, json or yaml`},
+		{"bad --now", "", []string{"-f", "-", "--now", "yesterday"}, `gpupoolctl what-if: --now "yesterday": want an RFC 3339 time such as 2026-11-29T12:00:00Z`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, out, errOut := invoke(t, tc.stdin, append([]string{"plan"}, tc.args...)...)
+			code, out, errOut := invoke(t, tc.stdin, append([]string{"what-if"}, tc.args...)...)
 			if code != exitInvalid {
 				t.Errorf("exit %d, want 2", code)
 			}

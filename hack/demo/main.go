@@ -12,12 +12,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,7 +47,11 @@ type demo struct {
 	binDir  string
 	manager string
 	gpusim  string
-	pidFile string
+	// plugin is the built gpupoolctl; pluginDir holds it as kubectl-gpupool, on kubectl's PATH,
+	// so that "kubectl gpupool" runs it exactly as it runs for a user who installed it.
+	plugin    string
+	pluginDir string
+	pidFile   string
 	cluster *simcluster.Cluster
 	step    int
 }
@@ -64,17 +66,21 @@ func main() {
 	flag.StringVar(&d.binDir, "bin-dir", "", "folder with the control-plane binaries (hack/control-plane.sh --print-dir)")
 	flag.StringVar(&d.manager, "manager", "", "path of the built manager binary")
 	flag.StringVar(&d.gpusim, "gpusim", "", "path of the built gpusim binary")
+	flag.StringVar(&d.plugin, "plugin", "", "path of the built gpupoolctl binary, run as the kubectl plugin kubectl-gpupool")
 	flag.BoolVar(&keep, "keep", false, "leave the cluster running until Ctrl-C or `make demo-down`")
 	flag.StringVar(&d.pidFile, "pid-file", filepath.Join(os.TempDir(), "gpupool-demo.pid"),
 		"with --keep, where the demo writes its PID so that `make demo-down` can stop it")
 	flag.Parse()
-	if d.binDir == "" || d.manager == "" || d.gpusim == "" {
-		fmt.Fprintln(os.Stderr, "usage: demo --bin-dir DIR --manager PATH --gpusim PATH [--keep]  (run it with `make demo`)")
+	if d.binDir == "" || d.manager == "" || d.gpusim == "" || d.plugin == "" {
+		fmt.Fprintln(os.Stderr, "usage: demo --bin-dir DIR --manager PATH --gpusim PATH --plugin PATH [--keep]  (run it with `make demo`)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := d.run(ctx, keep)
+	if d.pluginDir != "" {
+		_ = os.RemoveAll(d.pluginDir)
+	}
 	if d.cluster != nil {
 		d.say("Stopping the manager, gpusim, kwok and the control plane")
 		if stopErr := d.cluster.Stop(); stopErr != nil {
@@ -109,6 +115,9 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 		return err
 	}
 	d.cluster = cluster
+	if err := d.installPlugin(); err != nil {
+		return err
+	}
 	fmt.Printf("   ready in %.1fs; kubeconfig: %s\n", time.Since(began).Seconds(), cluster.Kubeconfig)
 	if err := d.kubectl("get", "nodes", "-o", "custom-columns=NODE:.metadata.name,PRODUCT:.metadata.labels.nvidia\\.com/gpu\\.product,"+
 		"MIG-CONFIG:.metadata.labels.nvidia\\.com/mig\\.config,1G.18GB:.status.allocatable.nvidia\\.com/mig-1g\\.18gb,"+
@@ -157,36 +166,24 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 		"custom-columns=MESSAGE:.message", "--sort-by=.lastTimestamp"); err != nil {
 		return err
 	}
+	fmt.Println("   the pool as gpupool sees it: free 1g slices stranded while other shapes pend:")
+	if err := d.kubectl("gpupool", "status", "demo-pool"); err != nil {
+		return err
+	}
 
 	d.say("The policy controller sees the demand and proposes a RepartitionPlan")
 	plan, err := d.waitPlan(ctx, before.pending)
 	if err != nil {
 		return err
 	}
-	if err := d.kubectl("get", "gpupoolpolicy", "demo-pool", "-o",
-		`jsonpath={range .status.demand[*]}   {.resource}: {.pendingPods} pending, feasible on {.feasibleNodes} of {.eligibleNodes} eligible nodes{"\n"}{end}`); err != nil {
+	fmt.Println("   why does a 3g training pod wait? kubectl gpupool names the layer, the blocking dimension and the plan:")
+	if err := d.kubectl("gpupool", "why", "-n", "demo", pendingPod(ctx, d, "training-3g")); err != nil {
 		return err
 	}
-	if err := d.kubectl("get", "repartitionplans"); err != nil {
+	fmt.Println("   what the plan changes, node by node (GPUs not listed keep running untouched):")
+	if err := d.kubectl("gpupool", "plan", plan.Name); err != nil {
 		return err
 	}
-	fmt.Println("   what it changes, node by node (GPUs not listed keep running untouched):")
-	for _, s := range plan.Spec.Steps {
-		for _, g := range s.GPUs {
-			fmt.Printf("     %-18s GPU %d: %s -> %s\n", s.Node, g.Index, counts(g.From), counts(g.To))
-		}
-		if s.SharingConfig != nil {
-			fmt.Printf("     %-18s shares every GPU: %s, %d replicas (device-plugin key %s)\n", s.Node,
-				s.SharingConfig.Mode, s.SharingConfig.Replicas, s.SharingConfigName)
-		}
-		for _, e := range s.Evictions {
-			fmt.Printf("     %-18s evicts %s/%s (%s)\n", s.Node, e.Namespace, e.Name, e.Reason)
-		}
-		if len(s.WaitsFor) > 0 {
-			fmt.Printf("     %-18s starts once %s is done (pods move between them)\n", s.Node, strings.Join(s.WaitsFor, ", "))
-		}
-	}
-	fmt.Printf("   it expects to serve %d pending pod(s)\n", len(plan.Spec.Expected.Pods))
 
 	d.say("Approving is a decision only holders of the 'approve' verb may take")
 	if err := d.kubectl("create", "clusterrole", "plan-editor", "--verb=get,list,patch,update",
@@ -203,7 +200,7 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 	fmt.Println("   the cluster admin approves it; the approval names the plan's hash, so it can never carry over")
 	fmt.Println("   to another plan:")
 	approved := time.Now()
-	if err := d.kubectl("annotate", "repartitionplan", plan.Name, v1alpha1.AnnotationApprove+"="+plan.Spec.Hash); err != nil {
+	if err := d.kubectl("gpupool", "approve", plan.Name); err != nil {
 		return err
 	}
 
@@ -238,7 +235,10 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 		return err
 	}
 
-	d.say("Before and after")
+	d.say("After: the pool as kubectl gpupool status shows it")
+	if err := d.kubectl("gpupool", "status", "demo-pool"); err != nil {
+		return err
+	}
 	d.table(before, after, countEvictions(final), approved.Sub(submitted), time.Since(approved))
 	fmt.Printf("\n   the whole demo took %s\n", time.Since(began).Round(time.Second))
 
@@ -248,7 +248,8 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 			return fmt.Errorf("writing %s: %w", d.pidFile, err)
 		}
 		defer func() { _ = os.Remove(d.pidFile) }()
-		fmt.Printf("   export KUBECONFIG=%s\n   export PATH=%s:$PATH\n", d.cluster.Kubeconfig, d.binDir)
+		fmt.Printf("   export KUBECONFIG=%s\n   export PATH=%s:%s:$PATH\n", d.cluster.Kubeconfig, d.pluginDir, d.binDir)
+		fmt.Println("   then: kubectl gpupool status; kubectl gpupool why -n demo POD")
 		fmt.Printf("   manager metrics: curl -s http://%s/metrics | grep ^gpupool_\n", d.cluster.ManagerMetrics)
 		fmt.Printf("   logs: %s/logs\n", d.cluster.Dir)
 		<-ctx.Done()
@@ -339,33 +340,17 @@ func (d *demo) settled(ctx context.Context) (snapshot, error) {
 	return s, err
 }
 
+// table compares what kubectl gpupool status does not show: pods, shared replicas, evictions
+// and the time each phase took.
 func (d *demo) table(before, after snapshot, evictions int, waited, executed time.Duration) {
-	fmt.Printf("   %-38s %10s %10s\n", "", "before", "after")
+	fmt.Printf("\n   %-38s %10s %10s\n", "", "before", "after")
 	fmt.Printf("   %-38s %10d %10d\n", "pods running", before.running, after.running)
 	fmt.Printf("   %-38s %10d %10d\n", "pods pending", before.pending, after.pending)
-	profiles := map[string]bool{}
-	for p := range before.slices {
-		profiles[p] = true
-	}
-	for p := range after.slices {
-		profiles[p] = true
-	}
-	for _, p := range slices.Sorted(maps.Keys(profiles)) {
-		b, a := before.slices[p], after.slices[p]
-		fmt.Printf("   %-38s %10s %10s\n", p+" slices used/free (stranded)", sliceCell(b), sliceCell(a))
-	}
 	fmt.Printf("   %-38s %10s %10s\n", "gpu.shared replicas used/advertised",
 		fmt.Sprintf("%d/%d", before.sharedRunning, before.sharedReplicas), fmt.Sprintf("%d/%d", after.sharedRunning, after.sharedReplicas))
 	fmt.Printf("   %-38s %10s %10d\n", "pods evicted", "", evictions)
 	fmt.Printf("   %-38s %10s %10s\n", "submit -> approval (incl. reading)", "", waited.Round(time.Second))
 	fmt.Printf("   %-38s %10s %10s\n", "approval -> plan done, pods running", "", executed.Round(time.Second))
-}
-
-func sliceCell(s v1alpha1.ProfileSlices) string {
-	if s.Total == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%d/%d (%d)", s.Used, s.Free, s.Stranded)
 }
 
 // waitPlan waits for the policy's plan to await approval and returns it.
@@ -435,17 +420,6 @@ func countEvictions(plan *v1alpha1.RepartitionPlan) int {
 	return n
 }
 
-func counts(c v1alpha1.ProfileCounts) string {
-	if len(c) == 0 {
-		return "MIG disabled"
-	}
-	parts := make([]string, 0, len(c))
-	for _, p := range slices.Sorted(maps.Keys(c)) {
-		parts = append(parts, fmt.Sprintf("%dx%s", c[p], p))
-	}
-	return strings.Join(parts, " + ")
-}
-
 // waitFor polls check until it is true, failing after timeout with what it waited for.
 func (d *demo) waitFor(ctx context.Context, what string, timeout time.Duration, check func() (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -473,6 +447,8 @@ func (d *demo) kubectl(args ...string) error { return d.kubectlStdin("", args...
 func (d *demo) kubectlStdin(stdin string, args ...string) error {
 	fmt.Printf("   $ kubectl %s\n", strings.Join(args, " "))
 	cmd := exec.Command(filepath.Join(d.binDir, "kubectl"), append([]string{"--kubeconfig=" + d.cluster.Kubeconfig}, args...)...)
+	// kubectl finds plugins on PATH and passes --kubeconfig on to them.
+	cmd.Env = append(os.Environ(), "PATH="+d.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
@@ -511,6 +487,33 @@ func (d *demo) waitRefused(ctx context.Context, args ...string) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// installPlugin puts the built gpupoolctl on a PATH folder as kubectl-gpupool, as krew does.
+func (d *demo) installPlugin() error {
+	dir, err := os.MkdirTemp("", "gpupool-demo-plugins-")
+	if err != nil {
+		return err
+	}
+	d.pluginDir = dir
+	plugin, err := filepath.Abs(d.plugin)
+	if err != nil {
+		return err
+	}
+	return os.Symlink(plugin, filepath.Join(dir, "kubectl-gpupool"))
+}
+
+// pendingPod names one pending pod of the app, for "kubectl gpupool why".
+func pendingPod(ctx context.Context, d *demo, app string) string {
+	var pods corev1.PodList
+	if err := d.cluster.Client.List(ctx, &pods, client.InNamespace("demo"), client.MatchingLabels{"app": app}); err == nil {
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == "" {
+				return p.Name
+			}
+		}
+	}
+	return app
 }
 
 // indent prefixes the cluster's progress lines so they read as part of the current step.

@@ -46,6 +46,7 @@ var scenarioNodes = []struct {
 	{"silent", 1},
 	{"mps", 1},
 	{"leader", 1},
+	{"triage", 2},
 	// Last: its second node is the one node that starts all-7g (see BeforeSuite).
 	{"move", 2},
 }
@@ -65,6 +66,8 @@ var (
 	failed bool
 	// binDirToRemove holds the binaries the suite built.
 	binDirToRemove string
+	// plugin is the kubectl plugin binary, named as kubectl finds it on PATH.
+	plugin string
 )
 
 func TestE2E(t *testing.T) {
@@ -91,13 +94,16 @@ var _ = BeforeSuite(func() {
 	bins, err := os.MkdirTemp("", "gpupool-e2e-bin-")
 	Expect(err).NotTo(HaveOccurred())
 	binDirToRemove = bins
-	By("building ./cmd/manager and ./cmd/gpusim into " + bins)
+	By("building ./cmd/manager, ./cmd/gpusim and the kubectl plugin into " + bins)
 	started := time.Now()
-	build := exec.Command("go", "build", "-o", bins+string(os.PathSeparator), "./cmd/manager", "./cmd/gpusim")
+	build := exec.Command("go", "build", "-o", bins+string(os.PathSeparator), "./cmd/manager", "./cmd/gpusim", "./cmd/gpupoolctl")
 	build.Dir = root
 	buildOut, err := build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "go build: %s", buildOut)
-	fmt.Fprintf(GinkgoWriter, "built the manager and gpusim in %s\n", time.Since(started).Round(time.Millisecond))
+	fmt.Fprintf(GinkgoWriter, "built the manager, gpusim and the plugin in %s\n", time.Since(started).Round(time.Millisecond))
+	// kubectl runs plugins as kubectl-<name> from PATH; the binary names itself after argv[0].
+	plugin = filepath.Join(bins, "kubectl-gpupool")
+	Expect(os.Rename(filepath.Join(bins, "gpupoolctl"), plugin)).To(Succeed())
 
 	total := 0
 	for _, s := range scenarioNodes {
