@@ -52,8 +52,8 @@ type demo struct {
 	plugin    string
 	pluginDir string
 	pidFile   string
-	cluster *simcluster.Cluster
-	step    int
+	cluster   *simcluster.Cluster
+	step      int
 }
 
 // The simulated cluster: four H200 and two A100-80GB nodes with two GPUs each, every GPU cut

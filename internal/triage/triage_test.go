@@ -66,37 +66,37 @@ func TestLayers(t *testing.T) {
 		blocking              string
 		next                  string
 	}{{
-		name: "capacity under another profile is partition shape, served by the next plan",
+		name:   "capacity under another profile is partition shape, served by the next plan",
 		sample: "fragmented-h200.yaml", ns: "team-a", pod: "trainer-0-p7x2m",
 		layer: triage.LayerPartitionShape, blocking: "nvidia.com/mig-3g.71gb", next: "the next plan of policy h200-pool",
 	}, {
-		name: "a live plan awaiting approval is named with the command that approves it",
+		name:   "a live plan awaiting approval is named with the command that approves it",
 		sample: "fragmented-h200.yaml", ns: "team-a", pod: "trainer-0-p7x2m",
 		plans: []v1alpha1.RepartitionPlan{{Spec: v1alpha1.RepartitionPlanSpec{Policy: "h200-pool", Hash: "0123456789abcdef",
 			Expected: v1alpha1.PlanExpectation{Pods: []v1alpha1.PodReference{{Namespace: "team-a", Name: "trainer-0-p7x2m"}}}},
 			Status: v1alpha1.RepartitionPlanStatus{Phase: v1alpha1.PlanAwaitingApproval}}},
 		layer: triage.LayerPartitionShape, blocking: "nvidia.com/mig-3g.71gb", next: "kubectl gpupool approve",
 	}, {
-		name: "more CPU than any node has is placement, on cpu",
+		name:   "more CPU than any node has is placement, on cpu",
 		sample: "fragmented-h200.yaml", ns: "team-a", pod: "trainer-0-p7x2m",
 		edit: func(t *testing.T, s *snapshot.Snapshot) {
 			pod(t, s, "team-a", "trainer-0-p7x2m").Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("4000")
 		},
 		layer: triage.LayerPlacement, blocking: "cpu", next: "repartitioning cannot help",
 	}, {
-		name: "a nodeSelector no pool node matches is not in a pool",
+		name:   "a nodeSelector no pool node matches is not in a pool",
 		sample: "fragmented-h200.yaml", ns: "team-a", pod: "trainer-0-p7x2m",
 		edit: func(t *testing.T, s *snapshot.Snapshot) {
 			pod(t, s, "team-a", "trainer-0-p7x2m").Spec.NodeSelector = map[string]string{"zone": "nowhere"}
 		},
 		layer: triage.LayerNotInPool, blocking: "nodeSelector",
 	}, {
-		name: "no policy at all is not in a pool",
+		name:   "no policy at all is not in a pool",
 		sample: "fragmented-h200.yaml", ns: "team-a", pod: "trainer-0-p7x2m",
 		edit:  func(t *testing.T, s *snapshot.Snapshot) { s.Policies = nil },
 		layer: triage.LayerNotInPool, blocking: "no GPUPoolPolicy",
 	}, {
-		name: "a PodDisruptionBudget that allows nothing is the disruption budget, named",
+		name:   "a PodDisruptionBudget that allows nothing is the disruption budget, named",
 		sample: "busy-eviction.yaml", ns: "team-a", pod: "pretrain-7g-0-s5j3d",
 		edit: func(t *testing.T, s *snapshot.Snapshot) {
 			// The inference pods' budget allows nothing, and one more guards the simulation
@@ -109,7 +109,7 @@ func TestLayers(t *testing.T) {
 		},
 		layer: triage.LayerDisruptionBudget, blocking: "PodDisruptionBudget team-b/infer",
 	}, {
-		name: "a budget of zero nodes is the disruption budget, maxDisruptedNodes",
+		name:   "a budget of zero nodes is the disruption budget, maxDisruptedNodes",
 		sample: "busy-eviction.yaml", ns: "team-a", pod: "pretrain-7g-0-s5j3d",
 		edit: func(t *testing.T, s *snapshot.Snapshot) {
 			zero := intstr.FromInt32(0)
