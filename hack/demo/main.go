@@ -166,14 +166,15 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 		"custom-columns=MESSAGE:.message", "--sort-by=.lastTimestamp"); err != nil {
 		return err
 	}
-	fmt.Println("   the pool as gpupool sees it: free 1g slices stranded while other shapes pend:")
-	if err := d.kubectl("gpupool", "status", "demo-pool"); err != nil {
-		return err
-	}
+
 
 	d.say("The policy controller sees the demand and proposes a RepartitionPlan")
 	plan, err := d.waitPlan(ctx, before.pending)
 	if err != nil {
+		return err
+	}
+	fmt.Println("   the pool as gpupool sees it: free 1g slices stranded while other shapes pend, and the plan:")
+	if err := d.kubectl("gpupool", "status", "demo-pool"); err != nil {
 		return err
 	}
 	fmt.Println("   why does a 3g training pod wait? kubectl gpupool names the layer, the blocking dimension and the plan:")
@@ -446,9 +447,11 @@ func (d *demo) kubectl(args ...string) error { return d.kubectlStdin("", args...
 
 func (d *demo) kubectlStdin(stdin string, args ...string) error {
 	fmt.Printf("   $ kubectl %s\n", strings.Join(args, " "))
-	cmd := exec.Command(filepath.Join(d.binDir, "kubectl"), append([]string{"--kubeconfig=" + d.cluster.Kubeconfig}, args...)...)
-	// kubectl finds plugins on PATH and passes --kubeconfig on to them.
-	cmd.Env = append(os.Environ(), "PATH="+d.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd := exec.Command(filepath.Join(d.binDir, "kubectl"), args...)
+	// kubectl finds plugins on PATH, takes no flag before a plugin's name, and leaves KUBECONFIG
+	// in the plugin's environment, where it reads it as kubectl does.
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.cluster.Kubeconfig,
+		"PATH="+d.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}

@@ -307,7 +307,9 @@ func matrix(s *snapshot.Snapshot, pod *corev1.Pod, pools map[string][]string) []
 		})
 		for _, name := range names {
 			need := demand.Quantity(req, name)
-			if need <= 0 {
+			// Every pod needs one of the node's pod slots; a full node shows in the
+			// scheduler's own message, and the column would only repeat "1".
+			if need <= 0 || name == corev1.ResourcePods {
 				continue
 			}
 			free := n.Free(name)
