@@ -138,7 +138,7 @@ func newCommand(program, sub string, stdout, stderr io.Writer, withOutput bool) 
 func (c *command) parse(args []string, help string) (positional []string, code int, done bool) {
 	positional, err := parseInterleaved(c.fs, args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(c.stdout, help)
+		fmt.Fprintf(c.stdout, "%s", help)
 		c.fs.SetOutput(c.stdout)
 		c.fs.PrintDefaults()
 		return nil, exitOK, true

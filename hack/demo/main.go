@@ -167,7 +167,6 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 		return err
 	}
 
-
 	d.say("The policy controller sees the demand and proposes a RepartitionPlan")
 	plan, err := d.waitPlan(ctx, before.pending)
 	if err != nil {

@@ -89,7 +89,7 @@ var _ = Describe("the kubectl gpupool plugin", func() {
 		table := kubectlGpupool(Default, "why", "greedy", "-n", s.ns)
 		Expect(table).To(ContainSubstring("Layer:     Placement"))
 		Expect(table).To(ContainSubstring("CPU FREE/NEED"))
-		fmt.Fprint(GinkgoWriter, table)
+		fmt.Fprintf(GinkgoWriter, "%s", table)
 
 		By("reading the plan's status, approving it from the plugin, and following its progress")
 		Expect(kubectlGpupool(Default, "status", s.policy)).To(ContainSubstring("Plan " + plan.Name + ": AwaitingApproval, 0/1 nodes done"))
