@@ -181,12 +181,40 @@ func (c *command) emit(v any) int {
 	return exitOK
 }
 
-// session connects and reads the cluster within liveTimeout.
-func (c *command) session() (context.Context, context.CancelFunc, client.Client, string, error) {
+// session is one live command's connection: its positional arguments, the client, the
+// namespace, and a context bounded by liveTimeout.
+type session struct {
+	args      []string
+	ctx       context.Context
+	cancel    context.CancelFunc
+	client    client.Client
+	namespace string
+}
+
+// open parses the flags, checks the positional arguments with arity (which says what is
+// wrong, or ""), and connects. done is true when the command should return code right away.
+func (c *command) open(args []string, help string, arity func(positional []string) string) (s *session, code int, done bool) {
+	positional, code, done := c.parse(args, help)
+	if done {
+		return nil, code, true
+	}
+	if why := arity(positional); why != "" {
+		return nil, c.fail("%s", why), true
+	}
 	kc, ns, err := c.kube.connect()
 	if err != nil {
-		return nil, nil, nil, "", err
+		return nil, c.failed(err), true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), liveTimeout)
-	return ctx, cancel, kc, ns, nil
+	return &session{args: positional, ctx: ctx, cancel: cancel, client: kc, namespace: ns}, exitOK, false
+}
+
+// atMostOne is the arity of commands that take an optional name.
+func atMostOne(what string) func([]string) string {
+	return func(p []string) string {
+		if len(p) > 1 {
+			return "want at most one " + what
+		}
+		return ""
+	}
 }

@@ -28,18 +28,12 @@ Flags:
 
 func runPlanLive(program string, args []string, stdout, stderr io.Writer) int {
 	c := newCommand(program, "plan", stdout, stderr, true)
-	positional, code, done := c.parse(args, fmt.Sprintf(planLiveHelp, program))
+	sess, code, done := c.open(args, fmt.Sprintf(planLiveHelp, program), atMostOne("plan name"))
 	if done {
 		return code
 	}
-	if len(positional) > 1 {
-		return c.fail("want at most one plan name")
-	}
-	ctx, cancel, kc, _, err := c.session()
-	if err != nil {
-		return c.failed(err)
-	}
-	defer cancel()
+	defer sess.cancel()
+	ctx, kc, positional := sess.ctx, sess.client, sess.args
 	if len(positional) == 1 {
 		plan := &v1alpha1.RepartitionPlan{}
 		if err := kc.Get(ctx, types.NamespacedName{Name: positional[0]}, plan); err != nil {
@@ -131,24 +125,23 @@ func runDecide(program, verb string, args []string, stdout, stderr io.Writer) in
 		c.fs.StringVar(&reason, "reason", "", "why the plan is rejected, shown in its status (required)")
 		help = fmt.Sprintf(rejectHelp, program, v1alpha1.AnnotationReject)
 	}
-	positional, code, done := c.parse(args, help)
+	sess, code, done := c.open(args, help, func(p []string) string {
+		switch {
+		case len(p) != 1:
+			return fmt.Sprintf("want exactly one plan name (%s plan lists them)", program)
+		case verb == "reject" && strings.TrimSpace(reason) == "":
+			return "--reason is required: say why, it is shown in the plan's status and events"
+		}
+		return ""
+	})
 	if done {
 		return code
 	}
-	if len(positional) != 1 {
-		return c.fail("want exactly one plan name (%s plan lists them)", program)
-	}
-	if verb == "reject" && strings.TrimSpace(reason) == "" {
-		return c.fail("--reason is required: say why, it is shown in the plan's status and events")
-	}
-	ctx, cancel, kc, _, err := c.session()
-	if err != nil {
-		return c.failed(err)
-	}
-	defer cancel()
+	defer sess.cancel()
+	ctx, kc := sess.ctx, sess.client
 	plan := &v1alpha1.RepartitionPlan{}
-	if err := kc.Get(ctx, types.NamespacedName{Name: positional[0]}, plan); err != nil {
-		return c.failed(fmt.Errorf("reading plan %s: %w", positional[0], err))
+	if err := kc.Get(ctx, types.NamespacedName{Name: sess.args[0]}, plan); err != nil {
+		return c.failed(fmt.Errorf("reading plan %s: %w", sess.args[0], err))
 	}
 	switch plan.Status.Phase {
 	case "", v1alpha1.PlanAwaitingApproval:

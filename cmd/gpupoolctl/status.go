@@ -60,19 +60,13 @@ const nodeLimit = 30
 
 func runStatus(program string, args []string, stdout, stderr io.Writer) int {
 	c := newCommand(program, "status", stdout, stderr, true)
-	positional, code, done := c.parse(args, fmt.Sprintf(statusHelp, program))
+	sess, code, done := c.open(args, fmt.Sprintf(statusHelp, program), atMostOne("policy name"))
 	if done {
 		return code
 	}
-	if len(positional) > 1 {
-		return c.fail("want at most one policy name")
-	}
-	ctx, cancel, kc, _, err := c.session()
-	if err != nil {
-		return c.failed(err)
-	}
-	defer cancel()
-	snap, plans, err := readCluster(ctx, kc)
+	defer sess.cancel()
+	positional := sess.args
+	snap, plans, err := readCluster(sess.ctx, sess.client)
 	if err != nil {
 		return c.failed(err)
 	}

@@ -37,19 +37,17 @@ Flags:
 
 func runWhy(program string, args []string, stdout, stderr io.Writer) int {
 	c := newCommand(program, "why", stdout, stderr, true)
-	positional, code, done := c.parse(args, fmt.Sprintf(whyHelp, program))
+	sess, code, done := c.open(args, fmt.Sprintf(whyHelp, program), func(p []string) string {
+		if len(p) != 1 {
+			return fmt.Sprintf("want exactly one pod name, e.g. %s why trainer-0 -n team-a", program)
+		}
+		return ""
+	})
 	if done {
 		return code
 	}
-	if len(positional) != 1 {
-		return c.fail("want exactly one pod name, e.g. %s why trainer-0 -n team-a", program)
-	}
-	ctx, cancel, kc, ns, err := c.session()
-	if err != nil {
-		return c.failed(err)
-	}
-	defer cancel()
-	snap, plans, err := readCluster(ctx, kc)
+	defer sess.cancel()
+	snap, plans, err := readCluster(sess.ctx, sess.client)
 	if err != nil {
 		return c.failed(err)
 	}
@@ -57,7 +55,7 @@ func runWhy(program string, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return c.failed(fmt.Errorf("planning: %w", err))
 	}
-	v, err := triage.Explain(snap, rep, plans, types.NamespacedName{Namespace: ns, Name: positional[0]})
+	v, err := triage.Explain(snap, rep, plans, types.NamespacedName{Namespace: sess.namespace, Name: sess.args[0]})
 	if err != nil {
 		return c.failed(err)
 	}
