@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -148,6 +149,8 @@ func TestLint(t *testing.T) {
 		"everything on": values(t, `
 manager: {metrics: {certSecret: gpupool-metrics-cert}, logLevel: debug, podAntiAffinity: preferred}
 serviceMonitor: {enabled: true, interval: 30s}
+prometheusRule: {enabled: true, labels: {release: prometheus}}
+grafanaDashboard: {enabled: true, namespace: monitoring, annotations: {grafana_folder: GPU}}
 policies:
 - name: training
   spec: {nodeSelector: {matchLabels: {gpupool.io/pool: training}}}
@@ -214,6 +217,41 @@ func TestServiceMonitorVerifiesTLS(t *testing.T) {
 	deploy := find(t, objs, "Deployment", "gpupool-manager")
 	if args := containerArgs(t, deploy); !slices.Contains(args, "--metrics-cert-dir=/etc/gpupool/metrics-cert") {
 		t.Errorf("manager args %q lack --metrics-cert-dir", args)
+	}
+}
+
+// TestMonitoringIsOptIn: the PrometheusRule and the dashboard ConfigMap are off by default;
+// enabled, the rules are files/prometheus-rules.yaml's spec and the dashboard is
+// files/dashboards/gpupool.json, unchanged (test/monitoring tests both files).
+func TestMonitoringIsOptIn(t *testing.T) {
+	for _, o := range template(t, "gpupool", "gpupool-system", nil) {
+		if o.GetKind() == "PrometheusRule" || o.GetLabels()["grafana_dashboard"] != "" {
+			t.Errorf("%s %s is rendered by default", o.GetKind(), o.GetName())
+		}
+	}
+	objs := template(t, "gpupool", "gpupool-system", values(t,
+		`{prometheusRule: {enabled: true, labels: {release: prometheus}}, grafanaDashboard: {enabled: true, namespace: monitoring}}`))
+	rule := find(t, objs, "PrometheusRule", "gpupool-manager-alerts")
+	if rule.GetNamespace() != "gpupool-system" || rule.GetLabels()["release"] != "prometheus" {
+		t.Errorf("PrometheusRule in %q with labels %v, want the release namespace and the label release=prometheus", rule.GetNamespace(), rule.GetLabels())
+	}
+	file := readObjects(t, filepath.Join(chartDir(t), "files", "prometheus-rules.yaml"))
+	if len(file) != 1 {
+		t.Fatalf("files/prometheus-rules.yaml holds %d objects, want one PrometheusRule", len(file))
+	}
+	if d := cmp.Diff(file[0].Object["spec"], rule.Object["spec"]); d != "" {
+		t.Errorf("the PrometheusRule's spec differs from files/prometheus-rules.yaml (-file +chart):\n%s", d)
+	}
+	cm := find(t, objs, "ConfigMap", "gpupool-dashboard")
+	if cm.GetNamespace() != "monitoring" || cm.GetLabels()["grafana_dashboard"] != "1" {
+		t.Errorf("dashboard ConfigMap in %q with labels %v, want namespace monitoring and grafana_dashboard=1", cm.GetNamespace(), cm.GetLabels())
+	}
+	want, err := os.ReadFile(filepath.Join(chartDir(t), "files", "dashboards", "gpupool.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := unstructured.NestedString(cm.Object, "data", "gpupool.json"); got != string(want) {
+		t.Errorf("the dashboard ConfigMap's gpupool.json differs from files/dashboards/gpupool.json")
 	}
 }
 

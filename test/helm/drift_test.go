@@ -149,6 +149,7 @@ func TestChartMatchesKustomize(t *testing.T) {
 	root := repoRoot(t)
 	kust := append(kustomize(t, filepath.Join(root, "config", "default")), kustomize(t, filepath.Join(root, "config", "agent"))...)
 	monitor := kustomize(t, filepath.Join(root, "config", "prometheus"))
+	dashboard := kustomize(t, filepath.Join(root, "config", "grafana"))
 	for _, in := range []install{
 		{release: "gpupool", namespace: "gpupool-system", gpuOperatorNamespace: "gpu-operator", fullname: "gpupool"},
 		{release: "ops", namespace: "gpu-infra", gpuOperatorNamespace: "nvidia", fullname: "ops-gpupool"},
@@ -158,22 +159,43 @@ func TestChartMatchesKustomize(t *testing.T) {
 			chartObjs := template(t, in.release, in.namespace, vals)
 			compareInstalls(t, in, kust, chartObjs)
 
-			// The ServiceMonitor of config/prometheus, against the chart's when enabled.
+			// The ServiceMonitor and PrometheusRule of config/prometheus and the dashboard
+			// ConfigMap of config/grafana, against the chart's when enabled.
 			vals = values(t, fmt.Sprintf(`{gpuOperator: {namespace: %s}, serviceMonitor: {enabled: true},
+				prometheusRule: {enabled: true}, grafanaDashboard: {enabled: true},
 				manager: {metrics: {certSecret: gpupool-metrics-cert}}}`, in.gpuOperatorNamespace))
-			var got *unstructured.Unstructured
+			got := map[string]*unstructured.Unstructured{}
 			for _, o := range template(t, in.release, in.namespace, vals) {
-				if o.GetKind() == "ServiceMonitor" {
-					got = o
+				switch o.GetKind() {
+				case "ServiceMonitor", "PrometheusRule":
+					got[o.GetKind()] = o
+				case "ConfigMap":
+					if o.GetLabels()["grafana_dashboard"] == "1" {
+						got[o.GetKind()] = o
+					}
 				}
 			}
-			if len(monitor) != 1 || got == nil {
-				t.Fatalf("config/prometheus renders %d objects, the chart %v: want one ServiceMonitor each", len(monitor), got)
+			if len(monitor) != 2 || len(dashboard) != 1 {
+				t.Fatalf("config/prometheus renders %d objects, config/grafana %d: want a ServiceMonitor and a PrometheusRule, and a ConfigMap", len(monitor), len(dashboard))
 			}
-			// config/prometheus sits outside config/base, so kustomize neither prefixes nor
-			// places it: only its spec is compared.
-			want := in.expected(t, monitor[0])
-			compareSpec(t, "ServiceMonitor", want, got)
+			// config/prometheus and config/grafana sit outside config/base, so kustomize
+			// neither prefixes nor places them: only their specs (a ConfigMap's data) are compared.
+			for _, k := range append(monitor, dashboard...) {
+				c := got[k.GetKind()]
+				if c == nil {
+					t.Errorf("the chart renders no %s with everything on", k.GetKind())
+					continue
+				}
+				want := in.expected(t, k)
+				if k.GetKind() == "ConfigMap" {
+					checkLabels(t, "dashboard ConfigMap", map[string]string{"grafana_dashboard": "1"}, c.GetLabels())
+					if d := cmp.Diff(want.Object["data"], c.Object["data"]); d != "" {
+						t.Errorf("dashboard ConfigMap data differs from config/grafana's (-kustomize +chart):\n%s", d)
+					}
+					continue
+				}
+				compareSpec(t, k.GetKind(), want, c)
+			}
 		})
 	}
 }
