@@ -91,6 +91,18 @@ var _ = Describe("the kubectl gpupool plugin", func() {
 		Expect(table).To(ContainSubstring("CPU FREE/NEED"))
 		fmt.Fprintf(GinkgoWriter, "%s", table)
 
+		By("asking what gpupool would propose now, read-only, on the live cluster")
+		var whatIf struct {
+			Plans    []v1alpha1.RepartitionPlan     `json:"plans"`
+			Unserved []struct{ Pod, Reason string } `json:"unserved"`
+		}
+		out := kubectlGpupool(Default, "what-if", "--live", "--policy", s.policy, "-o", "json")
+		Expect(json.Unmarshal([]byte(out), &whatIf)).To(Succeed(), out)
+		Expect(whatIf.Plans).To(HaveLen(1), "the planner proposes the change the live plan makes")
+		Expect(whatIf.Plans[0].Spec.Steps).To(ConsistOf(HaveField("Node", idle)))
+		Expect(whatIf.Unserved).To(ContainElement(SatisfyAll(HaveField("Pod", s.ns+"/greedy"), HaveField("Reason", "NodePlacement"))))
+		Expect(s.plans(Default)).To(HaveLen(1), "what-if created nothing")
+
 		By("reading the plan's status, approving it from the plugin, and following its progress")
 		Expect(kubectlGpupool(Default, "status", s.policy)).To(ContainSubstring("Plan " + plan.Name + ": AwaitingApproval, 0/1 nodes done"))
 		Expect(kubectlGpupool(Default, "plan", plan.Name)).To(ContainSubstring(idle))
