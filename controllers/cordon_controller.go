@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/rollout"
 )
 
@@ -92,95 +90,63 @@ func (r *CordonReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, nil
 	}
 	plan := &v1alpha1.RepartitionPlan{}
-	err := r.Client.Get(ctx, types.NamespacedName{Name: owner}, plan)
-	switch {
-	case apierrors.IsNotFound(err):
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: owner}, plan); apierrors.IsNotFound(err) {
 		plan = nil
-	case err != nil:
+	} else if err != nil {
 		return reconcile.Result{}, fmt.Errorf("reading plan %s that cordoned node %s: %w", owner, node.Name, err)
 	}
-	if plan != nil && explains(plan, node) {
-		return reconcile.Result{}, nil
-	}
-	if state, _ := nvidia.MIGConfigState(node); state == nvidia.StatePending || state == nvidia.StateRebooting {
-		// mig-manager is still at work on the node; reopening it now would hand half-made
-		// devices to new pods. Look again once it is done.
-		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
-	}
-
 	gpuNode := &v1alpha1.GPUNode{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: node.Name}, gpuNode); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return reconcile.Result{}, fmt.Errorf("reading GPUNode %s: %w", node.Name, err)
-		}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: node.Name}, gpuNode); apierrors.IsNotFound(err) {
 		gpuNode = nil
+	} else if err != nil {
+		return reconcile.Result{}, fmt.Errorf("reading GPUNode %s: %w", node.Name, err)
 	}
-	if why := rollout.MayBeHalfConfigured(node, gpuNode); why != "" && (plan == nil || plan.Status.Phase != v1alpha1.PlanFailed) {
-		// The plan (or its policy) was deleted mid-flight: never reopen a node whose GPUs may be
-		// half-configured. Say once what to check; the node's next change brings it back here.
-		gone := "plan " + owner + " no longer exists"
-		if plan != nil {
-			gone = fmt.Sprintf("plan %s is %s", owner, plan.Status.Phase)
-		}
-		if node.Annotations[annotationKeptCordoned] != why {
-			patch := client.MergeFrom(node.DeepCopy())
-			metav1.SetMetaDataAnnotation(&node.ObjectMeta, annotationKeptCordoned, why)
-			if err := r.Client.Patch(ctx, node, patch); err != nil {
-				return reconcile.Result{}, fmt.Errorf("recording why node %s stays cordoned: %w", node.Name, err)
-			}
-			r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, reasonKeptCordoned, "Keep",
-				"%s while the node was being reconfigured, and %s: check its GPUs (nvidia-smi mig -lgi), then run kubectl uncordon %s",
-				gone, why, node.Name)
-		}
-		return reconcile.Result{}, nil
+	d := rollout.JudgeCordon(node, owner, plan, gpuNode)
+	switch d.Action {
+	case rollout.CordonWait:
+		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
+	case rollout.CordonKeep:
+		return reconcile.Result{}, r.keep(ctx, node, d)
+	case rollout.CordonRelease:
+		return reconcile.Result{}, r.release(ctx, node, owner, d)
 	}
+	return reconcile.Result{}, nil
+}
 
-	patch := client.MergeFrom(node.DeepCopy())
-	foreign := node.Annotations[v1alpha1.AnnotationWasUnschedulable] == "true"
-	if plan != nil {
-		if i := slices.IndexFunc(plan.Status.Nodes, func(s v1alpha1.NodeStepStatus) bool { return s.Node == node.Name }); i >= 0 {
-			foreign = foreign || plan.Status.Nodes[i].WasUnschedulable
-		}
+// keep leaves the node cordoned and says once what to check; the node's next change brings it
+// back here.
+func (r *CordonReconciler) keep(ctx context.Context, node *corev1.Node, d rollout.CordonDecision) error {
+	if node.Annotations[annotationKeptCordoned] == d.Why {
+		return nil
 	}
-	uncordon := node.Spec.Unschedulable && !foreign
-	if uncordon {
+	patch := client.MergeFrom(node.DeepCopy())
+	metav1.SetMetaDataAnnotation(&node.ObjectMeta, annotationKeptCordoned, d.Why)
+	if err := r.Client.Patch(ctx, node, patch); err != nil {
+		return fmt.Errorf("recording why node %s stays cordoned: %w", node.Name, err)
+	}
+	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, reasonKeptCordoned, "Keep",
+		"%s while the node was being reconfigured, and %s: check its GPUs (nvidia-smi mig -lgi), then run kubectl uncordon %s",
+		d.Gone, d.Why, node.Name)
+	return nil
+}
+
+// release drops gpupool's annotations and, unless someone else had cordoned the node, uncordons it.
+func (r *CordonReconciler) release(ctx context.Context, node *corev1.Node, owner string, d rollout.CordonDecision) error {
+	patch := client.MergeFrom(node.DeepCopy())
+	if d.Uncordon {
 		node.Spec.Unschedulable = false
 	}
 	delete(node.Annotations, v1alpha1.AnnotationCordonedBy)
 	delete(node.Annotations, v1alpha1.AnnotationWasUnschedulable)
 	delete(node.Annotations, annotationKeptCordoned)
 	if err := r.Client.Patch(ctx, node, patch); err != nil {
-		return reconcile.Result{}, fmt.Errorf("releasing gpupool's cordon on node %s: %w", node.Name, err)
-	}
-	why := "plan " + owner + " no longer exists"
-	if plan != nil {
-		why = fmt.Sprintf("plan %s is %s and no longer holds the node", owner, plan.Status.Phase)
+		return fmt.Errorf("releasing gpupool's cordon on node %s: %w", node.Name, err)
 	}
 	what := "dropped gpupool's annotation; the node stays as it is"
-	if uncordon {
+	if d.Uncordon {
 		what = "uncordoned the node"
 	}
-	logf.FromContext(ctx).Info("released an orphaned cordon", "node", node.Name, "plan", owner, "uncordoned", uncordon)
-	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, reasonCordonReleased, "Release", "%s: %s", why, what)
-	return reconcile.Result{}, nil
-}
-
-// explains says whether a plan still accounts for gpupool's cordon on a node: it is running and
-// has a step there that is not finished, or the step failed with the node deliberately left
-// cordoned (a GPU may be half-configured) and nobody has uncordoned it since.
-func explains(plan *v1alpha1.RepartitionPlan, node *corev1.Node) bool {
-	if !slices.ContainsFunc(plan.Spec.Steps, func(s v1alpha1.NodeStep) bool { return s.Node == node.Name }) {
-		return false
-	}
-	i := slices.IndexFunc(plan.Status.Nodes, func(s v1alpha1.NodeStepStatus) bool { return s.Node == node.Name })
-	switch plan.Status.Phase {
-	case "", v1alpha1.PlanAwaitingApproval, v1alpha1.PlanApproved, v1alpha1.PlanExecuting:
-		// Only an approved plan cordons; a cached plan that looks unapproved is older than the
-		// cordon, and its status update is on its way.
-		// A step whose status write was lost after cordoning is not finished either.
-		return i < 0 || plan.Status.Nodes[i].State != v1alpha1.NodeDone
-	case v1alpha1.PlanFailed:
-		return i >= 0 && plan.Status.Nodes[i].State == v1alpha1.NodeFailed && node.Spec.Unschedulable
-	}
-	return false
+	logf.FromContext(ctx).Info("released an orphaned cordon", "node", node.Name, "plan", owner, "uncordoned", d.Uncordon)
+	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, reasonCordonReleased, "Release", "%s: %s", d.Gone, what)
+	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/planner"
+	"github.com/gpupool/gpupool/internal/pool"
 	"github.com/gpupool/gpupool/internal/rollout"
 )
 
@@ -55,8 +56,8 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 	}
 	start, _, _, _ := rollout.Progress(plan.Spec.Steps, status.Nodes, budgets)
 	timeouts := rollout.Timeouts{
-		Drain:              durationOr(policy.Spec.Disruption.DrainTimeout, rollout.DefaultDrainTimeout),
-		Configure:          durationOr(policy.Spec.Disruption.ConfigureTimeout, rollout.DefaultConfigureTimeout),
+		Drain:              pool.DurationOr(policy.Spec.Disruption.DrainTimeout, rollout.DefaultDrainTimeout),
+		Configure:          pool.DurationOr(policy.Spec.Disruption.ConfigureTimeout, rollout.DefaultConfigureTimeout),
 		Propagation:        r.ConfigPropagation,
 		KeepFailedCordoned: policy.Spec.Disruption.KeepFailedNodesCordoned,
 	}
@@ -210,7 +211,7 @@ func (r *PlanReconciler) poolNodes(ctx context.Context, policy *v1alpha1.GPUPool
 
 // observe reads what a step's decision depends on, and the node's complete target layout.
 func (r *PlanReconciler) observe(ctx context.Context, plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy,
-	step v1alpha1.NodeStep) ([]planner.GPUTarget, rollout.Observation, error) {
+	step v1alpha1.NodeStep) ([]mig.GPUTarget, rollout.Observation, error) {
 	var obs rollout.Observation
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, node); err != nil {
@@ -223,7 +224,7 @@ func (r *PlanReconciler) observe(ctx context.Context, plan *v1alpha1.Repartition
 	obs.Unschedulable = node.Spec.Unschedulable
 	obs.CordonedBy = node.Annotations[v1alpha1.AnnotationCordonedBy]
 	obs.MIGConfig = node.Labels[v1alpha1.LabelMIGConfig]
-	obs.MIGState = node.Labels[v1alpha1.LabelMIGConfigState]
+	obs.MIGState, _ = nvidia.MIGConfigState(node)
 	for _, e := range step.Evictions {
 		pod := &corev1.Pod{}
 		err := r.Client.Get(ctx, types.NamespacedName{Namespace: e.Namespace, Name: e.Name}, pod)
@@ -299,7 +300,7 @@ func (r *PlanReconciler) observe(ctx context.Context, plan *v1alpha1.Repartition
 // replicas x MIG-disabled GPUs of nvidia.com/gpu.shared and, under time-slicing, replicas x
 // instances of nvidia.com/mig-<profile>.shared; none of them when sharing is off. It also
 // names what must be advertised, for the step's message.
-func sharingAdvertised(step v1alpha1.NodeStep, targets []planner.GPUTarget, node *corev1.Node) (bool, string) {
+func sharingAdvertised(step v1alpha1.NodeStep, targets []mig.GPUTarget, node *corev1.Node) (bool, string) {
 	want := map[corev1.ResourceName]int64{demand.ResourceSharedGPU: 0}
 	replicas := int64(0)
 	if s := step.SharingConfig; s != nil && s.Mode != v1alpha1.SharingNone {
@@ -312,7 +313,7 @@ func sharingAdvertised(step v1alpha1.NodeStep, targets []planner.GPUTarget, node
 			continue
 		}
 		for p, n := range t.Layout {
-			name := corev1.ResourceName(mig.ResourceName(p) + ".shared")
+			name := corev1.ResourceName(mig.ResourceName(p) + nvidia.SharedSuffix)
 			want[name] += 0 // listed, so that an exclusive MIG device is checked to advertise no replica
 			if timeSliced {
 				want[name] += replicas * int64(n)
@@ -340,7 +341,7 @@ func sharingAdvertised(step v1alpha1.NodeStep, targets []planner.GPUTarget, node
 // of each MIG-enabled GPU and nvidia.com/gpu per MIG-disabled one (when those are not shared).
 // A layout the agent verified is of no use until the scheduler can place pods on it. It also
 // names what must be advertised, for the step's message.
-func exclusiveAdvertised(targets []planner.GPUTarget, node *corev1.Node) (bool, string) {
+func exclusiveAdvertised(targets []mig.GPUTarget, node *corev1.Node) (bool, string) {
 	want := map[corev1.ResourceName]int64{}
 	for _, t := range targets {
 		if !t.MIGEnabled {
@@ -401,10 +402,10 @@ func nonZero(c v1alpha1.ProfileCounts) v1alpha1.ProfileCounts {
 
 // targetsOf is the node's complete target: the step's new layouts for the GPUs it changes,
 // the current ones (as the agent reports them) for the others.
-func targetsOf(step v1alpha1.NodeStep, gpuNode *v1alpha1.GPUNode) []planner.GPUTarget {
-	var out []planner.GPUTarget
+func targetsOf(step v1alpha1.NodeStep, gpuNode *v1alpha1.GPUNode) []mig.GPUTarget {
+	var out []mig.GPUTarget
 	for _, g := range gpuNode.Status.GPUs {
-		t := planner.GPUTarget{Index: int(g.Index), Layout: mig.Layout{}}
+		t := mig.GPUTarget{Index: int(g.Index), Layout: mig.Layout{}}
 		if i := slices.IndexFunc(step.GPUs, func(c v1alpha1.GPUChange) bool { return c.Index == g.Index }); i >= 0 {
 			for p, n := range step.GPUs[i].To {
 				t.Layout[p] = int(n)
@@ -421,7 +422,7 @@ func targetsOf(step v1alpha1.NodeStep, gpuNode *v1alpha1.GPUNode) []planner.GPUT
 	return out
 }
 
-func expectedLayout(targets []planner.GPUTarget) []v1alpha1.GPULayout {
+func expectedLayout(targets []mig.GPUTarget) []v1alpha1.GPULayout {
 	out := make([]v1alpha1.GPULayout, 0, len(targets))
 	for _, t := range targets {
 		l := v1alpha1.GPULayout{Index: int32(t.Index)}
@@ -451,7 +452,7 @@ func layoutEqual(a, b v1alpha1.GPULayout) bool {
 // act performs one action of a step's decision; the message, when not empty, replaces the
 // step's status message (the drain pass says which pods still block).
 func (r *PlanReconciler) act(ctx context.Context, plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy,
-	step v1alpha1.NodeStep, targets []planner.GPUTarget, action rollout.Action) (string, error) {
+	step v1alpha1.NodeStep, targets []mig.GPUTarget, action rollout.Action) (string, error) {
 	switch action {
 	case rollout.ActionCordon, rollout.ActionRelabel, rollout.ActionRelabelSharing, rollout.ActionUncordon, rollout.ActionReleaseCordon:
 		return "", r.editNode(ctx, plan, step, action)
@@ -529,7 +530,7 @@ func (r *PlanReconciler) editNode(ctx context.Context, plan *v1alpha1.Repartitio
 
 // writeConfig adds the step's immutable entry to gpupool's mig-parted ConfigMap, keeping every
 // entry a node's label or a live plan still names and garbage-collecting gpupool's other entries.
-func (r *PlanReconciler) writeConfig(ctx context.Context, step v1alpha1.NodeStep, targets []planner.GPUTarget) error {
+func (r *PlanReconciler) writeConfig(ctx context.Context, step v1alpha1.NodeStep, targets []mig.GPUTarget) error {
 	inUse, err := r.namesInUse(ctx, v1alpha1.LabelMIGConfig, func(s v1alpha1.NodeStep) string { return s.MIGConfigName })
 	if err != nil {
 		return err
@@ -543,7 +544,7 @@ func (r *PlanReconciler) writeConfig(ctx context.Context, step v1alpha1.NodeStep
 	}
 	return r.updateConfigMap(ctx, MIGPartedConfigMap, func(data map[string]string) (map[string]string, error) {
 		next, err := nvidia.UpdateConfig([]byte(data[nvidia.ConfigMapKey]),
-			map[string][]planner.GPUTarget{step.MIGConfigName: targets}, inUse, []byte(defaults.Data[nvidia.ConfigMapKey]))
+			map[string][]mig.GPUTarget{step.MIGConfigName: targets}, inUse, []byte(defaults.Data[nvidia.ConfigMapKey]))
 		if err != nil {
 			return nil, err
 		}

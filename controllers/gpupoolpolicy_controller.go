@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -38,7 +37,6 @@ import (
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
-	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/metrics"
 	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/planner"
@@ -46,7 +44,9 @@ import (
 	"github.com/gpupool/gpupool/internal/rollout"
 )
 
-// +kubebuilder:rbac:groups=gpupool.io,resources=repartitionplans,verbs=create;delete
+// The policy controller asks for a plan's supersession with an annotation (patch); the plan
+// controller alone writes plan status.
+// +kubebuilder:rbac:groups=gpupool.io,resources=repartitionplans,verbs=create;delete;patch
 // (delete: finished plans beyond the newest ten of a policy are garbage-collected)
 // +kubebuilder:rbac:groups="",resources=nodes;pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch
@@ -55,20 +55,14 @@ import (
 
 // Names of gpupool's ConfigMaps that the GPU Operator's ClusterPolicy must point at.
 const (
-	MIGPartedConfigMap     = "gpupool-mig-parted-config"
-	DevicePluginConfigMap  = "gpupool-device-plugin-config"
-	defaultMinPendingAge   = 30 * time.Second
-	defaultStabilization   = 2 * time.Minute
-	defaultMaxReportAge    = 2 * time.Minute
-	policyRecheckInterval  = time.Minute
-	reasonObserving        = "Observing"
-	reasonPlanProposed     = "PlanProposed"
-	reasonPlanSuperseded   = "PlanSuperseded"
-	reasonConflictDetected = "NodesSelectedTwice"
-	reasonInvalidSpec      = "InvalidSpec"
-	reasonIneffectiveSpec  = "IneffectiveSpec"
-	reasonPlanningFailed   = "PlanningFailed"
-	reasonUndecodable      = "Undecodable"
+	MIGPartedConfigMap    = "gpupool-mig-parted-config"
+	DevicePluginConfigMap = "gpupool-device-plugin-config"
+	defaultMaxReportAge   = 2 * time.Minute
+	policyRecheckInterval = time.Minute
+	reasonInvalidSpec     = "InvalidSpec"
+	reasonIneffectiveSpec = "IneffectiveSpec"
+	reasonPlanningFailed  = "PlanningFailed"
+	reasonUndecodable     = "Undecodable"
 )
 
 // PolicyReconciler observes a pool, runs the planner and proposes RepartitionPlans. It never
@@ -158,19 +152,8 @@ func (r *PolicyReconciler) allPolicies(ctx context.Context, _ client.Object) []r
 	return out
 }
 
-// world is everything one pass reads.
-type world struct {
-	policies []v1alpha1.GPUPoolPolicy
-	nodes    []corev1.Node
-	gpuNodes []v1alpha1.GPUNode
-	pods     []corev1.Pod
-	pdbs     []policyv1.PodDisruptionBudget
-	plans    []v1alpha1.RepartitionPlan
-	// heartbeats are, per node, when its agent last renewed its Lease.
-	heartbeats map[string]time.Time
-}
-
-func (r *PolicyReconciler) read(ctx context.Context) (*world, error) {
+// read lists everything one pass reads.
+func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 	var (
 		nodes    corev1.NodeList
 		gpuNodes v1alpha1.GPUNodeList
@@ -211,8 +194,8 @@ func (r *PolicyReconciler) read(ctx context.Context) (*world, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &world{policies: policies, nodes: nodes.Items, gpuNodes: gpuNodes.Items,
-		pods: pods.Items, pdbs: pdbs.Items, plans: plans.Items, heartbeats: heartbeats}, nil
+	return &pool.Cluster{Policies: policies, Nodes: nodes.Items, GPUNodes: gpuNodes.Items,
+		Pods: pods.Items, PDBs: pdbs.Items, Plans: plans.Items, Heartbeats: heartbeats}, nil
 }
 
 // heartbeats reads the agents' Leases: per node, when its agent last renewed. A Lease counts
@@ -239,91 +222,93 @@ func (r *PolicyReconciler) heartbeats(ctx context.Context) (map[string]time.Time
 // writes the policy's status. A policy the controller cannot use (it cannot be decoded, or the
 // planner cannot plan for it) still gets its status written, with a condition saying what to fix.
 func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	log := logf.FromContext(ctx)
-	policy, bad, err := getPolicy(ctx, r.Client, req.Name)
-	switch {
-	case err != nil:
+	policy, problems, done, err := r.observePolicy(ctx, req.Name)
+	if done || err != nil {
 		return reconcile.Result{}, err
-	case bad != nil:
-		return reconcile.Result{}, r.reportUndecodable(ctx, bad)
-	case policy == nil:
-		r.Metrics.ForgetPolicy(req.Name)
-		return reconcile.Result{}, nil
 	}
-	if !policy.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, nil
+	cluster, err := r.read(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
 	now := r.Clock.Now()
-	problems := pool.Problems(&policy.Spec)
-	if len(problems) > 0 && problems[0].Blocking {
-		return reconcile.Result{}, r.reportUnusable(ctx, policy, reasonInvalidSpec, pool.Message(problems, 5))
-	}
-	selector, err := policy.Spec.NodeSelector.AsSelector()
+	pass, err := pool.NewPass(policy, cluster, now, pool.Options{MaxReportAge: r.MaxReportAge})
 	if err != nil {
 		// pool.Problems reports every selector that does not parse; this is a safety net.
-		return reconcile.Result{}, r.reportUnusable(ctx, policy, reasonInvalidSpec, "spec.nodeSelector: "+err.Error())
+		return reconcile.Result{}, r.reportUnusable(ctx, policy, reasonInvalidSpec, err.Error())
 	}
-	w, err := r.read(ctx)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	conflicts := conflictingNodes(policy, selector, w)
-	frozen, inFlight := frozenNodes(policy, w, conflicts, now)
-	minAge := durationOr(policy.Spec.Planning.MinPendingAge, defaultMinPendingAge)
-	snap := inventory.Build(w.nodes, w.gpuNodes, w.pods, w.pdbs, inventory.Options{
-		Now: now, MaxReportAge: r.MaxReportAge, Heartbeats: w.heartbeats,
-		EvictEmptyDir: policy.Spec.Disruption.EvictEmptyDir, EvictUnmanaged: policy.Spec.Disruption.EvictUnmanaged,
-	})
-	pending, _ := demand.Pending(w.pods, now, minAge)
-	pending = inPool(pending, selector, w.nodes)
-
-	window := durationOr(policy.Spec.Planning.StabilizationWindow, defaultStabilization)
-	own := ownPlans(policy, w.plans)
-	young := youngAwaitingPlan(policy, own, now, window)
-	res := r.remembered(policy, young, frozenKey(frozen), pending)
+	young := youngAwaitingPlan(policy, pass.Own, now, pass.Window)
+	res := r.remembered(policy, young, frozenKey(pass.Frozen), pass.Pending)
 	if res == nil {
 		// Within the size the API server stores: a larger change becomes several plans in turn.
-		if res, err = planner.PlanWithin(planner.Input{Snapshot: snap, Pending: pending, Policy: policy,
-			Frozen: frozen, InFlightDisrupting: inFlight.disrupting, InFlightReconfiguring: inFlight.reconfiguring, EvictionsPaused: pool.EvictionsPaused(policy, own, now), Now: now}); err != nil {
+		if res, err = planner.PlanWithin(pass.Input()); err != nil {
 			return reconcile.Result{RequeueAfter: policyRecheckInterval},
 				r.reportUnusable(ctx, policy, reasonPlanningFailed, fmt.Sprintf("the planner cannot plan for this policy: %v", err))
 		}
 	}
-	current, err := r.propose(ctx, policy, own, res, now)
+	current, err := r.propose(ctx, policy, pass.Own, res, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	r.remember(policy, current, res, frozenKey(frozen), pending)
-	if err := r.collectPlans(ctx, policy, own); err != nil {
+	r.remember(policy, current, res, frozenKey(pass.Frozen), pass.Pending)
+	if err := r.collectPlans(ctx, policy, pass.Own); err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := r.report(ctx, pass, cluster, current, res, problems); err != nil {
+		return reconcile.Result{}, err
+	}
+	// Time alone moves pods past minPendingAge, plans past their TTL and out of the window.
+	after := min(max(pass.MinPendingAge, time.Second), policyRecheckInterval)
+	if young != nil {
+		after = min(after, max(time.Second, young.CreationTimestamp.Add(pass.Window).Sub(now)))
+	}
+	return reconcile.Result{RequeueAfter: after}, nil
+}
 
-	status := poolStatus(policy, selector, snap, pending, res)
+// observePolicy reads the policy. done is true when the pass ends here: the policy is gone,
+// being deleted, cannot be decoded or its spec cannot be used (both reported in its status).
+func (r *PolicyReconciler) observePolicy(ctx context.Context, name string) (*v1alpha1.GPUPoolPolicy, []pool.Problem, bool, error) {
+	policy, bad, err := getPolicy(ctx, r.Client, name)
+	switch {
+	case err != nil:
+		return nil, nil, true, err
+	case bad != nil:
+		return nil, nil, true, r.reportUndecodable(ctx, bad)
+	case policy == nil:
+		r.Metrics.ForgetPolicy(name)
+		return nil, nil, true, nil
+	case !policy.DeletionTimestamp.IsZero():
+		return nil, nil, true, nil
+	}
+	problems := pool.Problems(&policy.Spec)
+	if len(problems) > 0 && problems[0].Blocking {
+		return nil, nil, true, r.reportUnusable(ctx, policy, reasonInvalidSpec, pool.Message(problems, 5))
+	}
+	return policy, problems, false, nil
+}
+
+// report writes the policy's status and metrics from what the pass saw and decided.
+func (r *PolicyReconciler) report(ctx context.Context, pass *pool.Pass, cluster *pool.Cluster, current *v1alpha1.RepartitionPlan,
+	res *planner.Result, problems []pool.Problem) error {
+	policy := pass.Policy
+	status := poolStatus(policy, pass.Selector, pass.Snapshot, pass.Pending, res)
 	status.CurrentPlan = ""
 	if current != nil {
 		status.CurrentPlan = current.Name
 	}
 	// A copy: SetStatusCondition edits in place, and the old status is compared below.
 	status.Conditions = slices.Clone(policy.Status.Conditions)
-	r.setConditions(ctx, policy, &status, w, conflicts, current, res, pending, pool.Unreported(poolNodes(snap, selector)))
+	r.setConditions(ctx, policy, &status, cluster, pass.Conflicts, current, res, pass.Pending,
+		pool.Unreported(poolNodes(pass.Snapshot, pass.Selector)))
 	setSpecCondition(policy, &status, problems)
 	if err := r.writeStatus(ctx, policy, status); err != nil {
-		return reconcile.Result{}, err
+		return err
 	}
-	r.Metrics.ObservePolicy(policy.Name, observation(policy, status, pending, res))
-	log.V(1).Info("observed pool", "nodes", status.Pool.Nodes, "pending", status.PendingPods,
+	r.Metrics.ObservePolicy(policy.Name, observation(policy, status, pass.Pending, res))
+	logf.FromContext(ctx).V(1).Info("observed pool", "nodes", status.Pool.Nodes, "pending", status.PendingPods,
 		"plan", status.CurrentPlan)
-	// Time alone moves pods past minPendingAge, plans past their TTL and out of the window.
-	after := min(max(minAge, time.Second), policyRecheckInterval)
-	if young != nil {
-		after = min(after, max(time.Second, young.CreationTimestamp.Add(window).Sub(now)))
-	}
-	return reconcile.Result{RequeueAfter: after}, nil
+	return nil
 }
 
-// setSpecCondition reports the policy's problems that do not stop planning (a catalog profile
-// its product lacks, an entry another shadows) as SpecValid=False, so that an ineffective part
-// of the policy is never ignored in silence.
 func setSpecCondition(policy *v1alpha1.GPUPoolPolicy, status *v1alpha1.GPUPoolPolicyStatus, problems []pool.Problem) {
 	cond := metav1.Condition{Type: v1alpha1.ConditionSpecValid, Status: metav1.ConditionTrue, Reason: "Valid",
 		Message: "every part of the spec is usable", ObservedGeneration: policy.Generation}
@@ -469,7 +454,7 @@ func (r *PolicyReconciler) propose(ctx context.Context, policy *v1alpha1.GPUPool
 		}
 	}
 	want := res.RepartitionPlan(policy, now)
-	window := durationOr(policy.Spec.Planning.StabilizationWindow, defaultStabilization)
+	window := pool.DurationOr(policy.Spec.Planning.StabilizationWindow, pool.DefaultStabilizationWindow)
 	switch {
 	case want == nil && awaiting == nil:
 		return nil, nil
@@ -504,7 +489,7 @@ func (r *PolicyReconciler) propose(ctx context.Context, policy *v1alpha1.GPUPool
 	if res.StepBound > 0 {
 		cut = fmt.Sprintf(" (cut to %d node(s) so that the plan fits in the API server; the demand it leaves is planned once it has run)", res.StepBound)
 	}
-	r.Recorder.Eventf(want, policy, corev1.EventTypeNormal, reasonPlanProposed, "Propose",
+	r.Recorder.Eventf(want, policy, corev1.EventTypeNormal, pool.ReasonPlanProposed, "Propose",
 		"plan %s changes %d node(s)%s, evicts %d pod(s), serves %d pending pod(s); approve with: kubectl annotate repartitionplan %s %s=%s",
 		want.Name, len(want.Spec.Steps), cut, evictions(want), len(want.Spec.Expected.Pods), want.Name, v1alpha1.AnnotationApprove, want.Spec.Hash)
 	return want, nil
@@ -559,7 +544,7 @@ func refusedRecently(plans []v1alpha1.RepartitionPlan, want *v1alpha1.Repartitio
 func hashAs(want *v1alpha1.RepartitionPlan, name string) string {
 	steps := slices.Clone(want.Spec.Steps)
 	for i := range steps {
-		steps[i].MIGConfigName = planner.PlanEntryName(steps[i].MIGConfigName, name)
+		steps[i].MIGConfigName = nvidia.PlanEntryName(steps[i].MIGConfigName, name)
 	}
 	return v1alpha1.HashSteps(steps)
 }
@@ -581,7 +566,7 @@ func (r *PolicyReconciler) create(ctx context.Context, plan *v1alpha1.Repartitio
 		// new entry, or the node would never be relabelled and the stale "failed" state would be
 		// read as this plan's result.
 		for i := range plan.Spec.Steps {
-			plan.Spec.Steps[i].MIGConfigName = planner.PlanEntryName(layoutNames[i], plan.Name)
+			plan.Spec.Steps[i].MIGConfigName = nvidia.PlanEntryName(layoutNames[i], plan.Name)
 		}
 		plan.Spec.Hash = v1alpha1.HashSteps(plan.Spec.Steps)
 		err := r.Client.Create(ctx, plan)
@@ -618,7 +603,7 @@ func (r *PolicyReconciler) collectPlans(ctx context.Context, policy *v1alpha1.GP
 	kept := 0
 	for i := range plans {
 		p := &plans[i]
-		if !finished(p.Status.Phase) || !metav1.IsControlledBy(p, policy) {
+		if !pool.Finished(p.Status.Phase) || !metav1.IsControlledBy(p, policy) {
 			continue
 		}
 		if kept++; kept <= keepFinishedPlans {
@@ -632,25 +617,14 @@ func (r *PolicyReconciler) collectPlans(ctx context.Context, policy *v1alpha1.GP
 	return nil
 }
 
-// finished reports whether a plan in this phase will never act again.
-func finished(phase v1alpha1.PlanPhase) bool {
-	switch phase {
-	case v1alpha1.PlanSucceeded, v1alpha1.PlanFailed, v1alpha1.PlanRolledBack, v1alpha1.PlanRejected,
-		v1alpha1.PlanExpired, v1alpha1.PlanSuperseded:
-		return true
-	}
-	return false
-}
-
+// supersede asks the plan controller, the only writer of a plan's status, to supersede a plan
+// that still awaits approval (rollout.Gate carries it out; a plan approved meanwhile ignores it).
 func (r *PolicyReconciler) supersede(ctx context.Context, plan *v1alpha1.RepartitionPlan, why string) error {
 	patch := client.MergeFrom(plan.DeepCopy())
-	plan.Status.Phase = v1alpha1.PlanSuperseded
-	meta.SetStatusCondition(&plan.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse,
-		Reason: reasonPlanSuperseded, Message: why, ObservedGeneration: plan.Generation})
-	if err := r.Client.Status().Patch(ctx, plan, patch); err != nil {
-		return fmt.Errorf("superseding plan %s: %w", plan.Name, err)
+	metav1.SetMetaDataAnnotation(&plan.ObjectMeta, v1alpha1.AnnotationSupersede, why)
+	if err := r.Client.Patch(ctx, plan, patch); err != nil {
+		return fmt.Errorf("asking to supersede plan %s: %w", plan.Name, err)
 	}
-	r.Recorder.Eventf(plan, nil, corev1.EventTypeNormal, reasonPlanSuperseded, "Supersede", "%s", why)
 	return nil
 }
 
@@ -668,9 +642,10 @@ func (r *PolicyReconciler) writeStatus(ctx context.Context, policy *v1alpha1.GPU
 	return nil
 }
 
-// setConditions computes every condition of the policy from what this pass saw.
+// setConditions sets every condition of the policy from what this pass saw; each is decided
+// by its own function in internal/pool.
 func (r *PolicyReconciler) setConditions(ctx context.Context, policy *v1alpha1.GPUPoolPolicy, status *v1alpha1.GPUPoolPolicyStatus,
-	w *world, conflicts map[string]string, current *v1alpha1.RepartitionPlan, res *planner.Result, pending []demand.Request, unreported string) {
+	cluster *pool.Cluster, conflicts map[string]string, current *v1alpha1.RepartitionPlan, res *planner.Result, pending []demand.Request, unreported string) {
 	set := func(t string, ok bool, reason, msg string) {
 		s := metav1.ConditionFalse
 		if ok {
@@ -679,36 +654,22 @@ func (r *PolicyReconciler) setConditions(ctx context.Context, policy *v1alpha1.G
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason,
 			Message: msg, ObservedGeneration: policy.Generation})
 	}
-	set(v1alpha1.ConditionReady, true, reasonObserving, fmt.Sprintf("observing %d node(s)", status.Pool.Nodes))
-	if len(conflicts) > 0 {
-		set(v1alpha1.ConditionConflict, true, reasonConflictDetected, conflictMessage(conflicts))
-	} else {
-		set(v1alpha1.ConditionConflict, false, "NoConflict", "no other policy selects these nodes")
+	phase := v1alpha1.PlanPhase("")
+	if current != nil {
+		phase = rollout.Gate(current, policy, r.Clock.Now()).Phase
 	}
-	demanded := pool.DemandSatisfied(pending, res, current)
-	set(v1alpha1.ConditionDemandSatisfied, demanded.True, demanded.Reason, demanded.Message)
-	awaiting := current != nil && rollout.Gate(current, policy, r.Clock.Now()).Phase == v1alpha1.PlanAwaitingApproval
-	if awaiting {
-		set(v1alpha1.ConditionAwaitingApproval, true, reasonPlanProposed, fmt.Sprintf(
-			"approve with: kubectl annotate repartitionplan %s %s=%s", current.Name, v1alpha1.AnnotationApprove, current.Spec.Hash))
-	} else {
-		set(v1alpha1.ConditionAwaitingApproval, false, "NoPlanWaiting", "no plan waits for approval")
-	}
-	executing := current != nil && !awaiting
-	if executing {
-		phase := rollout.Gate(current, policy, r.Clock.Now()).Phase
-		set(v1alpha1.ConditionReconfiguring, true, string(phase), "plan "+current.Name+" is "+strings.ToLower(string(phase)))
-	} else {
-		set(v1alpha1.ConditionReconfiguring, false, "Idle", "no plan is executing")
-	}
-	failed := lastFailedPlan(policy, w.plans)
-	switch {
-	case unreported != "":
-		set(v1alpha1.ConditionDegraded, true, "NodesNotPlannable", unreported)
-	case failed != "":
-		set(v1alpha1.ConditionDegraded, true, "PlanFailed", failed)
-	default:
-		set(v1alpha1.ConditionDegraded, false, "AllNodesReporting", "every pool node's agent reports its GPUs")
+	for _, c := range []struct {
+		kind string
+		pool.Condition
+	}{
+		{v1alpha1.ConditionReady, pool.Ready(status.Pool.Nodes)},
+		{v1alpha1.ConditionConflict, pool.Conflict(conflicts)},
+		{v1alpha1.ConditionDemandSatisfied, pool.DemandSatisfied(pending, res, current)},
+		{v1alpha1.ConditionAwaitingApproval, pool.AwaitingApproval(current, phase)},
+		{v1alpha1.ConditionReconfiguring, pool.Reconfiguring(current, phase)},
+		{v1alpha1.ConditionDegraded, pool.Degraded(unreported, pool.LastFailedPlan(policy, cluster.Plans))},
+	} {
+		set(c.kind, c.True, c.Reason, c.Message)
 	}
 	r.setOperatorCondition(ctx, policy, status, set)
 }
@@ -741,165 +702,12 @@ func (r *PolicyReconciler) setOperatorCondition(ctx context.Context, policy *v1a
 		" uses gpupool's config maps, which gpupool writes into the operator's namespace "+r.ConfigNamespace)
 }
 
-// durationOr is the duration, or def when it is unset. Zero is a value, not "unset":
-// minPendingAge: 0s plans at once. The API server bounds every duration (see
-// v1alpha1.GPUPoolPolicySpec.Durations), and pool.Problems stops planning for a stored policy
-// whose durations are out of bounds.
-func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
-	if d == nil {
-		return def
-	}
-	return d.Duration
-}
-
 func evictions(p *v1alpha1.RepartitionPlan) int {
 	n := 0
 	for _, s := range p.Spec.Steps {
 		n += len(s.Evictions)
 	}
 	return n
-}
-
-// ownPlans are the plans the policy controls, newest first. A plan that only names the policy
-// in spec.policy is someone else's: the plan controller refuses it, and planning ignores it.
-func ownPlans(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan) []v1alpha1.RepartitionPlan {
-	var out []v1alpha1.RepartitionPlan
-	for _, p := range plans {
-		if p.Spec.Policy == policy.Name && metav1.IsControlledBy(&p, policy) {
-			out = append(out, p)
-		}
-	}
-	slices.SortFunc(out, func(a, b v1alpha1.RepartitionPlan) int {
-		return cmp.Or(b.CreationTimestamp.Compare(a.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
-	})
-	return out
-}
-
-// conflictingNodes are the pool's nodes another policy selects too, with that policy's name.
-func conflictingNodes(policy *v1alpha1.GPUPoolPolicy, selector labels.Selector, w *world) map[string]string {
-	out := map[string]string{}
-	for _, other := range w.policies {
-		if other.Name == policy.Name {
-			continue
-		}
-		sel, err := other.Spec.NodeSelector.AsSelector()
-		if err != nil || sel.Empty() {
-			continue
-		}
-		for _, n := range w.nodes {
-			set := labels.Set(n.Labels)
-			if selector.Matches(set) && sel.Matches(set) {
-				out[n.Name] = other.Name
-			}
-		}
-	}
-	return out
-}
-
-func conflictMessage(conflicts map[string]string) string {
-	names := make([]string, 0, len(conflicts))
-	for n, p := range conflicts {
-		names = append(names, n+" (also policy "+p+")")
-	}
-	slices.Sort(names)
-	if len(names) > 5 {
-		names = append(names[:5], fmt.Sprintf("and %d more", len(names)-5))
-	}
-	return "nodes selected by two policies are left alone by both: " + strings.Join(names, ", ")
-}
-
-// inFlight counts the pool's nodes that executing plans are changing now, by budget.
-type inFlight struct {
-	disrupting, reconfiguring int
-}
-
-// frozenNodes are the nodes the planner must not change now, and how many of the pool's
-// nodes executing plans are changing.
-func frozenNodes(policy *v1alpha1.GPUPoolPolicy, w *world, conflicts map[string]string, now time.Time) (map[string]string, inFlight) {
-	frozen := map[string]string{}
-	for n, other := range conflicts {
-		frozen[n] = "also selected by policy " + other
-	}
-	window := durationOr(policy.Spec.Planning.StabilizationWindow, defaultStabilization)
-	var flying inFlight
-	for _, p := range w.plans {
-		for _, step := range p.Spec.Steps {
-			// A node whose step failed waits, longer after each failure, before it is planned
-			// again: a node mig-manager cannot configure is not drained again and again.
-			if until, failures := pool.FailureBackoff(w.plans, step.Node, window, now); !until.IsZero() {
-				frozen[step.Node] = fmt.Sprintf("its reconfiguration failed %d time(s) in the last day; next try after %s",
-					failures, until.UTC().Format(time.RFC3339))
-			}
-		}
-	}
-	for _, p := range w.plans {
-		running := p.Status.Phase == v1alpha1.PlanApproved || p.Status.Phase == v1alpha1.PlanExecuting
-		for _, step := range p.Spec.Steps {
-			var st *v1alpha1.NodeStepStatus
-			for i := range p.Status.Nodes {
-				if p.Status.Nodes[i].Node == step.Node {
-					st = &p.Status.Nodes[i]
-				}
-			}
-			switch {
-			case running && (st == nil || (st.State != v1alpha1.NodeDone && st.State != v1alpha1.NodeFailed)):
-				frozen[step.Node] = "plan " + p.Name + " is changing it"
-				if p.Spec.Policy == policy.Name && step.Disruptive {
-					flying.disrupting++
-				} else if p.Spec.Policy == policy.Name {
-					flying.reconfiguring++
-				}
-			case st != nil && st.State == v1alpha1.NodeDone && st.LastTransitionTime != nil &&
-				now.Sub(st.LastTransitionTime.Time) < window:
-				frozen[step.Node] = fmt.Sprintf("changed by plan %s %s ago, within the stabilization window %s",
-					p.Name, now.Sub(st.LastTransitionTime.Time).Round(time.Second), window)
-			}
-		}
-	}
-	return frozen, flying
-}
-
-// inPool keeps the pending pods that could run on some node of the pool: demand elsewhere
-// is another policy's (or nobody's) business.
-func inPool(reqs []demand.Request, selector labels.Selector, nodes []corev1.Node) []demand.Request {
-	var out []demand.Request
-	for _, r := range reqs {
-		for i := range nodes {
-			if !selector.Matches(labels.Set(nodes[i].Labels)) {
-				continue
-			}
-			if ok, _ := r.Matches(&nodes[i]); ok {
-				out = append(out, r)
-				break
-			}
-		}
-	}
-	return out
-}
-
-// lastFailedPlan says what failed when the policy's newest finished plan failed ("" when it
-// did not): a failed reconfiguration degrades the pool until a later plan finishes.
-func lastFailedPlan(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan) string {
-	for _, p := range ownPlans(policy, plans) {
-		if !finished(p.Status.Phase) {
-			continue
-		}
-		if p.Status.Phase != v1alpha1.PlanFailed {
-			return ""
-		}
-		msg := "plan " + p.Name + " failed"
-		if c := meta.FindStatusCondition(p.Status.Conditions, "Ready"); c != nil && c.Status == metav1.ConditionFalse {
-			msg += ": " + c.Message
-		}
-		for _, n := range p.Status.Nodes {
-			if n.State == v1alpha1.NodeFailed {
-				msg += "; node " + n.Node + ": " + n.Message
-				break
-			}
-		}
-		return msg
-	}
-	return ""
 }
 
 // AgentLeaseCache is how the manager's cache must hold Leases for the policy controller: only
@@ -916,8 +724,8 @@ func AgentLeaseCache(agentNamespace string) cache.ByObject {
 func observation(policy *v1alpha1.GPUPoolPolicy, status v1alpha1.GPUPoolPolicyStatus, pending []demand.Request,
 	res *planner.Result) metrics.PolicyObservation {
 	obs := metrics.PolicyObservation{Status: status, Unserved: map[metrics.ShapeReason]int{},
-		DrainTimeout:     durationOr(policy.Spec.Disruption.DrainTimeout, rollout.DefaultDrainTimeout),
-		ConfigureTimeout: durationOr(policy.Spec.Disruption.ConfigureTimeout, rollout.DefaultConfigureTimeout)}
+		DrainTimeout:     pool.DurationOr(policy.Spec.Disruption.DrainTimeout, rollout.DefaultDrainTimeout),
+		ConfigureTimeout: pool.DurationOr(policy.Spec.Disruption.ConfigureTimeout, rollout.DefaultConfigureTimeout)}
 	for k, n := range pool.UnservedByShape(pending, res) {
 		obs.Unserved[metrics.ShapeReason{Shape: k.Shape, Reason: string(k.Reason)}] = n
 	}

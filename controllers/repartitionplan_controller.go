@@ -23,6 +23,7 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/metrics"
+	"github.com/gpupool/gpupool/internal/pool"
 	"github.com/gpupool/gpupool/internal/rollout"
 )
 
@@ -104,24 +105,12 @@ func (r *PlanReconciler) plansOnNode(ctx context.Context, obj client.Object) []r
 
 // Reconcile applies the gate's decision to one plan.
 func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	plan := &v1alpha1.RepartitionPlan{}
-	if err := r.Client.Get(ctx, req.NamespacedName, plan); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.Metrics.ForgetPlan(req.Name)
-		}
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	policy, bad, err := getPolicy(ctx, r.Client, plan.Spec.Policy)
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("plan %s: %w", plan.Name, err)
-	}
-	if bad != nil {
-		// Nothing is decided on a policy that cannot be read: the policy reports why, and the
-		// plan waits for it to be fixed.
-		return reconcile.Result{RequeueAfter: time.Minute}, nil
+	plan, policy, done, err := r.observePlan(ctx, req)
+	if done || err != nil {
+		return reconcile.Result{RequeueAfter: waitForPolicy(plan, policy, err)}, err
 	}
 	now := r.Clock.Now()
-	if policy != nil && !finished(plan.Status.Phase) {
+	if policy != nil && !pool.Finished(plan.Status.Phase) {
 		inPool, err := r.poolMembers(ctx, policy)
 		if err != nil {
 			return reconcile.Result{}, err
@@ -131,7 +120,67 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		}
 	}
 	d := rollout.Gate(plan, policy, now)
+	status, changed := r.gateStatus(plan, d, now)
+	if policy != nil && status.Phase == v1alpha1.PlanApproved && len(status.Nodes) == 0 {
+		why, err := r.revalidate(ctx, plan)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if why != "" {
+			d, changed = cancelStale(plan, &status, why), true
+		}
+	}
+	if changed && d.Reason != "" {
+		r.recordDecision(plan, policy, d)
+	}
+	var requeue time.Duration
+	if policy != nil && (status.Phase == v1alpha1.PlanApproved || status.Phase == v1alpha1.PlanExecuting) {
+		if requeue, err = r.execute(ctx, plan, policy, &status, now); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if err := r.writePlanStatus(ctx, plan, status, now); err != nil {
+		return reconcile.Result{}, err
+	}
+	if requeue == 0 && d.Phase == v1alpha1.PlanAwaitingApproval && policy != nil {
+		// Wake up when the plan would expire; approvals arrive as watch events.
+		ttl := pool.DurationOr(policy.Spec.Disruption.PlanTTL, rollout.DefaultPlanTTL)
+		requeue = max(time.Second, plan.CreationTimestamp.Add(ttl).Sub(now))
+	}
+	return reconcile.Result{RequeueAfter: requeue}, nil
+}
 
+// observePlan reads the plan and its policy (nil when the policy is gone). done is true when
+// the pass ends here: the plan is gone, or its policy cannot be decoded (the policy reports
+// why, and the plan waits for it to be fixed).
+func (r *PlanReconciler) observePlan(ctx context.Context, req reconcile.Request) (*v1alpha1.RepartitionPlan, *v1alpha1.GPUPoolPolicy, bool, error) {
+	plan := &v1alpha1.RepartitionPlan{}
+	if err := r.Client.Get(ctx, req.NamespacedName, plan); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Metrics.ForgetPlan(req.Name)
+		}
+		return nil, nil, true, client.IgnoreNotFound(err)
+	}
+	policy, bad, err := getPolicy(ctx, r.Client, plan.Spec.Policy)
+	if err != nil {
+		return plan, nil, true, fmt.Errorf("plan %s: %w", plan.Name, err)
+	}
+	return plan, policy, bad != nil, nil
+}
+
+// waitForPolicy is how long a pass that ended early waits: a minute for a plan whose policy
+// cannot be decoded, nothing otherwise (a gone plan, or an error the workqueue backs off).
+func waitForPolicy(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy, err error) time.Duration {
+	if err != nil || plan == nil || policy != nil {
+		return 0
+	}
+	return time.Minute
+}
+
+// gateStatus applies the approval gate's decision to a copy of the plan's status, and reports
+// whether the decision changed the plan. An approval that names another hash is reported once
+// as a Warning Event.
+func (r *PlanReconciler) gateStatus(plan *v1alpha1.RepartitionPlan, d rollout.Decision, now time.Time) (v1alpha1.RepartitionPlanStatus, bool) {
 	status := *plan.Status.DeepCopy()
 	status.ObservedGeneration = plan.Generation
 	if status.Progress == "" {
@@ -142,72 +191,67 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if d.Phase == v1alpha1.PlanApproved && !status.Approved {
 		status.Approved, status.ApprovedTime = true, &metav1.Time{Time: now}
 	}
-	if d.Reason != "" {
-		cond := metav1.Condition{Type: ConditionApproved, Status: metav1.ConditionFalse, Reason: d.Reason,
-			Message: d.Message, ObservedGeneration: plan.Generation}
-		if d.Phase == v1alpha1.PlanApproved {
-			cond.Status = metav1.ConditionTrue
-		}
-		if d.IgnoredApproval != "" && d.Phase == v1alpha1.PlanAwaitingApproval {
-			cond.Reason = rollout.ReasonHashMismatch
-		}
-		reported := meta.FindStatusCondition(status.Conditions, ConditionApproved)
-		if d.IgnoredApproval != "" && (reported == nil || reported.Reason != rollout.ReasonHashMismatch) {
-			r.Recorder.Eventf(plan, nil, corev1.EventTypeWarning, rollout.ReasonHashMismatch, "Approve",
-				"ignored %s=%q: this plan's hash is %s", v1alpha1.AnnotationApprove, d.IgnoredApproval, plan.Spec.Hash)
-		}
-		meta.SetStatusCondition(&status.Conditions, cond)
+	if d.Reason == "" {
+		return status, changed
 	}
-	if policy != nil && status.Phase == v1alpha1.PlanApproved && len(status.Nodes) == 0 {
-		why, err := r.revalidate(ctx, plan)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		if why != "" {
-			status.Phase = v1alpha1.PlanSuperseded
-			meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse,
-				Reason: rollout.ReasonStale, Message: "cancelled before any disruption: " + why, ObservedGeneration: plan.Generation})
-			changed, d = true, rollout.Decision{Phase: v1alpha1.PlanSuperseded, Reason: rollout.ReasonStale,
-				Message: "cancelled before any disruption: " + why}
-		}
+	cond := metav1.Condition{Type: ConditionApproved, Status: metav1.ConditionFalse, Reason: d.Reason,
+		Message: d.Message, ObservedGeneration: plan.Generation}
+	if d.Phase == v1alpha1.PlanApproved {
+		cond.Status = metav1.ConditionTrue
 	}
-	if changed && d.Reason != "" {
-		// Before execution's own Events, so that a plan's events read in order: approved, then
-		// cordoned. A failed status write below repeats it on the retry; Events tolerate that.
-		eventType := corev1.EventTypeNormal
-		if d.Phase == v1alpha1.PlanExpired || d.Phase == v1alpha1.PlanRejected || d.Phase == v1alpha1.PlanSuperseded {
-			eventType = corev1.EventTypeWarning
-		}
-		r.Recorder.Eventf(plan, policyRef(policy), eventType, d.Reason, string(d.Phase), "%s", d.Message)
+	if d.IgnoredApproval != "" && d.Phase == v1alpha1.PlanAwaitingApproval {
+		cond.Reason = rollout.ReasonHashMismatch
 	}
-	var requeue time.Duration
-	if policy != nil && (status.Phase == v1alpha1.PlanApproved || status.Phase == v1alpha1.PlanExecuting) {
-		after, err := r.execute(ctx, plan, policy, &status, now)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		requeue = after
+	reported := meta.FindStatusCondition(status.Conditions, ConditionApproved)
+	if d.IgnoredApproval != "" && (reported == nil || reported.Reason != rollout.ReasonHashMismatch) {
+		r.Recorder.Eventf(plan, nil, corev1.EventTypeWarning, rollout.ReasonHashMismatch, "Approve",
+			"ignored %s=%q: this plan's hash is %s", v1alpha1.AnnotationApprove, d.IgnoredApproval, plan.Spec.Hash)
 	}
+	meta.SetStatusCondition(&status.Conditions, cond)
+	if d.Phase == v1alpha1.PlanSuperseded {
+		// The policy controller asked for it (AnnotationSupersede): the plan is no longer live.
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse,
+			Reason: d.Reason, Message: d.Message, ObservedGeneration: plan.Generation})
+	}
+	return status, changed
+}
+
+// cancelStale supersedes an approved plan that revalidation found stale before any
+// disruption, and returns the decision to report.
+func cancelStale(plan *v1alpha1.RepartitionPlan, status *v1alpha1.RepartitionPlanStatus, why string) rollout.Decision {
+	msg := "cancelled before any disruption: " + why
+	status.Phase = v1alpha1.PlanSuperseded
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse,
+		Reason: rollout.ReasonStale, Message: msg, ObservedGeneration: plan.Generation})
+	return rollout.Decision{Phase: v1alpha1.PlanSuperseded, Reason: rollout.ReasonStale, Message: msg}
+}
+
+// recordDecision emits the Event of a gate decision. It comes before execution's own Events,
+// so that a plan's events read in order: approved, then cordoned. A failed status write
+// repeats it on the retry; Events tolerate that.
+func (r *PlanReconciler) recordDecision(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy, d rollout.Decision) {
+	eventType := corev1.EventTypeNormal
+	// A plan superseded by a newer one is routine; one cancelled as stale, rejected or expired is not.
+	if d.Phase == v1alpha1.PlanExpired || d.Phase == v1alpha1.PlanRejected || d.Reason == rollout.ReasonStale {
+		eventType = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(plan, policyRef(policy), eventType, d.Reason, string(d.Phase), "%s", d.Message)
+}
+
+// writePlanStatus writes the status when it changed, and the plan's metrics.
+func (r *PlanReconciler) writePlanStatus(ctx context.Context, plan *v1alpha1.RepartitionPlan, status v1alpha1.RepartitionPlanStatus, now time.Time) error {
 	if !equality.Semantic.DeepEqual(plan.Status, status) {
 		ended := plan.Status.Phase != status.Phase && (status.Phase == v1alpha1.PlanSucceeded || status.Phase == v1alpha1.PlanFailed)
 		plan.Status = status
 		if err := r.Client.Status().Update(ctx, plan); err != nil {
-			return reconcile.Result{}, fmt.Errorf("writing status of plan %s: %w", plan.Name, err)
+			return fmt.Errorf("writing status of plan %s: %w", plan.Name, err)
 		}
 		if ended && status.ApprovedTime != nil {
 			r.Metrics.ObservePlanEnd(plan.Spec.Policy, status.Phase, now.Sub(status.ApprovedTime.Time))
 		}
 	}
 	r.Metrics.ObservePlan(plan.Spec.Policy, plan.Name, status)
-	if requeue > 0 {
-		return reconcile.Result{RequeueAfter: requeue}, nil
-	}
-	if d.Phase == v1alpha1.PlanAwaitingApproval && policy != nil {
-		// Wake up when the plan would expire; approvals arrive as watch events.
-		ttl := durationOr(policy.Spec.Disruption.PlanTTL, rollout.DefaultPlanTTL)
-		return reconcile.Result{RequeueAfter: max(time.Second, plan.CreationTimestamp.Add(ttl).Sub(now))}, nil
-	}
-	return reconcile.Result{}, nil
+	return nil
 }
 
 // refuse ends a plan that must not run, before it touches anything: phase Failed, Ready=False

@@ -8,6 +8,11 @@ const (
 	AnnotationApprove = "gpupool.io/approve"
 	// AnnotationReject rejects a RepartitionPlan; the value is the reason shown in its status.
 	AnnotationReject = "gpupool.io/reject"
+	// AnnotationSupersede is the policy controller's request that a plan still awaiting
+	// approval be superseded; the value is why. The plan controller, the only writer of a
+	// plan's status, carries it out; a plan past its approval gate ignores it. Only the
+	// manager may set it (config/admission, plan authorship).
+	AnnotationSupersede = "gpupool.io/supersede"
 	// AnnotationDoNotDisrupt on a pod, with value "true", forbids gpupool to evict it; the planner
 	// leaves the GPUs it uses alone instead.
 	AnnotationDoNotDisrupt = "gpupool.io/do-not-disrupt"

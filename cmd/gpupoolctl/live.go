@@ -91,7 +91,7 @@ func readCluster(ctx context.Context, c client.Client) (*snapshot.Snapshot, []v1
 		}
 	}
 	return &snapshot.Snapshot{Nodes: nodes.Items, Pods: pods.Items, PDBs: pdbs.Items, GPUNodes: gpuNodes.Items,
-		Policies: policies.Items, Ignored: map[string]int{}}, plans.Items, nil
+		Policies: policies.Items, Plans: plans.Items, Ignored: map[string]int{}}, plans.Items, nil
 }
 
 // parseInterleaved parses flags that may come after positional arguments ("why POD -n ns"),

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // Kind says how a GPU resource hands out hardware, which decides what the
@@ -24,12 +25,9 @@ const (
 
 const (
 	// ResourceGPU is the device plugin's whole-GPU resource.
-	ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
+	ResourceGPU corev1.ResourceName = nvidia.ResourceGPU
 	// ResourceSharedGPU is the device plugin's name for replicas of a shared whole GPU.
-	ResourceSharedGPU corev1.ResourceName = "nvidia.com/gpu.shared"
-
-	migResourcePrefix = "nvidia.com/mig-"
-	sharedSuffix      = ".shared"
+	ResourceSharedGPU corev1.ResourceName = nvidia.ResourceGPU + nvidia.SharedSuffix
 )
 
 // Classify says which GPU resource a resource name is: its kind and, for MIG
@@ -48,16 +46,16 @@ func Classify(resource corev1.ResourceName) (kind Kind, profile string, ok bool)
 	case ResourceSharedGPU:
 		return KindShared, "", true
 	}
-	rest, found := strings.CutPrefix(string(resource), migResourcePrefix)
+	rest, found := strings.CutPrefix(string(resource), mig.ResourcePrefix)
 	if !found {
 		return "", "", false
 	}
 	kind = KindMIG
-	if base, shared := strings.CutSuffix(rest, sharedSuffix); shared {
+	if base, shared := strings.CutSuffix(rest, nvidia.SharedSuffix); shared {
 		kind, rest = KindShared, base
 	}
 	// A second ".shared" would make a profile named "...+shared", which no GPU has.
-	if !wellFormedMIGName(rest) || strings.HasSuffix(rest, sharedSuffix) || strings.Contains(rest, sharedSuffix+".") {
+	if !wellFormedMIGName(rest) || strings.HasSuffix(rest, nvidia.SharedSuffix) || strings.Contains(rest, nvidia.SharedSuffix+".") {
 		return "", "", false
 	}
 	profile, ok = mig.ProfileFromResource(rest)

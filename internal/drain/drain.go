@@ -57,11 +57,6 @@ const maxListedPods = 10
 
 // Options tune a pass.
 type Options struct {
-	// GracePeriodSeconds overrides the pods' own terminationGracePeriodSeconds; nil keeps it.
-	GracePeriodSeconds *int64
-	// DryRun asks the API server to check each eviction, PodDisruptionBudgets included,
-	// without evicting anything; Evicted then means "would be evicted".
-	DryRun bool
 	// UIDs are the pod UIDs recorded when the plan was made, where known. A pod found under a
 	// listed name with another UID is a replacement (a StatefulSet pod recreated after its
 	// eviction), so it counts as Gone and is not evicted again.
@@ -239,17 +234,11 @@ func passPod(ctx context.Context, c client.Client, node string, key types.Namesp
 	eviction := &policyv1.Eviction{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
 		DeleteOptions: &metav1.DeleteOptions{
-			GracePeriodSeconds: opts.GracePeriodSeconds,
 			// Evict exactly the pod inspected above, never a replacement created since.
 			Preconditions: &metav1.Preconditions{UID: &pod.UID},
 		},
 	}
-	var createOpts []client.SubResourceCreateOption
-	if opts.DryRun {
-		eviction.DeleteOptions.DryRun = []string{metav1.DryRunAll}
-		createOpts = append(createOpts, client.DryRunAll)
-	}
-	err := c.SubResource("eviction").Create(ctx, pod, eviction, createOpts...)
+	err := c.SubResource("eviction").Create(ctx, pod, eviction)
 	switch {
 	case err == nil:
 		res.Outcome = Evicted

@@ -353,42 +353,18 @@ func TestPassMessageTruncates(t *testing.T) {
 
 func TestPassEvictionRequest(t *testing.T) {
 	c, log := newClient(t, nil, newPod("team", "a"))
-	if _, err := Pass(context.Background(), c, node, []types.NamespacedName{key("team", "a")}, Options{GracePeriodSeconds: ptr.To[int64](30)}); err != nil {
+	if _, err := Pass(context.Background(), c, node, []types.NamespacedName{key("team", "a")}, Options{}); err != nil {
 		t.Fatalf("Pass: %v", err)
 	}
 	opts := log.opts[0]
-	if opts == nil || ptr.Deref(opts.GracePeriodSeconds, -1) != 30 {
-		t.Errorf("grace period not passed on: %+v", opts)
+	if opts == nil || opts.GracePeriodSeconds != nil {
+		t.Errorf("eviction overrides the pod's own grace period: %+v", opts)
 	}
 	if opts.Preconditions == nil || ptr.Deref(opts.Preconditions.UID, "") != "uid-team-a" {
 		t.Errorf("eviction lacks the UID precondition: %+v", opts.Preconditions)
 	}
 	if len(opts.DryRun) != 0 || log.dry[0] {
-		t.Errorf("eviction is a dry run without Options.DryRun")
-	}
-}
-
-func TestPassDryRun(t *testing.T) {
-	var evictions []*metav1.DeleteOptions
-	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(newPod("team", "a")).
-		WithInterceptorFuncs(interceptor.Funcs{
-			// The API server checks a dry-run eviction, budgets included, and keeps the pod.
-			SubResourceCreate: func(_ context.Context, _ client.Client, _ string, _ client.Object, subObj client.Object, opts ...client.SubResourceCreateOption) error {
-				co := &client.SubResourceCreateOptions{}
-				co.ApplyOptions(opts)
-				if len(co.DryRun) == 0 {
-					t.Fatalf("eviction request without dryRun")
-				}
-				evictions = append(evictions, subObj.(*policyv1.Eviction).DeleteOptions)
-				return nil
-			},
-		}).Build()
-	res, err := Pass(context.Background(), c, node, []types.NamespacedName{key("team", "a")}, Options{DryRun: true})
-	if err != nil {
-		t.Fatalf("Pass: %v", err)
-	}
-	if res.Count(Evicted) != 1 || len(evictions) != 1 || len(evictions[0].DryRun) != 1 || evictions[0].DryRun[0] != metav1.DryRunAll {
-		t.Errorf("dry run: %s, options %+v", res.Message(), evictions)
+		t.Errorf("eviction is a dry run")
 	}
 }
 

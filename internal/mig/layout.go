@@ -12,6 +12,15 @@ import (
 // carry; counts of zero are ignored everywhere.
 type Layout map[string]int
 
+// GPUTarget is what one GPU of a node should look like once a change is done: the planner
+// proposes it and a mig-parted config entry describes it.
+type GPUTarget struct {
+	Index int
+	// MIGEnabled is false for a GPU that serves whole-GPU pods; Layout is then empty.
+	MIGEnabled bool
+	Layout     Layout
+}
+
 // Instance is one GPU instance at its real placement.
 type Instance struct {
 	Profile   string
@@ -214,10 +223,13 @@ func unquote(s string) string {
 	return s
 }
 
+// ResourcePrefix starts the device plugin's resource name of every MIG profile.
+const ResourcePrefix = "nvidia.com/mig-"
+
 // ResourceName is the extended resource the device plugin advertises for a
 // profile under the mixed strategy ("1g.10gb+me" -> "nvidia.com/mig-1g.10gb.me").
 func ResourceName(profile string) string {
-	return "nvidia.com/mig-" + strings.ReplaceAll(profile, "+", ".")
+	return ResourcePrefix + strings.ReplaceAll(profile, "+", ".")
 }
 
 // ProfileFromResource undoes ResourceName: it takes "nvidia.com/mig-1g.10gb.me",

@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
-	"github.com/gpupool/gpupool/internal/planner"
 )
 
 // The GPU Operator's device plugin reads a ConfigMap with one config file per key; label
@@ -20,7 +20,17 @@ import (
 const (
 	// DevicePluginNone is gpupool's key for exclusive devices, always present so that a node can
 	// be given back to exclusive use.
-	DevicePluginNone = planner.SharingNoneConfigName
+	DevicePluginNone      = ConfigPrefix + "none"
+	devicePluginTSPrefix  = ConfigPrefix + "ts-"
+	devicePluginMPSPrefix = ConfigPrefix + "mps-"
+)
+
+// The device plugin's resource names under the mixed MIG strategy: ResourceGPU for a
+// MIG-disabled GPU, mig.ResourceName(profile) for a MIG instance and, with renameByDefault, the
+// name of a shared device followed by SharedSuffix (nvidia.com/gpu.shared).
+const (
+	ResourceGPU  = "nvidia.com/gpu"
+	SharedSuffix = ".shared"
 )
 
 // DevicePluginFile is the part of k8s-device-plugin's config file (schema v1) gpupool writes and
@@ -55,9 +65,38 @@ type ReplicatedResource struct {
 	Replicas int32  `json:"replicas"`
 }
 
-// DevicePluginConfigName is the key of a sharing setting: gpupool-none, gpupool-ts-<replicas>
-// or gpupool-mps-<replicas>. The planner names the settings it plans (planner.SharingConfigName).
-func DevicePluginConfigName(s v1alpha1.SharingConfig) string { return planner.SharingConfigName(s) }
+// DevicePluginConfigName is the immutable key of a sharing setting: gpupool-none,
+// gpupool-ts-<replicas> or gpupool-mps-<replicas>. The planner names the settings it plans
+// with it, and the plan controller checks a plan's key against it.
+func DevicePluginConfigName(s v1alpha1.SharingConfig) string {
+	switch s.Mode {
+	case v1alpha1.SharingTimeSlicing:
+		return devicePluginTSPrefix + strconv.Itoa(int(s.Replicas))
+	case v1alpha1.SharingMPS:
+		return devicePluginMPSPrefix + strconv.Itoa(int(s.Replicas))
+	}
+	return DevicePluginNone
+}
+
+// ParseDevicePluginConfigName reads a key DevicePluginConfigName wrote; false for any other key.
+func ParseDevicePluginConfigName(name string) (v1alpha1.SharingConfig, bool) {
+	if name == DevicePluginNone {
+		return v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}, true
+	}
+	for _, m := range []struct {
+		prefix string
+		mode   v1alpha1.SharingMode
+	}{{devicePluginTSPrefix, v1alpha1.SharingTimeSlicing}, {devicePluginMPSPrefix, v1alpha1.SharingMPS}} {
+		if rest, ok := strings.CutPrefix(name, m.prefix); ok {
+			n, err := strconv.Atoi(rest)
+			if err != nil || n < 2 || n > 256 || strconv.Itoa(n) != rest {
+				return v1alpha1.SharingConfig{}, false
+			}
+			return v1alpha1.SharingConfig{Mode: m.mode, Replicas: int32(n)}, true
+		}
+	}
+	return v1alpha1.SharingConfig{}, false
+}
 
 // DevicePluginConfig renders the config file of a sharing setting. Whole GPUs are shared and
 // renamed to nvidia.com/gpu.shared. Time-slicing also shares every MIG device, renamed to
@@ -66,7 +105,7 @@ func DevicePluginConfigName(s v1alpha1.SharingConfig) string { return planner.Sh
 // GPUs only.
 func DevicePluginConfig(s v1alpha1.SharingConfig) ([]byte, error) {
 	f := DevicePluginFile{Version: ConfigVersion, Flags: DevicePluginFlags{MIGStrategy: "mixed"}}
-	wholeGPUs := []ReplicatedResource{{Name: "nvidia.com/gpu", Replicas: s.Replicas}}
+	wholeGPUs := []ReplicatedResource{{Name: ResourceGPU, Replicas: s.Replicas}}
 	switch s.Mode {
 	case v1alpha1.SharingNone, "":
 	case v1alpha1.SharingTimeSlicing:
@@ -124,9 +163,9 @@ func ParseDevicePluginConfig(data []byte) (v1alpha1.SharingConfig, error) {
 		mode, rr = v1alpha1.SharingMPS, f.Sharing.MPS
 	}
 	for _, r := range rr.Resources {
-		if r.Name == "nvidia.com/gpu" {
+		if r.Name == ResourceGPU {
 			if r.Replicas < 2 {
-				return v1alpha1.SharingConfig{}, fmt.Errorf("device plugin config shares nvidia.com/gpu with %d replicas: want at least 2", r.Replicas)
+				return v1alpha1.SharingConfig{}, fmt.Errorf("device plugin config shares %s with %d replicas: want at least 2", ResourceGPU, r.Replicas)
 			}
 			return v1alpha1.SharingConfig{Mode: mode, Replicas: r.Replicas}, nil
 		}

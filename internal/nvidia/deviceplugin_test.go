@@ -28,6 +28,25 @@ func TestDevicePluginConfigRoundTrips(t *testing.T) {
 	}
 }
 
+// TestDevicePluginConfigNamesRoundTrip guards that a config key alone says its setting.
+func TestDevicePluginConfigNamesRoundTrip(t *testing.T) {
+	g := NewWithT(t)
+	for _, s := range []v1alpha1.SharingConfig{{Mode: v1alpha1.SharingNone}, {Mode: v1alpha1.SharingTimeSlicing, Replicas: 2},
+		{Mode: v1alpha1.SharingMPS, Replicas: 48}} {
+		back, ok := nvidia.ParseDevicePluginConfigName(nvidia.DevicePluginConfigName(s))
+		g.Expect(ok).To(BeTrue())
+		g.Expect(back).To(Equal(s))
+	}
+	g.Expect(nvidia.DevicePluginConfigName(v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 4})).To(Equal("gpupool-ts-4"))
+	g.Expect(nvidia.DevicePluginConfigName(v1alpha1.SharingConfig{Mode: v1alpha1.SharingMPS, Replicas: 8})).To(Equal("gpupool-mps-8"))
+	g.Expect(nvidia.DevicePluginConfigName(v1alpha1.SharingConfig{})).To(Equal(nvidia.DevicePluginNone))
+	g.Expect(nvidia.DevicePluginNone).To(Equal("gpupool-none"))
+	for _, bad := range []string{"gpupool-ts-1", "gpupool-mps-007", "gpupool-ts-", "all-disabled"} {
+		_, ok := nvidia.ParseDevicePluginConfigName(bad)
+		g.Expect(ok).To(BeFalse(), bad)
+	}
+}
+
 // TestDevicePluginConfigIsTheDevicePluginsSchema guards the exact fields k8s-device-plugin reads:
 // renames to .shared, one mode, and the mixed MIG strategy gpupool plans with; time-slicing
 // shares MIG devices too, MPS (which the plugin refuses on MIG devices) only whole GPUs.

@@ -2,6 +2,8 @@ package nvidia
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
-	"github.com/gpupool/gpupool/internal/planner"
 )
 
 // ConfigVersion is the only schema version of mig-parted's config file.
@@ -36,6 +38,29 @@ const AllDisabled = "all-disabled"
 // ConfigPrefix starts the name of every entry gpupool owns; entries without it belong to the
 // user and are never changed or removed.
 const ConfigPrefix = "gpupool-"
+
+// MIGConfigName is the immutable mig-parted config entry for a node's complete layout. The name
+// is derived from the layout itself: mig-manager never re-applies an edited entry, so a new
+// layout must get a new name, and the same layout always gets the same one.
+func MIGConfigName(targets []mig.GPUTarget) string {
+	h := sha256.New()
+	for _, g := range targets {
+		fmt.Fprintf(h, "%d:%t=%s;", g.Index, g.MIGEnabled, g.Layout.String())
+	}
+	return entryName(h.Sum(nil))
+}
+
+// PlanEntryName is the mig-parted entry name a plan uses for a layout: derived from the
+// layout's name and the plan's, so that two plans never share an entry and a retry of the same
+// layout makes mig-manager apply it again.
+func PlanEntryName(layoutName, plan string) string {
+	sum := sha256.Sum256([]byte(layoutName + "/" + plan))
+	return entryName(sum[:])
+}
+
+// entryName is ConfigPrefix and the first 10 hex digits of a digest, the form the
+// RepartitionPlan CRD admits for a step's migConfigName.
+func entryName(sum []byte) string { return ConfigPrefix + hex.EncodeToString(sum)[:10] }
 
 // Config is a mig-parted config file (schema v1): named entries, each a list of device specs
 // that together describe a whole node.
@@ -427,12 +452,12 @@ func allDisabledSpecs() []DeviceSpec {
 // consecutive GPU indexes with the same settings (mig-parted applies a spec to every index it
 // lists), in index order. Every GPU of the node must be listed once: mig-parted leaves GPUs
 // that an entry does not name as they are, so a partial entry would not describe the layout.
-func DeviceSpecs(targets []planner.GPUTarget) ([]DeviceSpec, error) {
+func DeviceSpecs(targets []mig.GPUTarget) ([]DeviceSpec, error) {
 	if len(targets) == 0 {
 		return nil, errors.New("no GPUs: an entry must describe at least one GPU")
 	}
 	sorted := slices.Clone(targets)
-	slices.SortFunc(sorted, func(a, b planner.GPUTarget) int { return a.Index - b.Index })
+	slices.SortFunc(sorted, func(a, b mig.GPUTarget) int { return a.Index - b.Index })
 	var specs []DeviceSpec
 	var prevKey string
 	for i, t := range sorted {
@@ -472,7 +497,7 @@ func DeviceSpecs(targets []planner.GPUTarget) ([]DeviceSpec, error) {
 
 // MIGPartedConfig renders a complete mig-parted config holding all-disabled and one entry per
 // name, each a node's full target layout. Use UpdateConfig to change a config that is in use.
-func MIGPartedConfig(entries map[string][]planner.GPUTarget) ([]byte, error) {
+func MIGPartedConfig(entries map[string][]mig.GPUTarget) ([]byte, error) {
 	cfg := Config{Version: ConfigVersion, MIGConfigs: map[string][]DeviceSpec{AllDisabled: allDisabledSpecs()}}
 	for _, name := range sortedTargetNames(entries) {
 		specs, err := entrySpecs(name, entries[name])
@@ -484,7 +509,7 @@ func MIGPartedConfig(entries map[string][]planner.GPUTarget) ([]byte, error) {
 	return cfg.Marshal()
 }
 
-func sortedTargetNames(m map[string][]planner.GPUTarget) []string {
+func sortedTargetNames(m map[string][]mig.GPUTarget) []string {
 	names := make([]string, 0, len(m))
 	for n := range m {
 		names = append(names, n)
@@ -495,12 +520,12 @@ func sortedTargetNames(m map[string][]planner.GPUTarget) []string {
 
 // entrySpecs checks that name can be a label value and that it is not all-disabled, whose
 // meaning the GPU Operator fixes, then builds its specs.
-func entrySpecs(name string, targets []planner.GPUTarget) ([]DeviceSpec, error) {
+func entrySpecs(name string, targets []mig.GPUTarget) ([]DeviceSpec, error) {
 	if name == AllDisabled {
 		return nil, fmt.Errorf("mig-parted config entry %q is reserved for the GPU Operator's MIG-off layout", name)
 	}
 	if errs := validation.IsValidLabelValue(name); name == "" || len(errs) > 0 {
-		return nil, fmt.Errorf("mig-parted config entry %q cannot be a value of label nvidia.com/mig.config: %s", name, strings.Join(errs, "; "))
+		return nil, fmt.Errorf("mig-parted config entry %q cannot be a value of label %s: %s", name, v1alpha1.LabelMIGConfig, strings.Join(errs, "; "))
 	}
 	specs, err := DeviceSpecs(targets)
 	if err != nil {
@@ -523,7 +548,7 @@ func entrySpecs(name string, targets []planner.GPUTarget) ([]DeviceSpec, error) 
 // node's label names that the ConfigMap lacks (the ClusterPolicy used to point at NVIDIA's
 // default config) is taken verbatim from defaults, NVIDIA's default config, when it has one,
 // so the nodes outside the pool keep working.
-func UpdateConfig(current []byte, add map[string][]planner.GPUTarget, inUse []string, defaults []byte) ([]byte, error) {
+func UpdateConfig(current []byte, add map[string][]mig.GPUTarget, inUse []string, defaults []byte) ([]byte, error) {
 	own, foreign, err := splitEntries(current)
 	if err != nil {
 		return nil, fmt.Errorf("reading the current mig-parted config: %w", err)

@@ -12,22 +12,21 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpupool/gpupool/internal/mig"
-	"github.com/gpupool/gpupool/internal/planner"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-func on(index int, l mig.Layout) planner.GPUTarget {
-	return planner.GPUTarget{Index: index, MIGEnabled: true, Layout: l}
+func on(index int, l mig.Layout) mig.GPUTarget {
+	return mig.GPUTarget{Index: index, MIGEnabled: true, Layout: l}
 }
 
-func off(index int) planner.GPUTarget { return planner.GPUTarget{Index: index} }
+func off(index int) mig.GPUTarget { return mig.GPUTarget{Index: index} }
 
 var balanced = mig.Layout{"3g.71gb": 1, "2g.35gb": 1, "1g.18gb": 1}
 
 // smallEntries is a two-node example: GPUs 0 and 1 share a layout, GPU 2 serves whole-GPU pods.
-func smallEntries() map[string][]planner.GPUTarget {
-	return map[string][]planner.GPUTarget{
+func smallEntries() map[string][]mig.GPUTarget {
+	return map[string][]mig.GPUTarget{
 		"gpupool-6b2d41aa00": {on(1, balanced), on(0, balanced), off(2), on(3, mig.Layout{"1g.18gb": 7, "1g.35gb": 0})},
 		"gpupool-0c11f00d00": {on(0, mig.Layout{}), on(1, mig.Layout{"7g.141gb": 1})},
 	}
@@ -91,17 +90,17 @@ func TestMIGPartedConfigRoundTrip(t *testing.T) {
 func TestDeviceSpecs(t *testing.T) {
 	cases := []struct {
 		name    string
-		targets []planner.GPUTarget
+		targets []mig.GPUTarget
 		want    []DeviceSpec
 	}{
 		{
 			name:    "consecutive identical GPUs share one spec",
-			targets: []planner.GPUTarget{on(2, balanced), on(0, balanced), on(1, balanced)},
+			targets: []mig.GPUTarget{on(2, balanced), on(0, balanced), on(1, balanced)},
 			want:    []DeviceSpec{{Devices: Devices{Indexes: []int{0, 1, 2}}, MIGEnabled: true, MIGDevices: balanced}},
 		},
 		{
 			name:    "identical GPUs separated by another stay apart",
-			targets: []planner.GPUTarget{on(0, balanced), off(1), on(2, balanced)},
+			targets: []mig.GPUTarget{on(0, balanced), off(1), on(2, balanced)},
 			want: []DeviceSpec{
 				{Devices: Devices{Indexes: []int{0}}, MIGEnabled: true, MIGDevices: balanced},
 				{Devices: Devices{Indexes: []int{1}}},
@@ -110,12 +109,12 @@ func TestDeviceSpecs(t *testing.T) {
 		},
 		{
 			name:    "zero counts do not make layouts differ",
-			targets: []planner.GPUTarget{on(0, mig.Layout{"1g.18gb": 7}), on(1, mig.Layout{"1g.18gb": 7, "2g.35gb": 0})},
+			targets: []mig.GPUTarget{on(0, mig.Layout{"1g.18gb": 7}), on(1, mig.Layout{"1g.18gb": 7, "2g.35gb": 0})},
 			want:    []DeviceSpec{{Devices: Devices{Indexes: []int{0, 1}}, MIGEnabled: true, MIGDevices: map[string]int{"1g.18gb": 7}}},
 		},
 		{
 			name:    "MIG on without instances keeps an empty set",
-			targets: []planner.GPUTarget{on(0, nil), off(1), off(2)},
+			targets: []mig.GPUTarget{on(0, nil), off(1), off(2)},
 			want: []DeviceSpec{
 				{Devices: Devices{Indexes: []int{0}}, MIGEnabled: true, MIGDevices: map[string]int{}},
 				{Devices: Devices{Indexes: []int{1, 2}}},
@@ -138,15 +137,15 @@ func TestDeviceSpecs(t *testing.T) {
 func TestDeviceSpecsErrors(t *testing.T) {
 	cases := []struct {
 		name    string
-		targets []planner.GPUTarget
+		targets []mig.GPUTarget
 		want    string
 	}{
 		{"no GPUs", nil, "no GPUs"},
-		{"duplicate index", []planner.GPUTarget{on(0, balanced), off(0)}, "GPU 0 listed twice"},
-		{"negative index", []planner.GPUTarget{off(-1)}, "negative"},
-		{"layout on a MIG-off GPU", []planner.GPUTarget{{Index: 0, Layout: balanced}}, "MIG disabled but a layout"},
-		{"negative count", []planner.GPUTarget{on(0, mig.Layout{"1g.18gb": -1})}, "negative count"},
-		{"bad profile", []planner.GPUTarget{on(0, mig.Layout{"big": 1})}, `invalid MIG profile name "big"`},
+		{"duplicate index", []mig.GPUTarget{on(0, balanced), off(0)}, "GPU 0 listed twice"},
+		{"negative index", []mig.GPUTarget{off(-1)}, "negative"},
+		{"layout on a MIG-off GPU", []mig.GPUTarget{{Index: 0, Layout: balanced}}, "MIG disabled but a layout"},
+		{"negative count", []mig.GPUTarget{on(0, mig.Layout{"1g.18gb": -1})}, "negative count"},
+		{"bad profile", []mig.GPUTarget{on(0, mig.Layout{"big": 1})}, `invalid MIG profile name "big"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -166,12 +165,12 @@ func TestMIGPartedConfigErrors(t *testing.T) {
 		"gpupool-bad/name":                   "cannot be a value of label",
 	}
 	for name, want := range cases {
-		_, err := MIGPartedConfig(map[string][]planner.GPUTarget{name: {off(0)}})
+		_, err := MIGPartedConfig(map[string][]mig.GPUTarget{name: {off(0)}})
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("name %q: error %v, want one containing %q", name, err, want)
 		}
 	}
-	_, err := MIGPartedConfig(map[string][]planner.GPUTarget{"gpupool-x": {off(0), off(0)}})
+	_, err := MIGPartedConfig(map[string][]mig.GPUTarget{"gpupool-x": {off(0), off(0)}})
 	if err == nil || !strings.Contains(err.Error(), `entry "gpupool-x": GPU 0 listed twice`) {
 		t.Errorf("duplicate GPU: error %v", err)
 	}
@@ -303,7 +302,7 @@ func mustRender(t *testing.T, c Config) []byte {
 	return data
 }
 
-func specsFor(t *testing.T, targets ...planner.GPUTarget) []DeviceSpec {
+func specsFor(t *testing.T, targets ...mig.GPUTarget) []DeviceSpec {
 	t.Helper()
 	s, err := DeviceSpecs(targets)
 	if err != nil {
@@ -328,46 +327,46 @@ func TestUpdateConfig(t *testing.T) {
 	cases := []struct {
 		name      string
 		current   []byte
-		add       map[string][]planner.GPUTarget
+		add       map[string][]mig.GPUTarget
 		inUse     []string
 		wantNames []string
 		wantErr   string
 	}{
 		{
 			name:      "from nothing",
-			add:       map[string][]planner.GPUTarget{"gpupool-new": {on(0, balanced)}},
+			add:       map[string][]mig.GPUTarget{"gpupool-new": {on(0, balanced)}},
 			wantNames: []string{AllDisabled, "gpupool-new"},
 		},
 		{
 			name:      "garbage-collects unused gpupool entries, keeps the user's and those in use",
 			current:   current,
-			add:       map[string][]planner.GPUTarget{"gpupool-new": {on(0, balanced)}},
+			add:       map[string][]mig.GPUTarget{"gpupool-new": {on(0, balanced)}},
 			inUse:     []string{"gpupool-used", "all-1g.18gb", "gpupool-missing"},
 			wantNames: []string{AllDisabled, "all-1g.18gb", "gpupool", "gpupool-new", "gpupool-used"},
 		},
 		{
 			name:      "re-adding an entry with the same layout, grouped differently, is fine",
 			current:   current,
-			add:       map[string][]planner.GPUTarget{"gpupool-regroup": {on(0, balanced), on(1, balanced)}, "gpupool-readding": {off(0)}},
+			add:       map[string][]mig.GPUTarget{"gpupool-regroup": {on(0, balanced), on(1, balanced)}, "gpupool-readding": {off(0)}},
 			wantNames: []string{AllDisabled, "all-1g.18gb", "gpupool", "gpupool-readding", "gpupool-regroup"},
 		},
 		{
 			name:    "an entry never changes content",
 			current: current,
-			add:     map[string][]planner.GPUTarget{"gpupool-used": {on(0, balanced)}},
+			add:     map[string][]mig.GPUTarget{"gpupool-used": {on(0, balanced)}},
 			inUse:   []string{"gpupool-used"},
 			wantErr: `entry "gpupool-used" already exists with another layout`,
 		},
 		{
 			name:    "an unused entry never changes content either",
 			current: current,
-			add:     map[string][]planner.GPUTarget{"gpupool-old": {off(0)}},
+			add:     map[string][]mig.GPUTarget{"gpupool-old": {off(0)}},
 			wantErr: `entry "gpupool-old" already exists with another layout`,
 		},
 		{
 			name:    "gpupool writes only its own names",
 			current: current,
-			add:     map[string][]planner.GPUTarget{"all-1g.18gb": {off(0)}},
+			add:     map[string][]mig.GPUTarget{"all-1g.18gb": {off(0)}},
 			wantErr: `"all-1g.18gb": gpupool only writes entries named gpupool-*`,
 		},
 		{
@@ -382,7 +381,7 @@ func TestUpdateConfig(t *testing.T) {
 		},
 		{
 			name:    "a bad new entry is an error",
-			add:     map[string][]planner.GPUTarget{"gpupool-bad": {off(0), off(0)}},
+			add:     map[string][]mig.GPUTarget{"gpupool-bad": {off(0), off(0)}},
 			wantErr: `entry "gpupool-bad": GPU 0 listed twice`,
 		},
 	}
@@ -490,7 +489,7 @@ mig-configs:
       mig-enabled: true
       mig-devices: {}
 `)
-	out, err := UpdateConfig(current, map[string][]planner.GPUTarget{"gpupool-new": {on(0, balanced)}},
+	out, err := UpdateConfig(current, map[string][]mig.GPUTarget{"gpupool-new": {on(0, balanced)}},
 		[]string{"rtx-gfx", "all-1g.10gb"}, defaults)
 	if err != nil {
 		t.Fatalf("UpdateConfig: %v", err)
@@ -517,9 +516,31 @@ mig-configs:
 	if _, ok := got.MIGConfigs["gpupool-new"]; !ok {
 		t.Errorf("gpupool-new missing:\n%s", out)
 	}
-	again, err := UpdateConfig(out, map[string][]planner.GPUTarget{"gpupool-new": {on(0, balanced)}},
+	again, err := UpdateConfig(out, map[string][]mig.GPUTarget{"gpupool-new": {on(0, balanced)}},
 		[]string{"rtx-gfx", "all-1g.10gb"}, defaults)
 	if err != nil || string(again) != string(out) {
 		t.Errorf("second update differs: %v\n%s\nthen\n%s", err, out, again)
+	}
+}
+
+// TestEntryNames guards gpupool's entry names: derived from what they name, so the same layout
+// (or plan and layout) always gets the same name, written in the form the RepartitionPlan CRD
+// admits; the pinned values guard that names already on nodes keep their meaning.
+func TestEntryNames(t *testing.T) {
+	name := MIGConfigName([]mig.GPUTarget{on(0, mig.Layout{"1g.18gb": 7}), off(1)})
+	if name != "gpupool-bd539ec618" {
+		t.Errorf("MIGConfigName = %q, want gpupool-bd539ec618", name)
+	}
+	if a, b := MIGConfigName([]mig.GPUTarget{on(0, mig.Layout{"1g.18gb": 7})}), MIGConfigName([]mig.GPUTarget{on(0, mig.Layout{"3g.71gb": 2})}); a == b {
+		t.Errorf("two layouts share the entry %s", a)
+	}
+	if a, b := MIGConfigName([]mig.GPUTarget{on(0, nil)}), MIGConfigName([]mig.GPUTarget{off(0)}); a == b {
+		t.Errorf("MIG on with no instance shares the entry %s with MIG off", a)
+	}
+	if got := PlanEntryName("gpupool-0123456789", "pool-a-20261129-a0a0a0a0"); got != "gpupool-437ad252ad" {
+		t.Errorf("PlanEntryName = %q, want gpupool-437ad252ad", got)
+	}
+	if PlanEntryName("gpupool-0123456789", "plan-a") == PlanEntryName("gpupool-0123456789", "plan-b") {
+		t.Errorf("two plans share an entry for one layout")
 	}
 }

@@ -252,7 +252,7 @@ func (p *planState) steps(chosen map[*nodeInfo]*proposal, res *Result) ([]Step, 
 					step.Evictions = append(step.Evictions, Eviction{Pod: pod.Key, UID: pod.UID, Reason: reason, Landing: landing})
 				}
 			}
-			step.Target = append(step.Target, GPUTarget{Index: gi.gpu.Index, MIGEnabled: enabled, Layout: to})
+			step.Target = append(step.Target, mig.GPUTarget{Index: gi.gpu.Index, MIGEnabled: enabled, Layout: to})
 		}
 		slices.SortFunc(step.Evictions, func(a, b Eviction) int {
 			return cmp.Or(cmp.Compare(a.Pod.Namespace, b.Pod.Namespace), cmp.Compare(a.Pod.Name, b.Pod.Name))

@@ -10,6 +10,7 @@ import (
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/planner"
 )
 
@@ -329,7 +330,7 @@ func TestRepartitionPlanObject(t *testing.T) {
 	g.Expect(plan.Spec.Disruptive).To(BeTrue())
 	g.Expect(plan.Spec.Steps).To(HaveLen(1))
 	step := plan.Spec.Steps[0]
-	g.Expect(step.MIGConfigName).To(Equal(planner.MIGConfigName(res.Steps[0].Target)))
+	g.Expect(step.MIGConfigName).To(Equal(nvidia.MIGConfigName(res.Steps[0].Target)))
 	g.Expect(step.Evictions).To(HaveLen(1))
 	g.Expect(step.GPUs[0].From).To(Equal(v1alpha1.ProfileCounts{"1g.18gb": 7}))
 	g.Expect(plan.Spec.Expected.Pods).To(ConsistOf(v1alpha1.PodReference{Namespace: "team", Name: "trainer"}))
@@ -342,10 +343,6 @@ func TestRepartitionPlanObject(t *testing.T) {
 		plan(pol).RepartitionPlan(pol, now)
 	g.Expect(again.Spec).To(Equal(plan.Spec), "same input, same plan and hash")
 
-	g.Expect(planner.MIGConfigName([]planner.GPUTarget{{MIGEnabled: true, Layout: mig.Layout{"1g.18gb": 7}}})).
-		NotTo(Equal(planner.MIGConfigName([]planner.GPUTarget{{MIGEnabled: true, Layout: mig.Layout{"3g.71gb": 2}}})))
-	g.Expect(planner.MIGConfigName([]planner.GPUTarget{{MIGEnabled: true}})).
-		NotTo(Equal(planner.MIGConfigName([]planner.GPUTarget{{MIGEnabled: false}})), "MIG on with no instance is not MIG off")
 	g.Expect((&planner.Result{}).RepartitionPlan(pol, now)).To(BeNil())
 }
 

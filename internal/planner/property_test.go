@@ -16,6 +16,7 @@ import (
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/planner"
 )
 
@@ -254,7 +255,7 @@ func checkOrder(pc *planCheck, res *planner.Result) {
 
 // checkTarget checks that a changed GPU's target is one the catalog allows and the product can
 // place.
-func checkTarget(pc *planCheck, s *scenario, w *world, node string, tg planner.GPUTarget) {
+func checkTarget(pc *planCheck, s *scenario, w *world, node string, tg mig.GPUTarget) {
 	if !tg.MIGEnabled {
 		if len(tg.Layout.Names()) > 0 {
 			pc.fail("%s GPU %d: MIG off with instances %q", node, tg.Index, tg.Layout)

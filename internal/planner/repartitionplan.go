@@ -1,8 +1,6 @@
 package planner
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,29 +11,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // LabelPolicy on a RepartitionPlan names its policy, so plans of one pool list with a selector.
 const LabelPolicy = "gpupool.io/policy"
-
-// MIGConfigName is the immutable mig-parted config entry for a node's complete layout. The name
-// is derived from the layout itself: mig-manager never re-applies an edited entry, so a new
-// layout must get a new name, and the same layout always gets the same one.
-func MIGConfigName(target []GPUTarget) string {
-	h := sha256.New()
-	for _, g := range target {
-		fmt.Fprintf(h, "%d:%t=%s;", g.Index, g.MIGEnabled, g.Layout.String())
-	}
-	return "gpupool-" + hex.EncodeToString(h.Sum(nil))[:10]
-}
-
-// PlanEntryName is the mig-parted entry name a plan uses for a layout: derived from the
-// layout's name and the plan's, so that two plans never share an entry and a retry of the same
-// layout makes mig-manager apply it again.
-func PlanEntryName(layoutName, plan string) string {
-	sum := sha256.Sum256([]byte(layoutName + "/" + plan))
-	return "gpupool-" + hex.EncodeToString(sum[:])[:10]
-}
 
 // RepartitionPlan renders the result as the RepartitionPlan the controller creates for the
 // policy, owned by it; nil when the result changes nothing.
@@ -47,7 +27,7 @@ func (r *Result) RepartitionPlan(policy *v1alpha1.GPUPoolPolicy, now time.Time) 
 	for _, s := range r.Steps {
 		step := v1alpha1.NodeStep{
 			Node:          s.Node,
-			MIGConfigName: MIGConfigName(s.Target),
+			MIGConfigName: nvidia.MIGConfigName(s.Target),
 			GPUs:          []v1alpha1.GPUChange{},
 			Disruptive:    len(s.Evictions) > 0,
 			WaitsFor:      slices.Clone(s.WaitsFor),
@@ -55,7 +35,7 @@ func (r *Result) RepartitionPlan(policy *v1alpha1.GPUPoolPolicy, now time.Time) 
 		if s.Sharing != nil {
 			setting := *s.Sharing
 			step.SharingConfig = &setting
-			step.SharingConfigName = SharingConfigName(setting)
+			step.SharingConfigName = nvidia.DevicePluginConfigName(setting)
 		}
 		for _, g := range s.GPUs {
 			step.GPUs = append(step.GPUs, v1alpha1.GPUChange{Index: int32(g.Index), From: counts(g.From), To: counts(g.To)})

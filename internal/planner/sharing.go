@@ -3,13 +3,13 @@ package planner
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // Sharing is planned per node, because NVIDIA's device plugin applies one sharing setting to
@@ -20,47 +20,6 @@ import (
 // profile as fit, shared by time-slicing (the device plugin refuses MPS on MIG devices).
 // Only idle nodes are converted: a node whose GPUs run pods is never changed for sharing, so
 // sharing never evicts, and no running shared pod is disturbed by a change of replicas.
-
-// Keys of device-plugin configs gpupool writes: the key names the setting, so a key can never
-// come to mean another setting.
-const (
-	// SharingNoneConfigName is the key of exclusive devices.
-	SharingNoneConfigName = "gpupool-none"
-	sharingTSPrefix       = "gpupool-ts-"
-	sharingMPSPrefix      = "gpupool-mps-"
-)
-
-// SharingConfigName is the immutable device-plugin config key of a sharing setting:
-// gpupool-none, gpupool-ts-<replicas> or gpupool-mps-<replicas>.
-func SharingConfigName(s v1alpha1.SharingConfig) string {
-	switch s.Mode {
-	case v1alpha1.SharingTimeSlicing:
-		return sharingTSPrefix + strconv.Itoa(int(s.Replicas))
-	case v1alpha1.SharingMPS:
-		return sharingMPSPrefix + strconv.Itoa(int(s.Replicas))
-	}
-	return SharingNoneConfigName
-}
-
-// ParseSharingConfigName reads a key SharingConfigName wrote; false for any other key.
-func ParseSharingConfigName(name string) (v1alpha1.SharingConfig, bool) {
-	if name == SharingNoneConfigName {
-		return v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}, true
-	}
-	for _, m := range []struct {
-		prefix string
-		mode   v1alpha1.SharingMode
-	}{{sharingTSPrefix, v1alpha1.SharingTimeSlicing}, {sharingMPSPrefix, v1alpha1.SharingMPS}} {
-		if rest, ok := strings.CutPrefix(name, m.prefix); ok {
-			n, err := strconv.Atoi(rest)
-			if err != nil || n < 2 || n > 256 || strconv.Itoa(n) != rest {
-				return v1alpha1.SharingConfig{}, false
-			}
-			return v1alpha1.SharingConfig{Mode: m.mode, Replicas: int32(n)}, true
-		}
-	}
-	return v1alpha1.SharingConfig{}, false
-}
 
 // shareProposal is a node the sharing pass converts.
 type shareProposal struct {
@@ -211,7 +170,7 @@ func timeSlicingChoices(ni *nodeInfo) []v1alpha1.SharingConfig {
 // sharesNow says whether the device plugin advertises shared replicas on the node now.
 func sharesNow(ni *nodeInfo) bool {
 	for name, q := range ni.node.Allocatable {
-		if strings.HasSuffix(string(name), ".shared") && !q.IsZero() {
+		if strings.HasSuffix(string(name), nvidia.SharedSuffix) && !q.IsZero() {
 			return true
 		}
 	}
@@ -313,7 +272,7 @@ func (p *planState) shareSteps(shares map[*nodeInfo]*shareProposal, res *Result)
 					res.SlicesGained[name] -= n
 				}
 			}
-			step.Target = append(step.Target, GPUTarget{Index: gi.gpu.Index, MIGEnabled: enabled, Layout: to})
+			step.Target = append(step.Target, mig.GPUTarget{Index: gi.gpu.Index, MIGEnabled: enabled, Layout: to})
 		}
 		for name, n := range res.SlicesGained {
 			if n == 0 {

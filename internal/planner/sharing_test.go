@@ -120,23 +120,8 @@ func TestSharingOfMIGDevicesCarvesTheProfileAndTimeSlicesIt(t *testing.T) {
 	step := res.Steps[0]
 	g.Expect(step.Sharing).To(Equal(&v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 2}),
 		"two 3g instances x 2 replicas serve 3 pods")
-	g.Expect(step.Target).To(ConsistOf(planner.GPUTarget{Index: 0, MIGEnabled: true, Layout: mig.Layout{"3g.71gb": 2}}))
+	g.Expect(step.Target).To(ConsistOf(mig.GPUTarget{Index: 0, MIGEnabled: true, Layout: mig.Layout{"3g.71gb": 2}}))
 	g.Expect(step.GPUs).To(HaveLen(1))
-}
-
-// TestSharingConfigNamesRoundTrip guards that a config key alone says its setting.
-func TestSharingConfigNamesRoundTrip(t *testing.T) {
-	g := NewWithT(t)
-	for _, s := range []v1alpha1.SharingConfig{{Mode: v1alpha1.SharingNone}, {Mode: v1alpha1.SharingTimeSlicing, Replicas: 2},
-		{Mode: v1alpha1.SharingMPS, Replicas: 48}} {
-		back, ok := planner.ParseSharingConfigName(planner.SharingConfigName(s))
-		g.Expect(ok).To(BeTrue())
-		g.Expect(back).To(Equal(s))
-	}
-	for _, bad := range []string{"gpupool-ts-1", "gpupool-mps-007", "gpupool-ts-", "all-disabled"} {
-		_, ok := planner.ParseSharingConfigName(bad)
-		g.Expect(ok).To(BeFalse(), bad)
-	}
 }
 
 // TestSharingProperties guards, on random pools, the rules the device plugin imposes and the

@@ -119,7 +119,7 @@ type Step struct {
 	GPUs []GPUChange
 	// Target is the node's complete target, every GPU by index, changed or not, because a
 	// mig-parted config entry describes the whole node.
-	Target []GPUTarget
+	Target []mig.GPUTarget
 	// Evictions are the pods that must leave the node first.
 	Evictions []Eviction
 	// Sharing is the node's new device-plugin sharing setting; nil when it does not change.
@@ -128,14 +128,6 @@ type Step struct {
 	// nodes its evicted pods land on when those change too (their landing is carved first),
 	// and the nodes whose evicted pods land here (they move before this node is cordoned).
 	WaitsFor []string
-}
-
-// GPUTarget is what one GPU should look like once a step is done.
-type GPUTarget struct {
-	Index int
-	// MIGEnabled is false for a GPU that serves whole-GPU pods; Layout is then empty.
-	MIGEnabled bool
-	Layout     mig.Layout
 }
 
 // GPUChange is one GPU's layout change.

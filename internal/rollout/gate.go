@@ -29,6 +29,7 @@ const (
 	ReasonExpired          = "Expired"
 	ReasonPolicyGone       = "PolicyGone"
 	ReasonHashMismatch     = "ApprovalHashMismatch"
+	ReasonSuperseded       = "PlanSuperseded"
 )
 
 // Decision is what the gate decides for a plan that has not started.
@@ -54,6 +55,7 @@ func phaseOf(plan *v1alpha1.RepartitionPlan) v1alpha1.PlanPhase {
 
 // Gate decides whether a plan may start. A plan past the gate (approved, executing or
 // finished) keeps its phase. Before it, in order: a rejection wins over everything; an
+// supersession the policy controller asked for (AnnotationSupersede) comes next; an
 // approval must carry the plan's own hash, so that it can never carry over to another plan;
 // the policy approves plans its mode allows unless planning is paused; an unapproved plan
 // expires after the policy's planTTL; a plan whose policy is gone expires at once.
@@ -68,6 +70,9 @@ func Gate(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy, now ti
 			msg = "rejected: " + reason
 		}
 		return Decision{Phase: v1alpha1.PlanRejected, Reason: ReasonRejected, Message: msg}
+	}
+	if why := annotations[v1alpha1.AnnotationSupersede]; why != "" {
+		return Decision{Phase: v1alpha1.PlanSuperseded, Reason: ReasonSuperseded, Message: why}
 	}
 	if policy == nil {
 		return Decision{Phase: v1alpha1.PlanExpired, Reason: ReasonPolicyGone,

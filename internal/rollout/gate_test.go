@@ -63,6 +63,19 @@ func TestGate(t *testing.T) {
 			policy: policy(v1alpha1.ApprovalAuto, false, 0), phase: v1alpha1.PlanRejected,
 			reason: rollout.ReasonRejected, message: "rejected: training run",
 			invariant: "a human's no is final"},
+		{name: "the policy controller's supersession beats an approval that has not been acted on", plan: plan(true, "", map[string]string{
+			v1alpha1.AnnotationApprove: "1f3e9a7c00000000", v1alpha1.AnnotationSupersede: "superseded by a new plan"}),
+			policy: policy(v1alpha1.ApprovalAuto, false, 0), phase: v1alpha1.PlanSuperseded,
+			reason: rollout.ReasonSuperseded, message: "superseded by a new plan",
+			invariant: "the policy controller asks, the plan controller alone writes the status"},
+		{name: "a rejection beats a supersession", plan: plan(true, "", map[string]string{
+			v1alpha1.AnnotationSupersede: "superseded by a new plan", v1alpha1.AnnotationReject: "no"}),
+			policy: policy(v1alpha1.ApprovalManual, false, 0), phase: v1alpha1.PlanRejected,
+			reason: rollout.ReasonRejected, invariant: "a human's no is recorded as such"},
+		{name: "an approved plan ignores a late supersession", plan: plan(true, v1alpha1.PlanApproved, map[string]string{
+			v1alpha1.AnnotationSupersede: "superseded by a new plan"}),
+			policy: policy(v1alpha1.ApprovalManual, false, 0), phase: v1alpha1.PlanApproved,
+			invariant: "a plan is never superseded once approved"},
 		{name: "Auto approves a disruptive plan", plan: plan(true, "", nil),
 			policy: policy(v1alpha1.ApprovalAuto, false, 0), phase: v1alpha1.PlanApproved,
 			reason: rollout.ReasonApprovedByPolicy, invariant: "Auto needs no human"},

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // MayBeHalfConfigured says why a node that gpupool cordoned, and that no live plan explains
@@ -19,11 +20,10 @@ func MayBeHalfConfigured(node *corev1.Node, gpuNode *v1alpha1.GPUNode) string {
 		// Someone uncordoned it already: a human's decision, not ours to undo.
 		return ""
 	}
-	state := node.Labels[v1alpha1.LabelMIGConfigState]
-	if state == "failed" {
+	if state, _ := nvidia.MIGConfigState(node); state == nvidia.StateFailed {
 		return "mig-manager reported failed for " + node.Labels[v1alpha1.LabelMIGConfig]
 	}
-	relabelled := strings.HasPrefix(node.Labels[v1alpha1.LabelMIGConfig], "gpupool-")
+	relabelled := strings.HasPrefix(node.Labels[v1alpha1.LabelMIGConfig], nvidia.ConfigPrefix)
 	if gpuNode == nil {
 		if !relabelled {
 			// gpupool never relabelled it: its GPUs are as they were.

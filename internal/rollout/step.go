@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // Action is one thing the plan controller does for a node step; a decision lists them in the
@@ -74,7 +75,8 @@ type Observation struct {
 	// LayoutExpected is true when GPUNode.spec.expectedLayout equals the step's target.
 	LayoutExpected bool
 	// MIGConfig and MIGState are the node's nvidia.com/mig.config and .state labels.
-	MIGConfig, MIGState string
+	MIGConfig string
+	MIGState  nvidia.State
 	// Verified is the GPUNode's LayoutVerified status for the current spec generation.
 	Verified metav1.ConditionStatus
 	// VerifyMessage is that condition's message (it lists the differences).
@@ -199,7 +201,7 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 			}
 			return stay(cur, "relabelled "+v1alpha1.LabelMIGConfig+"="+step.MIGConfigName, slowLook, ActionRelabel)
 		}
-		if obs.MIGState == "rebooting" && cur.RebootSeenTime == nil {
+		if obs.MIGState == nvidia.StateRebooting && cur.RebootSeenTime == nil {
 			cur.RebootSeenTime = &metav1.Time{Time: now}
 		}
 		rebooted := cur.RebootSeenTime != nil
@@ -207,19 +209,19 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 			// A report from before the reboot says nothing about the GPUs now: judge nothing on
 			// it, neither success nor a whole layout. The wait is bounded by the timeout below.
 			obs.GPUsWhole, obs.Verified = false, ""
-			if obs.MIGState == "success" {
+			if obs.MIGState == nvidia.StateSuccess {
 				return stay(cur, "mig-manager applied "+step.MIGConfigName+" after a reboot; waiting for the agent's first report since",
 					slowLook)
 			}
 		}
 		switch obs.MIGState {
-		case "success":
+		case nvidia.StateSuccess:
 			return move(cur, v1alpha1.NodeVerifying, now, "mig-manager applied "+step.MIGConfigName+"; verifying", quickLook)
-		case "rebooting":
+		case nvidia.StateRebooting:
 			if now.Sub(since) < t.Propagation+t.Configure {
 				return stay(cur, "mig-manager is rebooting "+step.Node+" to apply "+step.MIGConfigName, slowLook)
 			}
-		case "failed":
+		case nvidia.StateFailed:
 			return failTouched(cur, now, "mig-manager reported failed for "+step.MIGConfigName+
 				": check the nvidia-mig-manager pod's log on "+step.Node, obs, t)
 		}

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/rollout"
 )
 
@@ -75,7 +76,7 @@ func withPods(o rollout.Observation, n int, msg string) rollout.Observation {
 	return o
 }
 
-func configured(o rollout.Observation, label, state string) rollout.Observation {
+func configured(o rollout.Observation, label string, state nvidia.State) rollout.Observation {
 	o.ConfigWritten, o.LayoutExpected, o.MIGConfig, o.MIGState = true, true, label, state
 	return o
 }

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // Reasons a plan is refused before it may touch any node: it is not a plan the manager made
@@ -66,7 +67,7 @@ func Authenticate(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy
 			return Refusal{ReasonMissingPodUID, fmt.Sprintf("the eviction of pod %s/%s on node %s names no pod UID, so it "+
 				"could evict a pod the planner never saw", e.Namespace, e.Name, step.Node)}
 		}
-		if !ownConfigName(step.MIGConfigName, "gpupool-") || (step.SharingConfigName != "" && !ownConfigName(step.SharingConfigName, "gpupool-")) {
+		if !ownConfigName(step.MIGConfigName) || (step.SharingConfigName != "" && !ownConfigName(step.SharingConfigName)) {
 			return Refusal{ReasonForeignConfigName, fmt.Sprintf("the step on node %s names config %q/%q, which is not one of "+
 				"gpupool's own entries", step.Node, step.MIGConfigName, step.SharingConfigName)}
 		}
@@ -127,8 +128,10 @@ func orderProblem(steps []v1alpha1.NodeStep, inPool func(string) bool) string {
 	return ""
 }
 
-func ownConfigName(name, prefix string) bool {
-	return strings.HasPrefix(name, prefix) && len(name) > len(prefix)
+// ownConfigName says whether name is one of gpupool's own mig-parted entries or device-plugin
+// keys: a plan may only ask NVIDIA's components to apply what gpupool wrote.
+func ownConfigName(name string) bool {
+	return strings.HasPrefix(name, nvidia.ConfigPrefix) && len(name) > len(nvidia.ConfigPrefix)
 }
 
 // Approved says whether the plan's approval holds now: its gpupool.io/approve annotation

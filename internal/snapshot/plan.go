@@ -7,18 +7,13 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
-	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/planner"
+	"github.com/gpupool/gpupool/internal/pool"
 )
-
-// DefaultMinPendingAge is the CRD's default for spec.planning.minPendingAge; the offline reader
-// applies it because no API server defaulted the saved policy.
-const DefaultMinPendingAge = 30 * time.Second
 
 // Options choose what to plan.
 type Options struct {
@@ -106,17 +101,13 @@ func (s *Snapshot) Plan(opts Options) (*Report, error) {
 			return nil, &Error{Message: fmt.Sprintf("no GPUPoolPolicy named %q in the input (it has %s)", opts.Policy, strings.Join(names, ", "))}
 		}
 	}
-	selectedBy, err := s.selectedBy(policies)
-	if err != nil {
-		return nil, err
-	}
 
 	rep := &Report{Now: opts.Now, StrandedBefore: map[string]int{}, StrandedAfter: map[string]int{}}
 	for _, p := range policies {
 		if opts.Policy != "" && p.Name != opts.Policy {
 			continue
 		}
-		pr, err := s.planPolicy(p, selectedBy, opts.Now)
+		pr, err := s.planPolicy(p, opts.Now)
 		if err != nil {
 			return nil, err
 		}
@@ -132,56 +123,29 @@ func (s *Snapshot) Plan(opts Options) (*Report, error) {
 	return rep, nil
 }
 
-// selectedBy lists, per node, the policies whose nodeSelector picks it.
-func (s *Snapshot) selectedBy(policies []*v1alpha1.GPUPoolPolicy) (map[string][]string, error) {
-	out := map[string][]string{}
-	for _, p := range policies {
-		sel, err := p.Spec.NodeSelector.AsSelector()
-		if err != nil {
-			return nil, &Error{Object: "GPUPoolPolicy " + p.Name, Field: "spec.nodeSelector", Message: err.Error()}
-		}
-		for i := range s.Nodes {
-			n := &s.Nodes[i]
-			if sel.Matches(labels.Set(n.Labels)) {
-				out[n.Name] = append(out[n.Name], p.Name)
-			}
-		}
+// planPolicy plans one policy as the controller does (pool.NewPass assembles the same input),
+// except that pending pods no node of the pool may host are kept so that the planner explains
+// them: the report says why every pending pod waits, not only the pool's own.
+func (s *Snapshot) planPolicy(p *v1alpha1.GPUPoolPolicy, now time.Time) (*PolicyReport, error) {
+	cluster := &pool.Cluster{Policies: s.Policies, Nodes: s.Nodes, GPUNodes: s.GPUNodes, Pods: s.Pods, PDBs: s.PDBs, Plans: s.Plans}
+	pass, err := pool.NewPass(p, cluster, now, pool.Options{KeepUnplaceable: true})
+	if err != nil {
+		return nil, &Error{Object: "GPUPoolPolicy " + p.Name, Field: "spec.nodeSelector", Message: err.Error()}
 	}
-	return out, nil
-}
-
-func (s *Snapshot) planPolicy(p *v1alpha1.GPUPoolPolicy, selectedBy map[string][]string, now time.Time) (*PolicyReport, error) {
-	frozen := map[string]string{}
-	for node, names := range selectedBy {
-		if len(names) < 2 || !slices.Contains(names, p.Name) {
-			continue
-		}
-		others := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == p.Name })
-		frozen[node] = "also selected by policy " + strings.Join(others, ", ")
-	}
-	snap := inventory.Build(s.Nodes, s.GPUNodes, s.Pods, s.PDBs, inventory.Options{
-		Now:            now,
-		EvictEmptyDir:  p.Spec.Disruption.EvictEmptyDir,
-		EvictUnmanaged: p.Spec.Disruption.EvictUnmanaged,
-	})
-	minAge := DefaultMinPendingAge
-	if d := p.Spec.Planning.MinPendingAge; d != nil {
-		minAge = d.Duration
-	}
-	reqs, skipped := demand.Pending(s.Pods, now, minAge)
 	// As the controller plans: within the size the API server stores.
-	res, err := planner.PlanWithin(planner.Input{Snapshot: snap, Pending: reqs, Policy: p, Frozen: frozen, Now: now})
+	res, err := planner.PlanWithin(pass.Input())
 	if err != nil {
 		return nil, &Error{Object: "GPUPoolPolicy " + p.Name, Message: err.Error()}
 	}
-	pr := &PolicyReport{Policy: p, Result: res, Plan: res.RepartitionPlan(p, now), Frozen: frozen}
+	pr := &PolicyReport{Policy: p, Result: res, Plan: res.RepartitionPlan(p, now), Frozen: pass.Frozen}
 	notInPool := 0
 	for _, u := range res.Unserved {
 		if u.Reason == planner.ReasonNotInPool {
 			notInPool++
 		}
 	}
-	pr.Pending = len(reqs) - notInPool
+	pr.Pending = len(pass.Pending) - notInPool
+	_, skipped := demand.Pending(s.Pods, now, pass.MinPendingAge)
 	bound := map[types.NamespacedName]bool{}
 	for i := range s.Pods {
 		if s.Pods[i].Spec.NodeName != "" {

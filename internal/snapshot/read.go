@@ -40,6 +40,10 @@ type Snapshot struct {
 	GPUNodes []v1alpha1.GPUNode
 	// Policies are the GPUPoolPolicies to plan; Read fails when there is none.
 	Policies []v1alpha1.GPUPoolPolicy
+	// Plans are the RepartitionPlans, whose executing steps and failures freeze nodes and count
+	// against the budgets as the controller counts them. Read leaves it empty (a saved file's
+	// plans are history, not work in flight); the CLI fills it from the live cluster.
+	Plans []v1alpha1.RepartitionPlan
 	// Ignored counts, per kind, the objects of kinds the planner does not read.
 	Ignored map[string]int
 	// Newest is the latest timestamp any object carries, zero when none does; planning at

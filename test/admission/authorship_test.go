@@ -96,6 +96,25 @@ func TestOnlyTheManagerCreatesPlansAndWritesTheirStatus(t *testing.T) {
 	g.Expect(got.Status.Phase).To(BeEmpty(), "the forged phase was not stored")
 
 	g.Expect(forge(as(managerUser))).To(Succeed(), "the manager records a plan's progress")
+
+	// Asking the plan controller to supersede a plan is the manager's too; other annotations
+	// are RBAC's business.
+	annotate := func(c client.Client, key, value string) error {
+		got := &v1.RepartitionPlan{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(plan), got); err != nil {
+			return err
+		}
+		patch := client.MergeFrom(got.DeepCopy())
+		metav1.SetMetaDataAnnotation(&got.ObjectMeta, key, value)
+		return c.Patch(ctx, got, patch)
+	}
+	g.Expect(annotate(as("mallory"), v1.AnnotationSupersede, "because")).To(MatchError(ContainSubstring(
+		"mallory may not set gpupool.io/supersede on RepartitionPlan by-the-manager")))
+	g.Expect(annotate(as("mallory"), "example.com/note", "reviewed")).To(Succeed(), "other annotations are not the policy's business")
+	g.Expect(annotate(as(managerUser), v1.AnnotationSupersede, "superseded by a new plan")).To(Succeed())
+	g.Expect(annotate(as("mallory"), v1.AnnotationSupersede, "something else")).To(MatchError(ContainSubstring("may not set gpupool.io/supersede")),
+		"nor change the manager's")
+	g.Expect(as("mallory").Get(ctx, client.ObjectKeyFromObject(plan), got)).To(Succeed())
 	g.Expect(as("mallory").Delete(ctx, got)).To(Succeed(), "people may still delete a plan to cancel it")
 }
 

@@ -392,10 +392,10 @@ func applyScenario(t *testing.T) (*sim, *planner.Result, map[string]int) {
 	ones := mig.Layout{s.profile[1]: 7}
 	balanced := mig.Layout{s.profile[1]: 2, s.profile[2]: 1, s.profile[3]: 1}
 	evicting := planner.Step{Node: "n0", GPUs: []planner.GPUChange{{Index: 0, From: balanced, To: seven}},
-		Target:    []planner.GPUTarget{{Index: 0, MIGEnabled: true, Layout: seven}},
+		Target:    []mig.GPUTarget{{Index: 0, MIGEnabled: true, Layout: seven}},
 		Evictions: []planner.Eviction{{Pod: types.NamespacedName{Namespace: namespace, Name: "mover"}}}}
 	carving := planner.Step{Node: "n1", GPUs: []planner.GPUChange{{Index: 0, From: balanced, To: ones}},
-		Target: []planner.GPUTarget{{Index: 0, MIGEnabled: true, Layout: ones}}}
+		Target: []mig.GPUTarget{{Index: 0, MIGEnabled: true, Layout: ones}}}
 	return s, &planner.Result{Steps: []planner.Step{carving, evicting}}, idx
 }
 

@@ -1,0 +1,228 @@
+package pool
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/planner"
+)
+
+// Defaults of spec.planning, as the CRD markers default them; objects that no API server
+// defaulted (a saved snapshot, an old object) read the same values here.
+const (
+	DefaultMinPendingAge       = 30 * time.Second
+	DefaultStabilizationWindow = 2 * time.Minute
+)
+
+// Cluster is everything one planning pass reads: the controller lists it from its cache, the
+// CLI from the API server or a saved snapshot, so that what-if and controller cannot disagree.
+type Cluster struct {
+	Policies []v1alpha1.GPUPoolPolicy
+	Nodes    []corev1.Node
+	GPUNodes []v1alpha1.GPUNode
+	Pods     []corev1.Pod
+	PDBs     []policyv1.PodDisruptionBudget
+	Plans    []v1alpha1.RepartitionPlan
+	// Heartbeats are, per node, when its agent last renewed its Lease; nil when unknown.
+	Heartbeats map[string]time.Time
+}
+
+// Options are the manager's settings that shape a pass.
+type Options struct {
+	// MaxReportAge is how old an agent's heartbeat may be before its node is left out; zero
+	// keeps every report (a saved snapshot is judged as of its own time).
+	MaxReportAge time.Duration
+	// KeepUnplaceable keeps pending pods that no node of the pool may host, so that the
+	// planner explains them (NotInPool); the controller leaves them to their own pool.
+	KeepUnplaceable bool
+}
+
+// InFlight counts the pool's nodes that executing plans are changing now, by budget.
+type InFlight struct {
+	Disrupting, Reconfiguring int
+}
+
+// Pass is one policy's planning pass: what the planner is given and what it was built from.
+type Pass struct {
+	Policy   *v1alpha1.GPUPoolPolicy
+	Selector labels.Selector
+	Snapshot *inventory.Snapshot
+	// Pending are the pending GPU pods past minPendingAge that the pool could host.
+	Pending []demand.Request
+	// Conflicts are the pool's nodes another policy selects too, with that policy's name.
+	Conflicts map[string]string
+	// Frozen are the nodes the planner must leave alone now, with why.
+	Frozen   map[string]string
+	InFlight InFlight
+	// Own are the plans the policy controls, newest first.
+	Own           []v1alpha1.RepartitionPlan
+	MinPendingAge time.Duration
+	Window        time.Duration
+	Now           time.Time
+}
+
+// NewPass assembles a policy's pass over the cluster at now. The policy's nodeSelector must
+// parse (Problems reports it when it does not).
+func NewPass(policy *v1alpha1.GPUPoolPolicy, c *Cluster, now time.Time, opts Options) (*Pass, error) {
+	selector, err := policy.Spec.NodeSelector.AsSelector()
+	if err != nil {
+		return nil, fmt.Errorf("spec.nodeSelector: %w", err)
+	}
+	p := &Pass{Policy: policy, Selector: selector, Now: now,
+		MinPendingAge: DurationOr(policy.Spec.Planning.MinPendingAge, DefaultMinPendingAge),
+		Window:        DurationOr(policy.Spec.Planning.StabilizationWindow, DefaultStabilizationWindow)}
+	p.Conflicts = conflictingNodes(policy, selector, c)
+	p.Frozen, p.InFlight = frozenNodes(policy, c, p.Conflicts, p.Window, now)
+	p.Snapshot = inventory.Build(c.Nodes, c.GPUNodes, c.Pods, c.PDBs, inventory.Options{
+		Now: now, MaxReportAge: opts.MaxReportAge, Heartbeats: c.Heartbeats,
+		EvictEmptyDir: policy.Spec.Disruption.EvictEmptyDir, EvictUnmanaged: policy.Spec.Disruption.EvictUnmanaged,
+	})
+	p.Pending, _ = demand.Pending(c.Pods, now, p.MinPendingAge)
+	if !opts.KeepUnplaceable {
+		p.Pending = placeable(p.Pending, selector, c.Nodes)
+	}
+	p.Own = OwnPlans(policy, c.Plans)
+	return p, nil
+}
+
+// Input is the planner's input for the pass.
+func (p *Pass) Input() planner.Input {
+	return planner.Input{Snapshot: p.Snapshot, Pending: p.Pending, Policy: p.Policy, Frozen: p.Frozen,
+		InFlightDisrupting: p.InFlight.Disrupting, InFlightReconfiguring: p.InFlight.Reconfiguring,
+		EvictionsPaused: EvictionsPaused(p.Policy, p.Own, p.Now), Now: p.Now}
+}
+
+// DurationOr is the duration, or def when it is unset. Zero is a value, not "unset":
+// minPendingAge: 0s plans at once. The API server bounds every duration (see
+// v1alpha1.GPUPoolPolicySpec.Durations), and Problems stops planning for a stored policy whose
+// durations are out of bounds.
+func DurationOr(d *metav1.Duration, def time.Duration) time.Duration {
+	if d == nil {
+		return def
+	}
+	return d.Duration
+}
+
+// OwnPlans are the plans the policy controls, newest first. A plan that only names the policy
+// in spec.policy is someone else's: the plan controller refuses it, and planning ignores it.
+func OwnPlans(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan) []v1alpha1.RepartitionPlan {
+	var out []v1alpha1.RepartitionPlan
+	for _, p := range plans {
+		if p.Spec.Policy == policy.Name && metav1.IsControlledBy(&p, policy) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b v1alpha1.RepartitionPlan) int {
+		return cmp.Or(b.CreationTimestamp.Compare(a.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// conflictingNodes are the pool's nodes another policy selects too, with that policy's name.
+func conflictingNodes(policy *v1alpha1.GPUPoolPolicy, selector labels.Selector, c *Cluster) map[string]string {
+	out := map[string]string{}
+	for _, other := range c.Policies {
+		if other.Name == policy.Name {
+			continue
+		}
+		sel, err := other.Spec.NodeSelector.AsSelector()
+		if err != nil || sel.Empty() {
+			continue
+		}
+		for _, n := range c.Nodes {
+			set := labels.Set(n.Labels)
+			if selector.Matches(set) && sel.Matches(set) {
+				out[n.Name] = other.Name
+			}
+		}
+	}
+	return out
+}
+
+// ConflictMessage is the Conflict condition's message: the nodes two policies select.
+func ConflictMessage(conflicts map[string]string) string {
+	names := make([]string, 0, len(conflicts))
+	for n, p := range conflicts {
+		names = append(names, n+" (also policy "+p+")")
+	}
+	slices.Sort(names)
+	if len(names) > 5 {
+		names = append(names[:5], fmt.Sprintf("and %d more", len(names)-5))
+	}
+	return "nodes selected by two policies are left alone by both: " + strings.Join(names, ", ")
+}
+
+// frozenNodes are the nodes the planner must not change now, and how many of the pool's
+// nodes executing plans are changing.
+func frozenNodes(policy *v1alpha1.GPUPoolPolicy, c *Cluster, conflicts map[string]string, window time.Duration,
+	now time.Time) (map[string]string, InFlight) {
+	frozen := map[string]string{}
+	for n, other := range conflicts {
+		frozen[n] = "also selected by policy " + other
+	}
+	var flying InFlight
+	for _, p := range c.Plans {
+		for _, step := range p.Spec.Steps {
+			// A node whose step failed waits, longer after each failure, before it is planned
+			// again: a node mig-manager cannot configure is not drained again and again.
+			if until, failures := FailureBackoff(c.Plans, step.Node, window, now); !until.IsZero() {
+				frozen[step.Node] = fmt.Sprintf("its reconfiguration failed %d time(s) in the last day; next try after %s",
+					failures, until.UTC().Format(time.RFC3339))
+			}
+		}
+	}
+	for _, p := range c.Plans {
+		running := p.Status.Phase == v1alpha1.PlanApproved || p.Status.Phase == v1alpha1.PlanExecuting
+		for _, step := range p.Spec.Steps {
+			var st *v1alpha1.NodeStepStatus
+			for i := range p.Status.Nodes {
+				if p.Status.Nodes[i].Node == step.Node {
+					st = &p.Status.Nodes[i]
+				}
+			}
+			switch {
+			case running && (st == nil || (st.State != v1alpha1.NodeDone && st.State != v1alpha1.NodeFailed)):
+				frozen[step.Node] = "plan " + p.Name + " is changing it"
+				if p.Spec.Policy == policy.Name && step.Disruptive {
+					flying.Disrupting++
+				} else if p.Spec.Policy == policy.Name {
+					flying.Reconfiguring++
+				}
+			case st != nil && st.State == v1alpha1.NodeDone && st.LastTransitionTime != nil &&
+				now.Sub(st.LastTransitionTime.Time) < window:
+				frozen[step.Node] = fmt.Sprintf("changed by plan %s %s ago, within the stabilization window %s",
+					p.Name, now.Sub(st.LastTransitionTime.Time).Round(time.Second), window)
+			}
+		}
+	}
+	return frozen, flying
+}
+
+// placeable keeps the pending pods that could run on some node of the pool: demand elsewhere
+// is another policy's (or nobody's) business.
+func placeable(reqs []demand.Request, selector labels.Selector, nodes []corev1.Node) []demand.Request {
+	var out []demand.Request
+	for _, r := range reqs {
+		for i := range nodes {
+			if !selector.Matches(labels.Set(nodes[i].Labels)) {
+				continue
+			}
+			if ok, _ := r.Matches(&nodes[i]); ok {
+				out = append(out, r)
+				break
+			}
+		}
+	}
+	return out
+}
