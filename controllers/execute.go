@@ -379,25 +379,15 @@ func gpusWhole(step v1alpha1.NodeStep, gpuNode *v1alpha1.GPUNode) bool {
 		if g.Error != "" || (g.MIGMode != nil && g.MIGMode.Pending != "" && g.MIGMode.Pending != g.MIGMode.Current) {
 			return false
 		}
-		have := v1alpha1.ProfileCounts{}
+		have := mig.Layout{}
 		for _, in := range g.Instances {
 			have[in.Profile]++
 		}
-		if !maps.Equal(have, nonZero(change.From)) && !maps.Equal(have, nonZero(change.To)) {
+		if !have.Equal(mig.LayoutOf(change.From)) && !have.Equal(mig.LayoutOf(change.To)) {
 			return false
 		}
 	}
 	return true
-}
-
-func nonZero(c v1alpha1.ProfileCounts) v1alpha1.ProfileCounts {
-	out := v1alpha1.ProfileCounts{}
-	for p, n := range c {
-		if n > 0 {
-			out[p] = n
-		}
-	}
-	return out
 }
 
 // targetsOf is the node's complete target: the step's new layouts for the GPUs it changes,

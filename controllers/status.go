@@ -54,7 +54,7 @@ func poolStatus(policy *v1alpha1.GPUPoolPolicy, selector labels.Selector, snap *
 			continue
 		}
 		ps.Stranded = int32(n)
-		st.Pool.StrandedSlices += int32(n * computeSlices(profile))
+		st.Pool.StrandedSlices += int32(n * mig.ComputeSlices(profile))
 	}
 	for _, ps := range slicesByProfile {
 		st.Pool.Slices = append(st.Pool.Slices, *ps)
@@ -84,17 +84,6 @@ func productName(g *inventory.GPU) string {
 		return g.Product.Name
 	}
 	return g.ProductName
-}
-
-func computeSlices(profile string) int {
-	n := 0
-	for _, r := range profile {
-		if r < '0' || r > '9' {
-			break
-		}
-		n = n*10 + int(r-'0')
-	}
-	return max(n, 1)
 }
 
 // firstAsking is the first pending pod asking for the shape's resource; its constraints stand

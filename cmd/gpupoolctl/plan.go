@@ -389,11 +389,7 @@ func layoutText(c v1alpha1.ProfileCounts) string {
 	if len(c) == 0 {
 		return "(MIG off)"
 	}
-	l := mig.Layout{}
-	for k, v := range c {
-		l[k] = int(v)
-	}
-	return l.String()
+	return mig.LayoutOf(c).String()
 }
 
 func writeStranded(ew *errWriter, res *planner.Result) {

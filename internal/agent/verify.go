@@ -103,12 +103,7 @@ func VerifyLayout(expected []v1alpha1.GPULayout, actual []v1alpha1.GPUStatus) me
 // gpuDifference describes how one GPU differs from its expected layout, or
 // returns "" when it matches.
 func gpuDifference(e v1alpha1.GPULayout, g *v1alpha1.GPUStatus) string {
-	wantLayout := mig.Layout{}
-	for name, n := range e.Profiles {
-		if n != 0 {
-			wantLayout[name] += int(n)
-		}
-	}
+	wantLayout := mig.LayoutOf(e.Profiles)
 	mode := MIGDisabled
 	pending := ""
 	if g.MIGMode != nil {

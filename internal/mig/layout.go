@@ -78,6 +78,42 @@ func CompareProfileNames(a, b string) int {
 	return strings.Compare(a, b)
 }
 
+// ComputeSlices reads the compute slices from a profile name ("3g.71gb" -> 3); a name that
+// does not start with a count counts as 1, so that no profile is free.
+func ComputeSlices(profile string) int {
+	c, _, ok := leadingInt(profile)
+	if !ok {
+		return 1
+	}
+	return max(c, 1)
+}
+
+// LayoutOf reads a layout as the API carries it (v1alpha1.ProfileCounts, a map[string]int32).
+func LayoutOf(counts map[string]int32) Layout {
+	out := make(Layout, len(counts))
+	for n, c := range counts {
+		if c != 0 {
+			out[n] = int(c)
+		}
+	}
+	return out
+}
+
+// Counts is the layout as the API carries it, zero counts dropped; nil for a nil or empty
+// layout, so that an empty from/to is left out of the JSON.
+func (l Layout) Counts() map[string]int32 {
+	if len(l) == 0 {
+		return nil
+	}
+	out := make(map[string]int32, len(l))
+	for n, c := range l {
+		if c != 0 {
+			out[n] = int32(c)
+		}
+	}
+	return out
+}
+
 // Names returns the profiles with a non-zero count, in CompareProfileNames order.
 func (l Layout) Names() []string {
 	out := make([]string, 0, len(l))

@@ -188,3 +188,26 @@ func FuzzParseLayout(f *testing.F) {
 		}
 	})
 }
+
+// TestAPIConversions guards the one conversion between the API's counts and Layout: zero
+// counts vanish both ways, an empty layout is nil in the API (left out of the JSON), and the
+// round trip keeps every non-zero count.
+func TestAPIConversions(t *testing.T) {
+	in := map[string]int32{"3g.71gb": 2, "1g.18gb": 0, "1g.18gb+me": 1}
+	l := LayoutOf(in)
+	if !l.Equal(Layout{"3g.71gb": 2, "1g.18gb+me": 1}) || len(l) != 2 {
+		t.Errorf("LayoutOf(%v) = %v", in, l)
+	}
+	back := l.Counts()
+	if len(back) != 2 || back["3g.71gb"] != 2 || back["1g.18gb+me"] != 1 {
+		t.Errorf("Counts() = %v", back)
+	}
+	if Layout(nil).Counts() != nil || (Layout{}).Counts() != nil {
+		t.Error("an empty layout is not nil in the API")
+	}
+	for name, want := range map[string]int{"3g.71gb": 3, "7g.141gb": 7, "1g.18gb+me": 1, "12g.200gb": 12, "gfx": 1, "": 1, "0g.1gb": 1} {
+		if got := ComputeSlices(name); got != want {
+			t.Errorf("ComputeSlices(%q) = %d, want %d", name, got, want)
+		}
+	}
+}

@@ -104,7 +104,7 @@ func groupClasses(reqs []demand.Request, d *dims) []*class {
 				switch g.Kind {
 				case demand.KindMIG:
 					c.mig[g.Profile] += g.Count
-					c.slices += int(g.Count) * computeOf(g.Profile)
+					c.slices += int(g.Count) * mig.ComputeSlices(g.Profile)
 				case demand.KindGPU:
 					c.whole += g.Count
 					c.slices += int(g.Count) * 7
@@ -130,18 +130,6 @@ func groupClasses(reqs []demand.Request, d *dims) []*class {
 		c.id = i
 	}
 	return classes
-}
-
-// computeOf reads the compute slices from a profile name ("3g.71gb" -> 3).
-func computeOf(profile string) int {
-	n := 0
-	for _, r := range profile {
-		if r < '0' || r > '9' {
-			break
-		}
-		n = n*10 + int(r-'0')
-	}
-	return max(n, 1)
 }
 
 // classKey is everything that decides where and how a pod fits. It is built without fmt:

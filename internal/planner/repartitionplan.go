@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
@@ -79,15 +80,4 @@ func (r *Result) RepartitionPlan(policy *v1alpha1.GPUPoolPolicy, now time.Time) 
 	}
 }
 
-func counts(l map[string]int) v1alpha1.ProfileCounts {
-	if len(l) == 0 {
-		return nil
-	}
-	out := make(v1alpha1.ProfileCounts, len(l))
-	for k, v := range l {
-		if v != 0 {
-			out[k] = int32(v)
-		}
-	}
-	return out
-}
+func counts(l map[string]int) v1alpha1.ProfileCounts { return mig.Layout(l).Counts() }

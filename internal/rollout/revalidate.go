@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/mig"
 )
 
 // ReasonStale is the reason of a plan cancelled because the cluster moved on before it started.
@@ -64,7 +65,7 @@ func Revalidate(plan *v1alpha1.RepartitionPlan, f Facts) string {
 			if i < 0 {
 				return fmt.Sprintf("GPU %d of node %s is no longer reported", change.Index, step.Node)
 			}
-			if now := profileCounts(gpus[i]); !sameCounts(now, change.From) {
+			if now := profileCounts(gpus[i]); !mig.LayoutOf(now).Equal(mig.LayoutOf(change.From)) {
 				return fmt.Sprintf("GPU %d of node %s is now %s; the plan was made for %s",
 					change.Index, step.Node, countsString(now), countsString(change.From))
 			}
@@ -187,20 +188,6 @@ func podsOn(g v1alpha1.GPUStatus) []v1alpha1.PodReference {
 		}
 	}
 	return out
-}
-
-func sameCounts(a, b v1alpha1.ProfileCounts) bool {
-	for p, n := range a {
-		if n != 0 && b[p] != n {
-			return false
-		}
-	}
-	for p, n := range b {
-		if n != 0 && a[p] != n {
-			return false
-		}
-	}
-	return true
 }
 
 func countsString(c v1alpha1.ProfileCounts) string {
