@@ -13,10 +13,6 @@ type GPUNodeSpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	ExpectedLayout []GPULayout `json:"expectedLayout,omitempty"`
-
-	// ExpectedSharing is the sharing setting the controller expects on the node.
-	// +optional
-	ExpectedSharing *SharingConfig `json:"expectedSharing,omitempty"`
 }
 
 // GPULayout is the multiset of MIG profiles on one GPU; empty profiles means MIG disabled.

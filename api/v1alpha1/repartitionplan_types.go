@@ -149,18 +149,18 @@ type PlanExpectation struct {
 }
 
 // PlanPhase is where a plan is in its life.
-// +kubebuilder:validation:Enum=AwaitingApproval;Approved;Executing;Succeeded;Failed;RolledBack;Rejected;Expired;Superseded
+// +kubebuilder:validation:Enum=AwaitingApproval;Approved;Executing;Succeeded;Failed;Rejected;Expired;Superseded
 type PlanPhase string
 
-// Plan phases. A plan moves AwaitingApproval -> Approved -> Executing -> Succeeded | Failed |
-// RolledBack, or ends Rejected, Expired or Superseded before it starts.
+// Plan phases. A plan moves AwaitingApproval -> Approved -> Executing -> Succeeded | Failed,
+// or ends Rejected, Expired or Superseded before it starts. (There is no rollback: a failed
+// node is reopened only when its GPUs are whole, or kept cordoned; see keepFailedNodesCordoned.)
 const (
 	PlanAwaitingApproval PlanPhase = "AwaitingApproval"
 	PlanApproved         PlanPhase = "Approved"
 	PlanExecuting        PlanPhase = "Executing"
 	PlanSucceeded        PlanPhase = "Succeeded"
 	PlanFailed           PlanPhase = "Failed"
-	PlanRolledBack       PlanPhase = "RolledBack"
 	PlanRejected         PlanPhase = "Rejected"
 	PlanExpired          PlanPhase = "Expired"
 	PlanSuperseded       PlanPhase = "Superseded"

@@ -230,7 +230,7 @@ func (m *Metrics) ForgetPolicy(policy string) {
 
 // planPhases are every phase a plan can be in, so that a phase it left reads 0, not absent.
 var planPhases = []v1alpha1.PlanPhase{v1alpha1.PlanAwaitingApproval, v1alpha1.PlanApproved, v1alpha1.PlanExecuting,
-	v1alpha1.PlanSucceeded, v1alpha1.PlanFailed, v1alpha1.PlanRolledBack, v1alpha1.PlanRejected,
+	v1alpha1.PlanSucceeded, v1alpha1.PlanFailed, v1alpha1.PlanRejected,
 	v1alpha1.PlanExpired, v1alpha1.PlanSuperseded}
 
 // inFlight are the step states in which gpupool holds a node out of service.

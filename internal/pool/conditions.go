@@ -92,7 +92,7 @@ func LastFailedPlan(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.Repartition
 // Finished reports whether a plan is in an end phase: it changes nothing any more.
 func Finished(phase v1alpha1.PlanPhase) bool {
 	switch phase {
-	case v1alpha1.PlanSucceeded, v1alpha1.PlanFailed, v1alpha1.PlanRolledBack, v1alpha1.PlanRejected,
+	case v1alpha1.PlanSucceeded, v1alpha1.PlanFailed, v1alpha1.PlanRejected,
 		v1alpha1.PlanExpired, v1alpha1.PlanSuperseded:
 		return true
 	}

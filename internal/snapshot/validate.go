@@ -233,11 +233,6 @@ func validateGPUNode(g *v1alpha1.GPUNode) *fieldError {
 		}
 		layouts[l.Index] = true
 	}
-	if s := g.Spec.ExpectedSharing; s != nil {
-		if ferr := validateSharingMode("spec.expectedSharing.mode", s.Mode, false); ferr != nil {
-			return ferr
-		}
-	}
 	indexes := map[int32]bool{}
 	for i, gpu := range g.Status.GPUs {
 		at := fmt.Sprintf("status.gpus[%d]", i)

@@ -256,7 +256,7 @@ func (s *scenario) waitPlan(timeout time.Duration, phases ...v1alpha1.PlanPhase)
 	return found
 }
 
-var finished = []v1alpha1.PlanPhase{v1alpha1.PlanSucceeded, v1alpha1.PlanFailed, v1alpha1.PlanRolledBack,
+var finished = []v1alpha1.PlanPhase{v1alpha1.PlanSucceeded, v1alpha1.PlanFailed,
 	v1alpha1.PlanRejected, v1alpha1.PlanExpired, v1alpha1.PlanSuperseded}
 
 // waitPhase waits until the plan reaches phase, and stops early when it ends in another one.

@@ -53,7 +53,7 @@ func NewCatalog(exported []metrics.Series) Catalog {
 // one of these labels with another value selects nothing, forever, so it is a typo.
 var labelValues = map[string][]string{
 	"phase": {string(v1alpha1.PlanAwaitingApproval), string(v1alpha1.PlanApproved), string(v1alpha1.PlanExecuting),
-		string(v1alpha1.PlanSucceeded), string(v1alpha1.PlanFailed), string(v1alpha1.PlanRolledBack),
+		string(v1alpha1.PlanSucceeded), string(v1alpha1.PlanFailed),
 		string(v1alpha1.PlanRejected), string(v1alpha1.PlanExpired), string(v1alpha1.PlanSuperseded)},
 	"state":   {string(v1alpha1.NodeCordoned), string(v1alpha1.NodeDraining), string(v1alpha1.NodeConfiguring), string(v1alpha1.NodeVerifying)},
 	"result":  {string(v1alpha1.NodeDone), string(v1alpha1.NodeFailed)},
