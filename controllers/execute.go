@@ -89,7 +89,7 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 		if cur.State == v1alpha1.NodeDone || cur.State == v1alpha1.NodeFailed {
 			continue
 		}
-		targets, obs, err := r.observe(ctx, plan, policy, step)
+		targets, obs, err := r.observe(ctx, policy, step)
 		if err != nil {
 			return 0, err
 		}
@@ -210,7 +210,7 @@ func (r *PlanReconciler) poolNodes(ctx context.Context, policy *v1alpha1.GPUPool
 }
 
 // observe reads what a step's decision depends on, and the node's complete target layout.
-func (r *PlanReconciler) observe(ctx context.Context, plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy,
+func (r *PlanReconciler) observe(ctx context.Context, policy *v1alpha1.GPUPoolPolicy,
 	step v1alpha1.NodeStep) ([]mig.GPUTarget, rollout.Observation, error) {
 	var obs rollout.Observation
 	node := &corev1.Node{}

@@ -671,13 +671,12 @@ func (r *PolicyReconciler) setConditions(ctx context.Context, policy *v1alpha1.G
 	} {
 		set(c.kind, c.True, c.Reason, c.Message)
 	}
-	r.setOperatorCondition(ctx, policy, status, set)
+	r.setOperatorCondition(ctx, set)
 }
 
 // setOperatorCondition checks that NVIDIA's ClusterPolicy points mig-manager and the device
 // plugin at gpupool's ConfigMaps, and says exactly what to set when it does not.
-func (r *PolicyReconciler) setOperatorCondition(ctx context.Context, policy *v1alpha1.GPUPoolPolicy,
-	status *v1alpha1.GPUPoolPolicyStatus, set func(string, bool, string, string)) {
+func (r *PolicyReconciler) setOperatorCondition(ctx context.Context, set func(string, bool, string, string)) {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(nvidia.ClusterPolicyGVK.GroupVersion().WithKind(nvidia.ClusterPolicyGVK.Kind + "List"))
 	err := r.Client.List(ctx, list)

@@ -97,9 +97,9 @@ func main() {
 	}
 }
 
-func (d *demo) say(format string, args ...any) {
+func (d *demo) say(title string) {
 	d.step++
-	fmt.Printf("\n== %d. %s\n", d.step, fmt.Sprintf(format, args...))
+	fmt.Printf("\n== %d. %s\n", d.step, title)
 }
 
 func (d *demo) run(ctx context.Context, keep bool) error {

@@ -53,8 +53,9 @@ type refusal struct {
 func (e *refusal) Error() string { return e.err.Error() }
 func (e *refusal) Unwrap() error { return e.err }
 
-func refuse(reason, format string, args ...any) error {
-	return &refusal{reason: reason, err: fmt.Errorf(format, args...)}
+// refuse is the device plugin refusing its config, as NVIDIA's does: it advertises nothing.
+func refuse(format string, args ...any) error {
+	return &refusal{reason: reasonDevicePluginConfigInvalid, err: fmt.Errorf(format, args...)}
 }
 
 // selectConfig is NVIDIA's config-manager (cmd/config-manager/main.go updateConfigName) over
@@ -74,7 +75,7 @@ func (r *reconciler) selectConfig(ctx context.Context, op operatorSettings, labe
 		var cm corev1.ConfigMap
 		if err := r.apiReader.Get(ctx, key, &cm); err != nil {
 			if apierrors.IsNotFound(err) {
-				return pluginRun{}, refuse(reasonDevicePluginConfigInvalid,
+				return pluginRun{}, refuse(
 					"ConfigMap %s does not exist: the device plugin's pod cannot mount it", key)
 			}
 			return pluginRun{}, fmt.Errorf("reading ConfigMap %s: %w", key, err)
@@ -85,7 +86,7 @@ func (r *reconciler) selectConfig(ctx context.Context, op operatorSettings, labe
 		}
 		maps.Copy(files, cm.BinaryData)
 		if len(files) == 0 {
-			return pluginRun{}, refuse(reasonDevicePluginConfigInvalid, "ConfigMap %s: no configuration files available", key)
+			return pluginRun{}, refuse("ConfigMap %s: no configuration files available", key)
 		}
 		name := label
 		if name == "" {
@@ -94,12 +95,12 @@ func (r *reconciler) selectConfig(ctx context.Context, op operatorSettings, labe
 		if name != "" {
 			data, ok := files[name]
 			if !ok {
-				return pluginRun{}, refuse(reasonDevicePluginConfigInvalid, "specified config %s does not exist in ConfigMap %s (keys: %v)",
+				return pluginRun{}, refuse("specified config %s does not exist in ConfigMap %s (keys: %v)",
 					name, key, slices.Sorted(maps.Keys(files)))
 			}
 			f, err := decodeDevicePluginConfig(data)
 			if err != nil {
-				return pluginRun{}, refuse(reasonDevicePluginConfigInvalid, "unable to parse config file %s of ConfigMap %s: %v", name, key, err)
+				return pluginRun{}, refuse("unable to parse config file %s of ConfigMap %s: %v", name, key, err)
 			}
 			run.key, run.file = name, f
 		}

@@ -297,7 +297,7 @@ func (r *reconciler) apply(ctx context.Context, n *Node, node *corev1.Node, op o
 	n.mu.Lock()
 	// Assign devices to every pod bound so far, so that a pod the cache has already seen
 	// cannot slip onto a GPU between this check and the destroy.
-	if _, _, err := r.syncLocked(ctx, n); err != nil {
+	if _, err := r.syncLocked(ctx, n); err != nil {
 		n.mu.Unlock()
 		return false, fmt.Errorf("assigning devices on node %s: %w", n.name, err)
 	}

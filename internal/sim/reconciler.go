@@ -68,7 +68,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	n.agentState.set(agentDownFault, annotated.AgentDown || n.peekFaults().AgentDown)
 
 	n.mu.Lock()
-	_, starved, err := r.syncLocked(ctx, n)
+	starved, err := r.syncLocked(ctx, n)
 	n.mu.Unlock()
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("assigning devices on node %s: %w", n.name, err)
@@ -104,14 +104,14 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 // syncLocked reads the node's GPUs and brings the device assignment up to date with the pods
 // the cache holds for the node. n.mu must be held.
-func (r *reconciler) syncLocked(ctx context.Context, n *Node) ([]GPUState, []types.NamespacedName, error) {
+func (r *reconciler) syncLocked(ctx context.Context, n *Node) ([]types.NamespacedName, error) {
 	var pods corev1.PodList
 	if err := r.client.List(ctx, &pods, client.MatchingFields{podNodeNameField: n.name}); err != nil {
-		return nil, nil, fmt.Errorf("listing pods: %w", err)
+		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	gpus, err := n.GPUs()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	list := make([]*corev1.Pod, len(pods.Items))
 	for i := range pods.Items {
@@ -121,7 +121,7 @@ func (r *reconciler) syncLocked(ctx context.Context, n *Node) ([]GPUState, []typ
 	if len(starved) > 0 {
 		logf.FromContext(ctx).Info("pods ask for more devices than are free; retrying", "pods", podList(starved))
 	}
-	return gpus, starved, nil
+	return starved, nil
 }
 
 // nodeEvents queues a reconcile for every event of a simulated node and, on the way, lets
