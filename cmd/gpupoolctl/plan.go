@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -252,7 +253,7 @@ func writeTable(w io.Writer, rep *snapshot.Report, snap *snapshot.Snapshot, defa
 	}
 	if n := snap.IgnoredCount(); n > 0 {
 		kinds := make([]string, 0, len(snap.Ignored))
-		for _, k := range sortedKeys(snap.Ignored) {
+		for _, k := range slices.Sorted(maps.Keys(snap.Ignored)) {
 			kinds = append(kinds, fmt.Sprintf("%s %d", k, snap.Ignored[k]))
 		}
 		ew.printf("Ignored %d objects of other kinds (%s).\n", n, strings.Join(kinds, ", "))
@@ -282,7 +283,7 @@ func writePolicy(ew *errWriter, pr *snapshot.PolicyReport, unserved []snapshot.U
 	} else {
 		writePlan(ew, pr, approval)
 	}
-	for _, node := range sortedKeys(pr.Frozen) {
+	for _, node := range slices.Sorted(maps.Keys(pr.Frozen)) {
 		ew.printf("  Left alone: node %s (%s).\n", node, pr.Frozen[node])
 	}
 	if len(res.Served) > 0 {
@@ -437,15 +438,6 @@ func podList(pods []types.NamespacedName) string {
 		names = append(names, p.String())
 	}
 	return strings.Join(names, ", ")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // errWriter remembers the first write error so the renderer can write freely and check once.

@@ -420,24 +420,13 @@ func countEvictions(plan *v1alpha1.RepartitionPlan) int {
 	return n
 }
 
-// waitFor polls check until it is true, failing after timeout with what it waited for.
+// waitFor polls check until it is true, failing after timeout with what it waited for and
+// where the logs are.
 func (d *demo) waitFor(ctx context.Context, what string, timeout time.Duration, check func() (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		ok, err := check()
-		if err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w; logs in %s/logs", what, ctx.Err(), d.cluster.Dir)
-		case <-time.After(500 * time.Millisecond):
-		}
+	if err := simcluster.Poll(ctx, timeout, what, check); err != nil {
+		return fmt.Errorf("%w; logs in %s/logs", err, d.cluster.Dir)
 	}
+	return nil
 }
 
 // kubectl runs the kubectl built with the control plane (same version as the API server) and

@@ -437,16 +437,16 @@ func (h *proposalHeap) Pop() any {
 // servesBefore is the plain proposal order: most served, fewest evictions, fewest GPUs changed,
 // node name.
 func servesBefore(a, b *proposal) bool {
-	if c := a.gain.compare(b.gain); c != 0 {
-		return c > 0
-	}
-	if a.evictions != b.evictions {
-		return a.evictions < b.evictions
-	}
-	if a.changed != b.changed {
-		return a.changed < b.changed
+	if c := compareProposals(a, b); c != 0 {
+		return c < 0
 	}
 	return a.node.node.Name < b.node.node.Name
+}
+
+// compareProposals orders proposals by what they serve (more first), then evictions and GPUs
+// changed (fewer first): negative when a comes first, 0 when they tie on all three.
+func compareProposals(a, b *proposal) int {
+	return cmp.Or(-a.gain.compare(b.gain), cmp.Compare(a.evictions, b.evictions), cmp.Compare(a.changed, b.changed))
 }
 
 // greedy picks, node by node, the change that serves the most remaining demand, until the
@@ -888,14 +888,8 @@ func (p *planState) needsMore(ni *nodeInfo, cand *proposal) bool {
 // GPUs changed, then fewer stranded instances, then catalog order (earlier wins: the caller
 // tries options in order and keeps the first of equals).
 func better(a, b *proposal, p *planState, ni *nodeInfo) bool {
-	if c := a.gain.compare(b.gain); c != 0 {
-		return c > 0
-	}
-	if a.evictions != b.evictions {
-		return a.evictions < b.evictions
-	}
-	if a.changed != b.changed {
-		return a.changed < b.changed
+	if c := compareProposals(a, b); c != 0 {
+		return c < 0
 	}
 	return p.leftoverOf(ni, a) < p.leftoverOf(ni, b)
 }

@@ -204,7 +204,7 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 			names = append(names, o.GetName())
 		}
 	}
-	return poll(ctx, time.Minute, "the CRDs to be established", func() (bool, error) {
+	return Poll(ctx, time.Minute, "the CRDs to be established", func() (bool, error) {
 		for _, name := range names {
 			crd := &apiextensionsv1.CustomResourceDefinition{}
 			if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
@@ -226,7 +226,7 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 
 // waitNodes waits until every simulated node is Ready and its agent has published GPUs.
 func (c *Cluster) waitNodes(ctx context.Context) error {
-	return poll(ctx, 2*time.Minute, "the simulated nodes to be Ready with their GPUs reported", func() (bool, error) {
+	return Poll(ctx, 2*time.Minute, "the simulated nodes to be Ready with their GPUs reported", func() (bool, error) {
 		if err := c.exitedEarly(GPUSimProcess); err != nil {
 			return false, err
 		}
@@ -335,7 +335,7 @@ func (c *Cluster) startManager(ctx context.Context, name string, leaderElect boo
 	if err := c.Run(name, c.opts.Manager, args...); err != nil {
 		return probe, metrics, err
 	}
-	return probe, metrics, poll(ctx, time.Minute, "the manager "+name+" to be ready", func() (bool, error) {
+	return probe, metrics, Poll(ctx, time.Minute, "the manager "+name+" to be ready", func() (bool, error) {
 		if err := c.exitedEarly(name); err != nil {
 			return false, err
 		}
@@ -363,8 +363,9 @@ func (c *Cluster) exitedEarly(name string) error {
 // KillManager ends the manager with SIGKILL, as a crashed replica.
 func (c *Cluster) KillManager() error { return c.Kill(ManagerProcess) }
 
-// poll calls check every 250ms until it returns true, fails, or the timeout passes.
-func poll(ctx context.Context, timeout time.Duration, what string, check func() (bool, error)) error {
+// Poll calls check every 250ms until it returns true, fails, or the timeout passes; the error
+// says what it waited for.
+func Poll(ctx context.Context, timeout time.Duration, what string, check func() (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ticker := time.NewTicker(250 * time.Millisecond)
