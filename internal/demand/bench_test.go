@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpupool/gpupool/internal/fixture"
 )
 
 // BenchmarkPending runs over a cluster-sized pod list where most pods ask for no GPU, the
@@ -13,9 +15,9 @@ func BenchmarkPending(b *testing.B) {
 	pods := make([]corev1.Pod, 10000)
 	for i := range pods {
 		if i%10 == 0 {
-			pods[i] = pendingPod(fmt.Sprintf("gpu-%05d", i), withInit(sidecar("proxy", list("cpu", "100m"))))
+			pods[i] = pendingPod(fmt.Sprintf("gpu-%05d", i), withInit(sidecar("proxy", fixture.Resources("cpu", "100m"))))
 		} else {
-			pods[i] = pendingPod(fmt.Sprintf("web-%05d", i), withMain(list("cpu", "500m", "memory", "1Gi"), list("memory", "1Gi")))
+			pods[i] = pendingPod(fmt.Sprintf("web-%05d", i), withMain(fixture.Resources("cpu", "500m", "memory", "1Gi"), fixture.Resources("memory", "1Gi")))
 		}
 	}
 	b.ReportAllocs()

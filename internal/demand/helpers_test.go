@@ -4,56 +4,26 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpupool/gpupool/internal/fixture"
 )
 
-// now is a fixed clock: the package never reads the real one and neither do its tests.
-var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+// now is the fixtures' clock: the package never reads the real one and neither do its tests.
+var now = fixture.Now
 
 const minAge = 30 * time.Second
 
-// list builds a ResourceList from name, quantity pairs.
-func list(kv ...string) corev1.ResourceList {
-	if len(kv) == 0 {
-		return nil
-	}
-	out := corev1.ResourceList{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		out[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
-	}
-	return out
-}
+// podOpt changes one thing of a pod.
+type podOpt = fixture.PodOption
 
-type podOpt func(*corev1.Pod)
-
-// pendingPod is a pod the scheduler marked Unschedulable a minute ago, asking for one whole GPU
-// and one CPU; options change one thing each so a test row reads as the difference it tests.
+// pendingPod is a pod (fixture.Pod, in namespace team-a) created two minutes before now that
+// the scheduler marked Unschedulable a minute ago, asking for one whole GPU and one CPU;
+// options change one thing each so a test row reads as the difference it tests.
 func pendingPod(name string, opts ...podOpt) corev1.Pod {
-	p := corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace:         "team-a",
-			Name:              name,
-			UID:               types.UID("uid-" + name),
-			CreationTimestamp: metav1.NewTime(now.Add(-2 * time.Minute)),
-		},
-		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{
-				Name:      "main",
-				Resources: corev1.ResourceRequirements{Requests: list("cpu", "1", "nvidia.com/gpu", "1"), Limits: list("nvidia.com/gpu", "1")},
-			}},
-		},
-		Status: corev1.PodStatus{
-			Phase: corev1.PodPending,
-			Conditions: []corev1.PodCondition{{
-				Type:               corev1.PodScheduled,
-				Status:             corev1.ConditionFalse,
-				Reason:             corev1.PodReasonUnschedulable,
-				LastTransitionTime: metav1.NewTime(now.Add(-time.Minute)),
-			}},
-		},
-	}
+	p := fixture.Pod("team-a/"+name, fixture.Unschedulable(now.Add(-time.Minute)),
+		fixture.Requests("cpu", "1", "nvidia.com/gpu", "1"))
+	p.CreationTimestamp = metav1.NewTime(now.Add(-2 * time.Minute))
 	for _, o := range opts {
 		o(&p)
 	}
@@ -61,8 +31,6 @@ func pendingPod(name string, opts ...podOpt) corev1.Pod {
 }
 
 func inNamespace(ns string) podOpt { return func(p *corev1.Pod) { p.Namespace = ns } }
-
-func withPriority(v int32) podOpt { return func(p *corev1.Pod) { p.Spec.Priority = &v } }
 
 // withMain replaces the main container's requests and limits.
 func withMain(requests, limits corev1.ResourceList) podOpt {

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpupool/gpupool/internal/fixture"
 )
 
 func TestPendingFilters(t *testing.T) {
@@ -118,26 +120,26 @@ func TestPendingFilters(t *testing.T) {
 		reason: "pending for 0s, less than minPendingAge 30s: the scheduler may still place it",
 	}, {
 		name: "no GPU resources",
-		pod:  pendingPod("p", withMain(list("cpu", "4", "memory", "1Gi"), nil)),
+		pod:  pendingPod("p", withMain(fixture.Resources("cpu", "4", "memory", "1Gi"), nil)),
 	}, {
 		name: "GPU resource with a zero count",
-		pod:  pendingPod("p", withMain(list("cpu", "4", "nvidia.com/gpu", "0"), nil)),
+		pod:  pendingPod("p", withMain(fixture.Resources("cpu", "4", "nvidia.com/gpu", "0"), nil)),
 	}, {
 		// Even a finished pod appears nowhere when it asks for no GPU: the lists are about GPUs.
 		name: "no GPU resources and finished",
-		pod: pendingPod("p", withMain(list("cpu", "4"), nil), func(p *corev1.Pod) {
+		pod: pendingPod("p", withMain(fixture.Resources("cpu", "4"), nil), func(p *corev1.Pod) {
 			p.Status.Phase = corev1.PodSucceeded
 		}),
 	}, {
 		name:  "MIG with media extensions",
-		pod:   pendingPod("p", withMain(list("nvidia.com/mig-1g.10gb.me", "1"), list("nvidia.com/mig-1g.10gb.me", "1"))),
+		pod:   pendingPod("p", withMain(fixture.Resources("nvidia.com/mig-1g.10gb.me", "1"), fixture.Resources("nvidia.com/mig-1g.10gb.me", "1"))),
 		gpus:  []GPURequest{{Resource: "nvidia.com/mig-1g.10gb.me", Kind: KindMIG, Profile: "1g.10gb+me", Count: 1}},
 		since: now.Add(-time.Minute),
 	}, {
 		name: "several GPU resources on one pod, sorted by resource",
 		pod: pendingPod("p",
-			withMain(list("nvidia.com/mig-3g.40gb", "1", "nvidia.com/gpu", "2"), nil),
-			withContainer(container("helper", list("nvidia.com/gpu.shared", "1", "nvidia.com/mig-1g.10gb.shared", "2")))),
+			withMain(fixture.Resources("nvidia.com/mig-3g.40gb", "1", "nvidia.com/gpu", "2"), nil),
+			withContainer(container("helper", fixture.Resources("nvidia.com/gpu.shared", "1", "nvidia.com/mig-1g.10gb.shared", "2")))),
 		gpus: []GPURequest{
 			{Resource: "nvidia.com/gpu", Kind: KindGPU, Count: 2},
 			{Resource: "nvidia.com/gpu.shared", Kind: KindShared, Count: 1},
@@ -147,22 +149,22 @@ func TestPendingFilters(t *testing.T) {
 		since: now.Add(-time.Minute),
 	}, {
 		name:  "limits only",
-		pod:   pendingPod("p", withMain(nil, list("nvidia.com/mig-2g.20gb", "3"))),
+		pod:   pendingPod("p", withMain(nil, fixture.Resources("nvidia.com/mig-2g.20gb", "3"))),
 		gpus:  []GPURequest{{Resource: "nvidia.com/mig-2g.20gb", Kind: KindMIG, Profile: "2g.20gb", Count: 3}},
 		since: now.Add(-time.Minute),
 	}, {
 		name:  "init container asks for more GPUs than the main one",
-		pod:   pendingPod("p", withInit(container("warm", list("nvidia.com/gpu", "4")))),
+		pod:   pendingPod("p", withInit(container("warm", fixture.Resources("nvidia.com/gpu", "4")))),
 		gpus:  []GPURequest{{Resource: "nvidia.com/gpu", Kind: KindGPU, Count: 4}},
 		since: now.Add(-time.Minute),
 	}, {
 		name:  "GPU asked for only by an init container",
-		pod:   pendingPod("p", withMain(list("cpu", "1"), nil), withInit(container("warm", list("nvidia.com/gpu", "1")))),
+		pod:   pendingPod("p", withMain(fixture.Resources("cpu", "1"), nil), withInit(container("warm", fixture.Resources("nvidia.com/gpu", "1")))),
 		gpus:  gpu1,
 		since: now.Add(-time.Minute),
 	}, {
 		name:  "sidecar GPU adds to the main container's",
-		pod:   pendingPod("p", withInit(sidecar("proxy", list("nvidia.com/gpu", "1")))),
+		pod:   pendingPod("p", withInit(sidecar("proxy", fixture.Resources("nvidia.com/gpu", "1")))),
 		gpus:  []GPURequest{{Resource: "nvidia.com/gpu", Kind: KindGPU, Count: 2}},
 		since: now.Add(-time.Minute),
 	}}
@@ -181,7 +183,7 @@ func TestPendingFilters(t *testing.T) {
 				if !r.PendingSince.Equal(tt.since) {
 					t.Errorf("PendingSince = %v, want %v", r.PendingSince, tt.since)
 				}
-				if r.Pod != (types.NamespacedName{Namespace: "team-a", Name: "p"}) || r.UID != "uid-p" {
+				if r.Pod != (types.NamespacedName{Namespace: "team-a", Name: "p"}) || r.UID != "uid-team-a-p" {
 					t.Errorf("Pod = %v %v", r.Pod, r.UID)
 				}
 			case tt.reason != "":
@@ -210,11 +212,11 @@ func TestPendingRequestFields(t *testing.T) {
 	}}}
 	secs := int64(60)
 	tol := []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &secs}}
-	pods := []corev1.Pod{pendingPod("p", withPriority(1000), func(p *corev1.Pod) {
+	pods := []corev1.Pod{pendingPod("p", fixture.Priority(1000), func(p *corev1.Pod) {
 		p.Spec.NodeSelector = sel
 		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: aff}}
 		p.Spec.Tolerations = tol
-		p.Spec.Overhead = list("memory", "64Mi")
+		p.Spec.Overhead = fixture.Resources("memory", "64Mi")
 	})}
 	reqs, _ := Pending(pods, now, minAge)
 	if len(reqs) != 1 {
@@ -224,7 +226,7 @@ func TestPendingRequestFields(t *testing.T) {
 	if r.Priority != 1000 {
 		t.Errorf("Priority = %d", r.Priority)
 	}
-	if !sameList(r.Requests, list("cpu", "1", "memory", "64Mi", "nvidia.com/gpu", "1", "pods", "1")) {
+	if !equality.Semantic.DeepEqual(r.Requests, fixture.Resources("cpu", "1", "memory", "64Mi", "nvidia.com/gpu", "1", "pods", "1")) {
 		t.Errorf("Requests = %v", r.Requests)
 	}
 	if !equality.Semantic.DeepEqual(r.NodeSelector, sel) || !equality.Semantic.DeepEqual(r.RequiredAffinity, aff) || !equality.Semantic.DeepEqual(r.Tolerations, tol) {
@@ -249,15 +251,15 @@ func TestPendingNegativeMinAge(t *testing.T) {
 func TestPendingOrder(t *testing.T) {
 	pods := []corev1.Pod{
 		pendingPod("old-low", unschedulableFor(time.Hour)),
-		pendingPod("new-high", withPriority(100), unschedulableFor(time.Minute)),
-		pendingPod("old-high", withPriority(100), unschedulableFor(time.Hour)),
+		pendingPod("new-high", fixture.Priority(100), unschedulableFor(time.Minute)),
+		pendingPod("old-high", fixture.Priority(100), unschedulableFor(time.Hour)),
 		pendingPod("b", unschedulableFor(time.Minute)),
 		pendingPod("a", unschedulableFor(time.Minute), inNamespace("team-b")),
 		pendingPod("a", unschedulableFor(time.Minute)),
-		pendingPod("negative", withPriority(-10), unschedulableFor(24*time.Hour)),
+		pendingPod("negative", fixture.Priority(-10), unschedulableFor(24*time.Hour)),
 		pendingPod("young", unschedulableFor(time.Second)),
 		pendingPod("gated", withCondition(corev1.ConditionFalse, corev1.PodReasonSchedulingGated)),
-		pendingPod("cpu-only", withMain(list("cpu", "1"), nil)),
+		pendingPod("cpu-only", withMain(fixture.Resources("cpu", "1"), nil)),
 	}
 	reqs, skipped := Pending(pods, now, minAge)
 	var got []string
@@ -300,8 +302,8 @@ func TestPendingDeterministic(t *testing.T) {
 func TestSummarize(t *testing.T) {
 	pods := []corev1.Pod{
 		pendingPod("a"),
-		pendingPod("b", withMain(list("nvidia.com/gpu", "2", "nvidia.com/mig-1g.10gb.me", "1"), nil)),
-		pendingPod("c", withMain(nil, list("nvidia.com/mig-1g.10gb.me", "3"))),
+		pendingPod("b", withMain(fixture.Resources("nvidia.com/gpu", "2", "nvidia.com/mig-1g.10gb.me", "1"), nil)),
+		pendingPod("c", withMain(nil, fixture.Resources("nvidia.com/mig-1g.10gb.me", "3"))),
 		pendingPod("young", unschedulableFor(time.Second)),
 	}
 	reqs, _ := Pending(pods, now, minAge)
@@ -345,7 +347,7 @@ func randomPodsWithTruth(rng *rand.Rand, n int) ([]corev1.Pod, []genPod) {
 			ctr := corev1.Container{Name: fmt.Sprintf("c%d", c)}
 			for range rng.IntN(4) {
 				res := genResources[rng.IntN(len(genResources))]
-				q := list(res, fmt.Sprint(rng.IntN(3)))
+				q := fixture.Resources(res, fmt.Sprint(rng.IntN(3)))
 				switch rng.IntN(3) {
 				case 0:
 					ctr.Resources.Requests = merge(ctr.Resources.Requests, q)
@@ -424,7 +426,7 @@ func randomPodsWithTruth(rng *rand.Rand, n int) ([]corev1.Pod, []genPod) {
 func sameDemand(a, b []Request) bool {
 	return slices.EqualFunc(a, b, func(x, y Request) bool {
 		return x.Pod == y.Pod && x.UID == y.UID && x.Priority == y.Priority &&
-			x.PendingSince.Equal(y.PendingSince) && slices.Equal(x.GPUs, y.GPUs) && sameList(x.Requests, y.Requests) &&
+			x.PendingSince.Equal(y.PendingSince) && slices.Equal(x.GPUs, y.GPUs) && equality.Semantic.DeepEqual(x.Requests, y.Requests) &&
 			equality.Semantic.DeepEqual(x.NodeSelector, y.NodeSelector) &&
 			equality.Semantic.DeepEqual(x.RequiredAffinity, y.RequiredAffinity) &&
 			equality.Semantic.DeepEqual(x.Tolerations, y.Tolerations)

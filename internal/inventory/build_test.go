@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/fixture"
 	"github.com/gpupool/gpupool/internal/inventory"
 )
 
@@ -32,8 +33,8 @@ func TestNodesSortedByName(t *testing.T) {
 			var reports []v1alpha1.GPUNode
 			var pods []corev1.Pod
 			for _, n := range tc.nodes {
-				nodes = append(nodes, gpuHost(n, nil))
-				reports = append(reports, report(n, []v1alpha1.GPUStatus{migGPU(0, h100)}))
+				nodes = append(nodes, fixture.GPUHost(n, h100Label, nil))
+				reports = append(reports, report(n, []v1alpha1.GPUStatus{fixture.MIGGPU(0, h100)}))
 				pods = append(pods, pod("on-"+n, onNode(n)))
 			}
 			snap := inventory.Build(nodes, reports, pods, nil, inventory.Options{Now: now})
@@ -67,7 +68,7 @@ func TestNodePod(t *testing.T) {
 		pod("team/failed", phase(corev1.PodFailed)),
 		pod("team/elsewhere", onNode("node-b")),
 	}
-	snap := inventory.Build([]corev1.Node{gpuHost(nodeA, nil), gpuHost("node-b", nil)},
+	snap := inventory.Build([]corev1.Node{fixture.GPUHost(nodeA, h100Label, nil), fixture.GPUHost("node-b", h100Label, nil)},
 		[]v1alpha1.GPUNode{report(nodeA, nil), report("node-b", nil)}, pods, nil, inventory.Options{Now: now})
 	n := nodeNamed(t, snap, nodeA)
 
@@ -122,34 +123,34 @@ func TestNodePod(t *testing.T) {
 // stale and unreadable reports, reported profile tables, instances with pods, pods of every
 // eviction case, init containers, pod-level resources and PDBs of every kind.
 func buildInputs() ([]corev1.Node, []v1alpha1.GPUNode, []corev1.Pod, []policyv1.PodDisruptionBudget) {
-	nodes := []corev1.Node{gpuHost("node-c", nil), gpuHost(nodeA, nil), gpuHost("node-b", nil), gpuHost("node-d", nil), gpuHost("node-e", nil)}
+	nodes := []corev1.Node{fixture.GPUHost("node-c", h100Label, nil), fixture.GPUHost(nodeA, h100Label, nil), fixture.GPUHost("node-b", h100Label, nil), fixture.GPUHost("node-d", h100Label, nil), fixture.GPUHost("node-e", h100Label, nil)}
 	delete(nodes[1].Labels, v1alpha1.LabelGPUProduct)
 	drifted := h100Profiles(map[string]string{"7g.80gb": "7g.79gb"})
 	reports := []v1alpha1.GPUNode{
 		report(nodeA, []v1alpha1.GPUStatus{
-			wholeGPU(1, h100, "team/whole"),
-			withProfiles(migGPU(0, "", heldBy(inst("3g.40gb", 4, 4), "team/web-0"), busy(inst("1g.10gb", 0, 1)), inst("2g.20gb", 2, 2)), drifted),
+			fixture.WholeGPU(1, h100, "team/whole"),
+			withProfiles(fixture.MIGGPU(0, "", fixture.HeldBy(fixture.Instance("3g.40gb", 4, 4), "team/web-0"), fixture.Busy(fixture.Instance("1g.10gb", 0, 1)), fixture.Instance("2g.20gb", 2, 2)), drifted),
 		}),
-		report("node-b", []v1alpha1.GPUStatus{withProfiles(migGPU(0, h100, inst("7g.79gb", 0, 8)), drifted)}),
-		report("node-c", []v1alpha1.GPUStatus{migGPU(0, h100)}, observedAgo(time.Hour)),
+		report("node-b", []v1alpha1.GPUStatus{withProfiles(fixture.MIGGPU(0, h100, fixture.Instance("7g.79gb", 0, 8)), drifted)}),
+		report("node-c", []v1alpha1.GPUStatus{fixture.MIGGPU(0, h100)}, observedAgo(time.Hour)),
 		report("node-d", nil, nvml(metav1.ConditionFalse, "no driver")),
 	}
 	// podLevel gives a pod pod-level limits, which the API server copies into requests.
 	podLevel := func(p *corev1.Pod) {
-		p.Spec.Resources = &corev1.ResourceRequirements{Limits: list("cpu", "3", "memory", "3Gi")}
+		p.Spec.Resources = &corev1.ResourceRequirements{Limits: fixture.Resources("cpu", "3", "memory", "3Gi")}
 	}
 	pods := []corev1.Pod{
-		pod("web-0", requests("cpu", "1", "nvidia.com/mig-3g.40gb", "1"), withInit("init", "cpu", "2"), withPriority(10)),
-		pod("whole", requests("nvidia.com/gpu", "1"), withVolume("scratch", emptyDir())),
-		pod("bare", unowned(), podLevel),
-		pod("static", mirror(), annotated(v1alpha1.AnnotationDoNotDisrupt, "true")),
-		pod("going", terminating(), labelled("app", "web-0")),
-		pod("ds", ownedBy("apps/v1", "DaemonSet", "ds")),
-		pod("unattributed", onNode("node-e"), requests("nvidia.com/gpu", "1")),
-		pod("waiting", pendingUnbound(), requests("nvidia.com/gpu", "2")),
+		pod("web-0", fixture.Requests("cpu", "1", "nvidia.com/mig-3g.40gb", "1"), fixture.WithInit("init", "cpu", "2"), fixture.Priority(10)),
+		pod("whole", fixture.Requests("nvidia.com/gpu", "1"), withVolume("scratch", emptyDir())),
+		pod("bare", fixture.Unowned(), podLevel),
+		pod("static", mirror(), fixture.Annotated(v1alpha1.AnnotationDoNotDisrupt, "true")),
+		pod("going", terminating(), fixture.Labelled("app", "web-0")),
+		pod("ds", fixture.OwnedBy("apps/v1", "DaemonSet", "ds")),
+		pod("unattributed", onNode("node-e"), fixture.Requests("nvidia.com/gpu", "1")),
+		pod("waiting", pendingUnbound(), fixture.Requests("nvidia.com/gpu", "2")),
 		pod("done", phase(corev1.PodSucceeded)),
 		pod("lim", func(p *corev1.Pod) {
-			p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: list("cpu", "1500m", "memory", "1Gi")}
+			p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: fixture.Resources("cpu", "1500m", "memory", "1Gi")}
 		}),
 	}
 	pdbs := []policyv1.PodDisruptionBudget{

@@ -9,6 +9,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/fixture"
 	"github.com/gpupool/gpupool/internal/inventory"
 )
 
@@ -19,7 +20,7 @@ func TestEvictionBlockers(t *testing.T) {
 	)
 	tests := []struct {
 		name     string
-		pod      []podOpt
+		pod      []fixture.PodOption
 		pdbs     []policyv1.PodDisruptionBudget
 		opts     inventory.Options
 		blocker  string
@@ -28,100 +29,100 @@ func TestEvictionBlockers(t *testing.T) {
 		name: "a ReplicaSet pod without a budget may be evicted",
 	}, {
 		name:    "do-not-disrupt annotation",
-		pod:     []podOpt{annotated(v1alpha1.AnnotationDoNotDisrupt, "true")},
+		pod:     []fixture.PodOption{fixture.Annotated(v1alpha1.AnnotationDoNotDisrupt, "true")},
 		blocker: "annotated gpupool.io/do-not-disrupt",
 	}, {
 		name: "do-not-disrupt with a value other than true does not block",
-		pod:  []podOpt{annotated(v1alpha1.AnnotationDoNotDisrupt, "false")},
+		pod:  []fixture.PodOption{fixture.Annotated(v1alpha1.AnnotationDoNotDisrupt, "false")},
 	}, {
 		name:    "do-not-disrupt is reported before every other reason",
-		pod:     []podOpt{annotated(v1alpha1.AnnotationDoNotDisrupt, "true"), ownedBy("apps/v1", "DaemonSet", "agent"), terminating()},
+		pod:     []fixture.PodOption{fixture.Annotated(v1alpha1.AnnotationDoNotDisrupt, "true"), fixture.OwnedBy("apps/v1", "DaemonSet", "agent"), terminating()},
 		blocker: "annotated gpupool.io/do-not-disrupt",
 	}, {
 		name:    "mirror pod of a static pod",
-		pod:     []podOpt{mirror()},
+		pod:     []fixture.PodOption{mirror()},
 		blocker: "a static (mirror) pod",
 	}, {
 		name:    "terminating pod",
-		pod:     []podOpt{terminating()},
+		pod:     []fixture.PodOption{terminating()},
 		blocker: "already terminating",
 	}, {
 		name:    "DaemonSet pod",
-		pod:     []podOpt{ownedBy("apps/v1", "DaemonSet", "nvidia-device-plugin")},
+		pod:     []fixture.PodOption{fixture.OwnedBy("apps/v1", "DaemonSet", "nvidia-device-plugin")},
 		blocker: "a DaemonSet pod",
 	}, {
 		name:    "DaemonSet pod even when unmanaged pods may be evicted",
-		pod:     []podOpt{ownedBy("apps/v1", "DaemonSet", "nvidia-device-plugin")},
+		pod:     []fixture.PodOption{fixture.OwnedBy("apps/v1", "DaemonSet", "nvidia-device-plugin")},
 		opts:    inventory.Options{EvictUnmanaged: true, EvictEmptyDir: true},
 		blocker: "a DaemonSet pod",
 	}, {
 		name:    "unmanaged pod with evictUnmanaged false",
-		pod:     []podOpt{unowned()},
+		pod:     []fixture.PodOption{fixture.Unowned()},
 		blocker: unmanaged,
 	}, {
 		name:    "an owner that is not a controller does not manage the pod",
-		pod:     []podOpt{nonControllerOwner()},
+		pod:     []fixture.PodOption{nonControllerOwner()},
 		blocker: unmanaged,
 	}, {
 		name: "unmanaged pod with evictUnmanaged true",
-		pod:  []podOpt{unowned()},
+		pod:  []fixture.PodOption{fixture.Unowned()},
 		opts: inventory.Options{EvictUnmanaged: true},
 	}, {
 		name:    "emptyDir with evictEmptyDir false",
-		pod:     []podOpt{withVolume("config", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}), withVolume("scratch", emptyDir())},
+		pod:     []fixture.PodOption{withVolume("config", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}), withVolume("scratch", emptyDir())},
 		blocker: scratch,
 	}, {
 		name: "emptyDir with evictEmptyDir true",
-		pod:  []podOpt{withVolume("scratch", emptyDir())},
+		pod:  []fixture.PodOption{withVolume("scratch", emptyDir())},
 		opts: inventory.Options{EvictEmptyDir: true},
 	}, {
 		name: "volumes other than emptyDir do not block",
-		pod: []podOpt{
+		pod: []fixture.PodOption{
 			withVolume("config", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}),
 			withVolume("data", corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}),
 		},
 	}, {
 		name:    "unmanaged is reported before emptyDir",
-		pod:     []podOpt{unowned(), withVolume("scratch", emptyDir())},
+		pod:     []fixture.PodOption{fixture.Unowned(), withVolume("scratch", emptyDir())},
 		blocker: unmanaged,
 	}, {
 		name:     "PDB with disruptionsAllowed 0",
-		pod:      []podOpt{labelled("app", "web")},
+		pod:      []fixture.PodOption{fixture.Labelled("app", "web")},
 		pdbs:     []policyv1.PodDisruptionBudget{pdb("web", "web", 0)},
 		blocker:  "PodDisruptionBudget team/web allows no disruption now",
 		wantPDBs: []string{"team/web"},
 	}, {
 		name:     "PDB with a disruption to spare",
-		pod:      []podOpt{labelled("app", "web")},
+		pod:      []fixture.PodOption{fixture.Labelled("app", "web")},
 		pdbs:     []policyv1.PodDisruptionBudget{pdb("web", "web", 1)},
 		wantPDBs: []string{"team/web"},
 	}, {
 		// The disruption controller has not recomputed the budget since its spec changed; the
 		// Eviction API answers 429 until it has.
 		name:     "PDB whose status is older than its spec allows nothing",
-		pod:      []podOpt{labelled("app", "web")},
+		pod:      []fixture.PodOption{fixture.Labelled("app", "web")},
 		pdbs:     []policyv1.PodDisruptionBudget{pdb("web", "web", 2, staleStatus())},
 		blocker:  "PodDisruptionBudget team/web allows no disruption now",
 		wantPDBs: []string{"team/web"},
 	}, {
 		name: "PDB with a nil selector covers nothing",
-		pod:  []podOpt{labelled("app", "web")},
+		pod:  []fixture.PodOption{fixture.Labelled("app", "web")},
 		pdbs: []policyv1.PodDisruptionBudget{pdb("web", "web", 0, nilSelector())},
 	}, {
 		name: "PDB with an invalid selector covers nothing",
-		pod:  []podOpt{labelled("app", "web")},
+		pod:  []fixture.PodOption{fixture.Labelled("app", "web")},
 		pdbs: []policyv1.PodDisruptionBudget{pdb("web", "web", 0, invalidSelector())},
 	}, {
 		name: "PDB in another namespace covers nothing",
-		pod:  []podOpt{labelled("app", "web")},
+		pod:  []fixture.PodOption{fixture.Labelled("app", "web")},
 		pdbs: []policyv1.PodDisruptionBudget{pdb("other/web", "web", 0)},
 	}, {
 		name: "PDB selecting other labels covers nothing",
-		pod:  []podOpt{labelled("app", "web")},
+		pod:  []fixture.PodOption{fixture.Labelled("app", "web")},
 		pdbs: []policyv1.PodDisruptionBudget{pdb("api", "api", 0)},
 	}, {
 		name:     "a blocked pod still lists its PDBs",
-		pod:      []podOpt{labelled("app", "web"), ownedBy("apps/v1", "DaemonSet", "web")},
+		pod:      []fixture.PodOption{fixture.Labelled("app", "web"), fixture.OwnedBy("apps/v1", "DaemonSet", "web")},
 		pdbs:     []policyv1.PodDisruptionBudget{pdb("web", "web", 1)},
 		blocker:  "a DaemonSet pod",
 		wantPDBs: []string{"team/web"},
@@ -130,7 +131,7 @@ func TestEvictionBlockers(t *testing.T) {
 		// eviction subresource does not support." whatever either budget allows, so a pod two
 		// budgets cover can never be evicted.
 		name: "pod covered by two PDBs, listed sorted, cannot be evicted",
-		pod:  []podOpt{labelled("app", "web"), labelled("tier", "front")},
+		pod:  []fixture.PodOption{fixture.Labelled("app", "web"), fixture.Labelled("tier", "front")},
 		pdbs: []policyv1.PodDisruptionBudget{
 			pdb("zeta", "web", 1),
 			pdb("alpha", "web", 1, func(b *policyv1.PodDisruptionBudget) {
@@ -143,7 +144,7 @@ func TestEvictionBlockers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opts.Now = now
-			snap := inventory.Build([]corev1.Node{gpuHost(nodeA, nil)}, []v1alpha1.GPUNode{report(nodeA, nil)},
+			snap := inventory.Build([]corev1.Node{fixture.GPUHost(nodeA, h100Label, nil)}, []v1alpha1.GPUNode{report(nodeA, nil)},
 				[]corev1.Pod{pod("web-0", tc.pod...)}, tc.pdbs, tc.opts)
 			p := podOf(t, snap.Nodes[0], "team/web-0")
 			if p.Blocker != tc.blocker {
@@ -186,8 +187,8 @@ func TestDisruptionsAllowed(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			snap := inventory.Build([]corev1.Node{gpuHost(nodeA, nil)}, []v1alpha1.GPUNode{report(nodeA, nil)},
-				[]corev1.Pod{pod("web-0", labelled("app", "web"))}, tc.pdbs, inventory.Options{Now: now})
+			snap := inventory.Build([]corev1.Node{fixture.GPUHost(nodeA, h100Label, nil)}, []v1alpha1.GPUNode{report(nodeA, nil)},
+				[]corev1.Pod{pod("web-0", fixture.Labelled("app", "web"))}, tc.pdbs, inventory.Options{Now: now})
 			if snap.DisruptionsAllowed == nil {
 				t.Fatal("DisruptionsAllowed is nil")
 			}

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/fixture"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/mig"
 )
@@ -26,15 +27,15 @@ func TestGPUs(t *testing.T) {
 		wantErrText string
 	}{{
 		name:       "idle MIG GPU: instances sorted by placement",
-		gpu:        migGPU(0, h100, inst("1g.10gb", 6, 1), inst("3g.40gb", 0, 4), inst("2g.20gb", 4, 2)),
+		gpu:        fixture.MIGGPU(0, h100, fixture.Instance("1g.10gb", 6, 1), fixture.Instance("3g.40gb", 0, 4), fixture.Instance("2g.20gb", 4, 2)),
 		wantMIG:    true,
 		wantPlaced: []string{"3g.40gb@0+4", "2g.20gb@4+2", "1g.10gb@6+1"},
 		wantLayout: mig.Layout{"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1},
 		wantFree:   map[string]int{"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1},
 	}, {
 		name: "layout is a multiset",
-		gpu: migGPU(0, h100, inst("1g.10gb", 3, 1), inst("1g.10gb", 0, 1), inst("1g.10gb", 2, 1),
-			inst("1g.10gb", 1, 1), inst("3g.40gb", 4, 4)),
+		gpu: fixture.MIGGPU(0, h100, fixture.Instance("1g.10gb", 3, 1), fixture.Instance("1g.10gb", 0, 1), fixture.Instance("1g.10gb", 2, 1),
+			fixture.Instance("1g.10gb", 1, 1), fixture.Instance("3g.40gb", 4, 4)),
 		wantMIG:    true,
 		wantPlaced: []string{"1g.10gb@0+1", "1g.10gb@1+1", "1g.10gb@2+1", "1g.10gb@3+1", "3g.40gb@4+4"},
 		wantLayout: mig.Layout{"1g.10gb": 4, "3g.40gb": 1},
@@ -43,10 +44,10 @@ func TestGPUs(t *testing.T) {
 		// The agent reports the pod from the PodResources API; an instance a pod holds is busy
 		// even in a report that read no process on it yet.
 		name: "an instance with a pod is busy and its pod is listed",
-		gpu: migGPU(0, h100, inst("1g.10gb", 6, 1), heldBy(inst("3g.40gb", 0, 4), "team/train"),
+		gpu: fixture.MIGGPU(0, h100, fixture.Instance("1g.10gb", 6, 1), fixture.HeldBy(fixture.Instance("3g.40gb", 0, 4), "team/train"),
 			func() v1alpha1.MIGInstance {
-				in := inst("2g.20gb", 4, 2)
-				r := ref("batch/infer")
+				in := fixture.Instance("2g.20gb", 4, 2)
+				r := fixture.Ref("batch/infer")
 				in.Pod = &r
 				return in
 			}()),
@@ -58,7 +59,7 @@ func TestGPUs(t *testing.T) {
 		wantPods:   []string{"batch/infer", "team/train"},
 	}, {
 		name:       "an instance a process uses is busy without a pod",
-		gpu:        migGPU(0, h100, busy(inst("4g.40gb", 0, 4)), inst("3g.40gb", 4, 4)),
+		gpu:        fixture.MIGGPU(0, h100, fixture.Busy(fixture.Instance("4g.40gb", 0, 4)), fixture.Instance("3g.40gb", 4, 4)),
 		wantMIG:    true,
 		wantPlaced: []string{"4g.40gb@0+4*", "3g.40gb@4+4"},
 		wantLayout: mig.Layout{"4g.40gb": 1, "3g.40gb": 1},
@@ -66,8 +67,8 @@ func TestGPUs(t *testing.T) {
 		wantFree:   map[string]int{"3g.40gb": 1},
 	}, {
 		name: "a pod holding two instances is listed once",
-		gpu: migGPU(0, h100, heldBy(inst("1g.10gb", 1, 1), "team/multi"), heldBy(inst("1g.10gb", 0, 1), "team/multi"),
-			inst("1g.10gb", 2, 1)),
+		gpu: fixture.MIGGPU(0, h100, fixture.HeldBy(fixture.Instance("1g.10gb", 1, 1), "team/multi"), fixture.HeldBy(fixture.Instance("1g.10gb", 0, 1), "team/multi"),
+			fixture.Instance("1g.10gb", 2, 1)),
 		wantMIG:    true,
 		wantPlaced: []string{"1g.10gb@0+1*<team/multi>", "1g.10gb@1+1*<team/multi>", "1g.10gb@2+1"},
 		wantLayout: mig.Layout{"1g.10gb": 3},
@@ -76,34 +77,34 @@ func TestGPUs(t *testing.T) {
 		wantPods:   []string{"team/multi"},
 	}, {
 		name:       "a driver's drifted name is read as the canonical profile",
-		gpu:        migGPU(0, h100, inst("7g.79gb", 0, 8)),
+		gpu:        fixture.MIGGPU(0, h100, fixture.Instance("7g.79gb", 0, 8)),
 		wantMIG:    true,
 		wantPlaced: []string{"7g.80gb@0+8"},
 		wantLayout: mig.Layout{"7g.80gb": 1},
 		wantFree:   map[string]int{"7g.80gb": 1},
 	}, {
 		name:       "MIG enabled without instances",
-		gpu:        migGPU(0, h100),
+		gpu:        fixture.MIGGPU(0, h100),
 		wantMIG:    true,
 		wantLayout: mig.Layout{},
 		wantFree:   map[string]int{},
 	}, {
 		name:       "whole-GPU pods are listed sorted and make the GPU busy",
-		gpu:        wholeGPU(0, h100, "team/z", "batch/a", "team/b"),
+		gpu:        fixture.WholeGPU(0, h100, "team/z", "batch/a", "team/b"),
 		wantLayout: mig.Layout{},
 		wantBusy:   true,
 		wantFree:   map[string]int{},
 		wantPods:   []string{"batch/a", "team/b", "team/z"},
 	}, {
 		name:       "idle GPU with MIG off",
-		gpu:        wholeGPU(0, h100),
+		gpu:        fixture.WholeGPU(0, h100),
 		wantLayout: mig.Layout{},
 		wantFree:   map[string]int{},
 	}, {
 		// MIG mode is what NVML reads now; a pending change takes effect at the next reset.
 		name: "MIG disabled now but pending enabled is off",
 		gpu: func() v1alpha1.GPUStatus {
-			g := wholeGPU(0, h100)
+			g := fixture.WholeGPU(0, h100)
 			g.MIGMode.Pending = "Enabled"
 			return g
 		}(),
@@ -112,7 +113,7 @@ func TestGPUs(t *testing.T) {
 	}, {
 		name: "no migMode reported is off",
 		gpu: func() v1alpha1.GPUStatus {
-			g := wholeGPU(0, h100)
+			g := fixture.WholeGPU(0, h100)
 			g.MIGMode = nil
 			return g
 		}(),
@@ -121,7 +122,7 @@ func TestGPUs(t *testing.T) {
 	}, {
 		name: "an unreadable GPU carries the agent's error",
 		gpu: func() v1alpha1.GPUStatus {
-			g := wholeGPU(0, h100)
+			g := fixture.WholeGPU(0, h100)
 			g.Error = "nvmlDeviceGetMigMode: GPU is lost"
 			g.MIGMode = nil
 			return g
@@ -132,7 +133,7 @@ func TestGPUs(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			snap := inventory.Build([]corev1.Node{gpuHost(nodeA, nil)},
+			snap := inventory.Build([]corev1.Node{fixture.GPUHost(nodeA, h100Label, nil)},
 				[]v1alpha1.GPUNode{report(nodeA, []v1alpha1.GPUStatus{tc.gpu})}, nil, nil, inventory.Options{Now: now})
 			n := snap.Nodes[0]
 			if len(n.GPUs) != 1 {
@@ -179,9 +180,9 @@ func TestGPUsSortedByIndex(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var gpus []v1alpha1.GPUStatus
 			for _, i := range tc.indexes {
-				gpus = append(gpus, wholeGPU(i, h100, fmt.Sprintf("team/p%d", i)))
+				gpus = append(gpus, fixture.WholeGPU(i, h100, fmt.Sprintf("team/p%d", i)))
 			}
-			snap := inventory.Build([]corev1.Node{gpuHost(nodeA, nil)},
+			snap := inventory.Build([]corev1.Node{fixture.GPUHost(nodeA, h100Label, nil)},
 				[]v1alpha1.GPUNode{report(nodeA, gpus)}, nil, nil, inventory.Options{Now: now})
 			var got []int
 			for _, g := range snap.Nodes[0].GPUs {
@@ -197,3 +198,4 @@ func TestGPUsSortedByIndex(t *testing.T) {
 		})
 	}
 }
+

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/fixture"
 	"github.com/gpupool/gpupool/internal/inventory"
 )
 
@@ -17,8 +18,8 @@ func TestNodeBlockers(t *testing.T) {
 	// free one, GPU 1 with MIG off held by team/whole.
 	gpus := func() []v1alpha1.GPUStatus {
 		return []v1alpha1.GPUStatus{
-			migGPU(0, h100, heldBy(inst("1g.10gb", 0, 1), "team/held"), inst("1g.10gb", 1, 1)),
-			wholeGPU(1, h100, "team/whole"),
+			fixture.MIGGPU(0, h100, fixture.HeldBy(fixture.Instance("1g.10gb", 0, 1), "team/held"), fixture.Instance("1g.10gb", 1, 1)),
+			fixture.WholeGPU(1, h100, "team/whole"),
 		}
 	}
 	tests := []struct {
@@ -122,7 +123,7 @@ func TestNodeBlockers(t *testing.T) {
 	}, {
 		name:    "GPU pod the agent has not attributed to a device",
 		reports: []v1alpha1.GPUNode{report(nodeA, gpus())},
-		pods:    []corev1.Pod{pod("x", requests("cpu", "1", "nvidia.com/mig-1g.10gb", "1"))},
+		pods:    []corev1.Pod{pod("x", fixture.Requests("cpu", "1", "nvidia.com/mig-1g.10gb", "1"))},
 		blocker: "the agent has not yet reported which GPU team/x uses",
 		// The GPUs are still reported, so the planner can show them.
 		wantGPUs: 2,
@@ -130,9 +131,9 @@ func TestNodeBlockers(t *testing.T) {
 		name:    "unattributed pods are listed sorted, whatever GPU resource they use",
 		reports: []v1alpha1.GPUNode{report(nodeA, gpus())},
 		pods: []corev1.Pod{
-			pod("z-shared", requests("nvidia.com/gpu.shared", "1")),
-			pod("batch/a-whole", requests("nvidia.com/gpu", "1")),
-			pod("m-init", withInit("setup", "nvidia.com/mig-3g.40gb", "1")),
+			pod("z-shared", fixture.Requests("nvidia.com/gpu.shared", "1")),
+			pod("batch/a-whole", fixture.Requests("nvidia.com/gpu", "1")),
+			pod("m-init", fixture.WithInit("setup", "nvidia.com/mig-3g.40gb", "1")),
 		},
 		blocker:  "the agent has not yet reported which GPU batch/a-whole, team/m-init, team/z-shared uses",
 		wantGPUs: 2,
@@ -140,21 +141,21 @@ func TestNodeBlockers(t *testing.T) {
 		name:    "pods holding an instance or a whole GPU are attributed",
 		reports: []v1alpha1.GPUNode{report(nodeA, gpus())},
 		pods: []corev1.Pod{
-			pod("held", requests("nvidia.com/mig-1g.10gb", "1")),
-			pod("whole", requests("nvidia.com/gpu", "1")),
+			pod("held", fixture.Requests("nvidia.com/mig-1g.10gb", "1")),
+			pod("whole", fixture.Requests("nvidia.com/gpu", "1")),
 		},
 		wantGPUs: 2,
 	}, {
 		name:     "pods without GPU resources need no attribution",
 		reports:  []v1alpha1.GPUNode{report(nodeA, gpus())},
-		pods:     []corev1.Pod{pod("web", requests("cpu", "2", "memory", "4Gi", "example.com/fpga", "1"))},
+		pods:     []corev1.Pod{pod("web", fixture.Requests("cpu", "2", "memory", "4Gi", "example.com/fpga", "1"))},
 		wantGPUs: 2,
 	}, {
 		name:    "finished and unbound GPU pods need no attribution",
 		reports: []v1alpha1.GPUNode{report(nodeA, gpus())},
 		pods: []corev1.Pod{
-			pod("done", phase(corev1.PodSucceeded), requests("nvidia.com/gpu", "1")),
-			pod("waiting", pendingUnbound(), requests("nvidia.com/gpu", "1")),
+			pod("done", phase(corev1.PodSucceeded), fixture.Requests("nvidia.com/gpu", "1")),
+			pod("waiting", pendingUnbound(), fixture.Requests("nvidia.com/gpu", "1")),
 		},
 		wantGPUs: 2,
 	}, {
@@ -162,18 +163,18 @@ func TestNodeBlockers(t *testing.T) {
 		// device, so the agent can never attribute it and must not be waited for.
 		name:     "a pod asking for zero GPUs needs no attribution",
 		reports:  []v1alpha1.GPUNode{report(nodeA, gpus())},
-		pods:     []corev1.Pod{pod("cpu-only", requests("cpu", "1", "nvidia.com/gpu", "0"))},
+		pods:     []corev1.Pod{pod("cpu-only", fixture.Requests("cpu", "1", "nvidia.com/gpu", "0"))},
 		wantGPUs: 2,
 	}, {
 		name:       "an unreadable report is reported before unattributed pods",
 		reports:    []v1alpha1.GPUNode{report(nodeA, gpus(), nvml(metav1.ConditionFalse, "no devices"))},
-		pods:       []corev1.Pod{pod("x", requests("nvidia.com/gpu", "1"))},
+		pods:       []corev1.Pod{pod("x", fixture.Requests("nvidia.com/gpu", "1"))},
 		blocker:    "the agent cannot read NVML: no devices",
 		unreported: true,
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			nodes := []corev1.Node{gpuHost(nodeA, nil), gpuHost("node-b", nil)}
+			nodes := []corev1.Node{fixture.GPUHost(nodeA, h100Label, nil), fixture.GPUHost("node-b", h100Label, nil)}
 			snap := inventory.Build(nodes, tc.reports, tc.pods, nil,
 				inventory.Options{Now: now, MaxReportAge: tc.maxAge, Heartbeats: tc.beats})
 			n := nodeNamed(t, snap, nodeA)

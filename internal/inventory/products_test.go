@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/fixture"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/mig"
 )
@@ -82,7 +83,7 @@ func TestProducts(t *testing.T) {
 		wantLayout mig.Layout
 	}{{
 		name:            "the report's product name finds the built-in table",
-		gpu:             migGPU(0, h100, inst("3g.40gb", 0, 4)),
+		gpu:             fixture.MIGGPU(0, h100, fixture.Instance("3g.40gb", 0, 4)),
 		label:           "NVIDIA-A100-SXM4-40GB", // the report wins over the label
 		wantProductName: h100,
 		wantProduct:     "H100-80GB",
@@ -91,34 +92,34 @@ func TestProducts(t *testing.T) {
 		wantLayout:      mig.Layout{"3g.40gb": 1},
 	}, {
 		name:            "no product in the report: the node's GFD label",
-		gpu:             migGPU(0, "", inst("3g.40gb", 4, 4)),
+		gpu:             fixture.MIGGPU(0, "", fixture.Instance("3g.40gb", 4, 4)),
 		wantProductName: h100Label,
 		wantProduct:     "H100-80GB",
 		wantBuiltin:     true,
 		wantLayout:      mig.Layout{"3g.40gb": 1},
 	}, {
 		name:            "H200 from its NVML name",
-		gpu:             migGPU(0, "NVIDIA H200", inst("3g.71gb", 0, 4)),
+		gpu:             fixture.MIGGPU(0, "NVIDIA H200", fixture.Instance("3g.71gb", 0, 4)),
 		wantProductName: "NVIDIA H200",
 		wantProduct:     "H200-141GB",
 		wantBuiltin:     true,
 		wantLayout:      mig.Layout{"3g.71gb": 1},
 	}, {
 		name:            "neither a reported product nor a label",
-		gpu:             migGPU(0, "", inst("3g.40gb", 0, 4)),
+		gpu:             fixture.MIGGPU(0, "", fixture.Instance("3g.40gb", 0, 4)),
 		label:           "-",
 		wantProductName: "",
 		wantLayout:      mig.Layout{"3g.40gb": 1},
 	}, {
 		name:            "unknown product: nil Product, instances under their reported names",
-		gpu:             migGPU(0, gh200, inst("1g.12gb", 0, 1), inst("1g.12gb", 1, 1)),
+		gpu:             fixture.MIGGPU(0, gh200, fixture.Instance("1g.12gb", 0, 1), fixture.Instance("1g.12gb", 1, 1)),
 		wantProductName: gh200,
 		wantLayout:      mig.Layout{"1g.12gb": 2},
 	}, {
 		// Some drivers name the H100's whole-GPU profile 7g.79gb: the report is the authority,
 		// and the built-in spelling still resolves to it.
 		name: "profiles the agent reports override the built-in table",
-		gpu: withProfiles(migGPU(0, h100, inst("7g.79gb", 0, 8)),
+		gpu: withProfiles(fixture.MIGGPU(0, h100, fixture.Instance("7g.79gb", 0, 8)),
 			h100Profiles(map[string]string{"7g.80gb": "7g.79gb"})),
 		wantProductName: h100,
 		wantProduct:     "H100-80GB",
@@ -131,14 +132,14 @@ func TestProducts(t *testing.T) {
 		wantLayout: mig.Layout{"7g.79gb": 1},
 	}, {
 		name: "an instance in the built-in spelling is read under the driver's name",
-		gpu: withProfiles(migGPU(0, h100, inst("7g.80gb", 0, 8)),
+		gpu: withProfiles(fixture.MIGGPU(0, h100, fixture.Instance("7g.80gb", 0, 8)),
 			h100Profiles(map[string]string{"7g.80gb": "7g.79gb"})),
 		wantProductName: h100,
 		wantProduct:     "H100-80GB",
 		wantLayout:      mig.Layout{"7g.79gb": 1},
 	}, {
 		name:            "profiles reported for a product the table lacks",
-		gpu:             withProfiles(migGPU(0, gh200, inst("3g.48gb", 4, 4)), gh200Profiles()),
+		gpu:             withProfiles(fixture.MIGGPU(0, gh200, fixture.Instance("3g.48gb", 4, 4)), gh200Profiles()),
 		wantProductName: gh200,
 		wantProduct:     gh200,
 		resolve:         map[string]string{"7g.96gb": "7g.96gb", "1g.12gb": "1g.12gb", "7g.80gb": ""},
@@ -146,7 +147,7 @@ func TestProducts(t *testing.T) {
 		wantLayout:      mig.Layout{"3g.48gb": 1},
 	}, {
 		name: "a reported table the geometry rejects falls back to the built-in one",
-		gpu: withProfiles(migGPU(0, h100, inst("7g.80gb", 0, 8)), func() []v1alpha1.GPUInstanceProfile {
+		gpu: withProfiles(fixture.MIGGPU(0, h100, fixture.Instance("7g.80gb", 0, 8)), func() []v1alpha1.GPUInstanceProfile {
 			ps := h100Profiles(nil)
 			ps[2].Placements = nil // a 3g profile with nowhere to go
 			return ps
@@ -157,7 +158,7 @@ func TestProducts(t *testing.T) {
 		wantLayout:      mig.Layout{"7g.80gb": 1},
 	}, {
 		name: "a rejected table of an unknown product leaves it unknown",
-		gpu: withProfiles(migGPU(0, gh200), func() []v1alpha1.GPUInstanceProfile {
+		gpu: withProfiles(fixture.MIGGPU(0, gh200), func() []v1alpha1.GPUInstanceProfile {
 			ps := gh200Profiles()
 			ps[1].Placements[1].Size = 2 // sizes of one profile disagree
 			return ps
@@ -167,7 +168,7 @@ func TestProducts(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			host := gpuHost(nodeA, nil)
+			host := fixture.GPUHost(nodeA, h100Label, nil)
 			switch tc.label {
 			case "":
 			case "-":
@@ -237,7 +238,7 @@ func TestProductCache(t *testing.T) {
 		if profiles != nil {
 			ps0, ps1 = profiles(), profiles()
 		}
-		return []v1alpha1.GPUStatus{withProfiles(migGPU(0, product), ps0), withProfiles(migGPU(1, product), ps1)}
+		return []v1alpha1.GPUStatus{withProfiles(fixture.MIGGPU(0, product), ps0), withProfiles(fixture.MIGGPU(1, product), ps1)}
 	}
 	tests := []struct {
 		name    string
@@ -272,7 +273,7 @@ func TestProductCache(t *testing.T) {
 			var nodes []corev1.Node
 			var reports []v1alpha1.GPUNode
 			for name, gpus := range tc.reports {
-				nodes = append(nodes, gpuHost(name, nil))
+				nodes = append(nodes, fixture.GPUHost(name, h100Label, nil))
 				reports = append(reports, report(name, gpus))
 			}
 			snap := inventory.Build(nodes, reports, nil, nil, inventory.Options{Now: now})

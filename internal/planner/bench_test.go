@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/fixture"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/planner"
 )
@@ -34,14 +35,14 @@ func benchCluster(b testing.TB, nodes int) *cluster {
 			}
 			profile := map[string]string{"1g.18gb:7": "1g.18gb", "3g.71gb:2": "3g.71gb",
 				"2g.35gb:3,1g.18gb:1": "2g.35gb", "7g.141gb:1": "7g.141gb"}[l]
-			c.running(fmt.Sprintf("run-%05d-%d", n, i), name, i, profile, labelled("app", fmt.Sprintf("svc-%d", rng.IntN(50))))
+			c.running(fmt.Sprintf("run-%05d-%d", n, i), name, i, profile, fixture.Labelled("app", fmt.Sprintf("svc-%d", rng.IntN(50))))
 		}
 	}
 	profiles := []string{"1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"}
 	for p := range nodes * 10 {
 		w := rng.IntN(24)
 		c.pending(fmt.Sprintf("pend-%06d", p), mig1(profiles[w%len(profiles)]),
-			priority(int32(w%3)*10), cpu(fmt.Sprint(1+w%4)))
+			fixture.Priority(int32(w%3)*10), cpu(fmt.Sprint(1+w%4)))
 	}
 	return c
 }

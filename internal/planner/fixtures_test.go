@@ -2,7 +2,6 @@ package planner_test
 
 import (
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,13 +14,14 @@ import (
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/fixture"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/planner"
 )
 
-// now is the fixed planning time of every fixture.
-var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+// now is the planning time of every test: the fixtures' clock.
+var now = fixture.Now
 
 // cluster builds real API objects the way the API server and the agent would hold them, so
 // that tests exercise inventory.Build and demand.Pending as well as the planner.
@@ -41,18 +41,8 @@ func (c *cluster) node(name, product string, layouts ...string) *cluster {
 	if !ok {
 		c.t.Fatalf("unknown product %s", product)
 	}
-	alloc := corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"),
-		corev1.ResourcePods: resource.MustParse("110"),
-	}
-	c.nodes = append(c.nodes, corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-			"pool": "a", v1alpha1.LabelGPUProduct: product, "kubernetes.io/hostname": name}},
-		Status: corev1.NodeStatus{Allocatable: alloc, Capacity: alloc},
-	})
-	gn := v1alpha1.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	gn.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionNVMLReady, Status: metav1.ConditionTrue,
-		Reason: "Read", LastTransitionTime: metav1.NewTime(now)}}
+	c.nodes = append(c.nodes, fixture.GPUHost(name, product, nil, "pool", "a"))
+	gn := fixture.Report(name)
 	gn.Status.ObservedTime = ptr.To(metav1.NewTime(now))
 	for i, l := range layouts {
 		g := v1alpha1.GPUStatus{Index: int32(i), Product: product, MIGMode: &v1alpha1.MIGModeStatus{Current: "Enabled"}}
@@ -78,27 +68,8 @@ func (c *cluster) node(name, product string, layouts ...string) *cluster {
 	return c
 }
 
-type podOpt func(*corev1.Pod)
-
-func annotated(k, v string) podOpt {
-	return func(p *corev1.Pod) {
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
-		}
-		p.Annotations[k] = v
-	}
-}
-
-func labelled(k, v string) podOpt {
-	return func(p *corev1.Pod) {
-		if p.Labels == nil {
-			p.Labels = map[string]string{}
-		}
-		p.Labels[k] = v
-	}
-}
-
-func priority(v int32) podOpt { return func(p *corev1.Pod) { p.Spec.Priority = &v } }
+// podOpt changes one thing of a pod.
+type podOpt = fixture.PodOption
 
 func nodeSelector(k, v string) podOpt {
 	return func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{k: v} }
@@ -110,27 +81,14 @@ func cpu(q string) podOpt {
 	}
 }
 
+// newPod is a pod of a ReplicaSet (fixture.Pod) asking for one CPU, 1Gi and the given counts of
+// other resources.
 func newPod(name string, resources map[string]int64, opts ...podOpt) corev1.Pod {
-	reqs := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}
+	kv := []string{"cpu", "1", "memory", "1Gi"}
 	for r, n := range resources {
-		reqs[corev1.ResourceName(r)] = *resource.NewQuantity(n, resource.DecimalSI)
+		kv = append(kv, r, strconv.FormatInt(n, 10))
 	}
-	p := corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team", CreationTimestamp: metav1.NewTime(now.Add(-time.Hour)),
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "rs",
-				Controller: ptr.To(true)}}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
-			Requests: reqs, Limits: corev1.ResourceList{}}}}},
-	}
-	for r, q := range reqs {
-		if strings.HasPrefix(string(r), "nvidia.com/") {
-			p.Spec.Containers[0].Resources.Limits[r] = q
-		}
-	}
-	for _, o := range opts {
-		o(&p)
-	}
-	return p
+	return fixture.Pod(name, append([]podOpt{fixture.Requests(kv...)}, opts...)...)
 }
 
 // running binds a pod holding `count` free instances of profile on one GPU of a node (or the
@@ -169,20 +127,12 @@ func (c *cluster) running(name, node string, gpu int, profile string, opts ...po
 
 // pending adds an unschedulable pod asking for resources.
 func (c *cluster) pending(name string, resources map[string]int64, opts ...podOpt) *cluster {
-	p := newPod(name, resources, opts...)
-	p.Status.Phase = corev1.PodPending
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
-		Reason: corev1.PodReasonUnschedulable, LastTransitionTime: metav1.NewTime(now.Add(-10 * time.Minute))}}
-	c.pods = append(c.pods, p)
+	c.pods = append(c.pods, newPod(name, resources, append([]podOpt{fixture.Unschedulable(now.Add(-10 * time.Minute))}, opts...)...))
 	return c
 }
 
 func (c *cluster) pdb(name, label string, allowed int32) *cluster {
-	c.pdbs = append(c.pdbs, policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team", Generation: 1},
-		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": label}}},
-		Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: allowed, ObservedGeneration: 1},
-	})
+	c.pdbs = append(c.pdbs, fixture.PDB(name, label, allowed))
 	return c
 }
 

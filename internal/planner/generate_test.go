@@ -15,6 +15,7 @@ import (
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/fixture"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/planner"
@@ -138,7 +139,6 @@ func (c *cluster) bind(name, node string, holds []hold, opts ...podOpt) *cluster
 }
 
 // unmanaged makes a pod that no controller recreates, which gpupool never evicts by default.
-func unmanaged() podOpt { return func(p *corev1.Pod) { p.OwnerReferences = nil } }
 
 // plainProfiles are the product's profiles without media extensions, larger first.
 func plainProfiles(p *mig.Product) []string {
@@ -238,7 +238,7 @@ func genScenario(t testing.TB, r *rand.Rand, origin string, cfg genConfig) *scen
 			}
 			res[mig.ResourceName(pick(r, wanted))] = n
 		}
-		opts := []podOpt{priority(pick(r, cfg.priorities))}
+		opts := []podOpt{fixture.Priority(pick(r, cfg.priorities))}
 		switch r.IntN(12) {
 		case 0:
 			opts = append(opts, nodeSelector("zone", "nowhere"))
@@ -338,13 +338,13 @@ func genRunning(r *rand.Rand, c *cluster) {
 			var opts []podOpt
 			switch k := r.IntN(20); {
 			case k < 2:
-				opts = append(opts, annotated(v1alpha1.AnnotationDoNotDisrupt, "true"))
+				opts = append(opts, fixture.Annotated(v1alpha1.AnnotationDoNotDisrupt, "true"))
 			case k < 3:
-				opts = append(opts, unmanaged())
+				opts = append(opts, fixture.Unowned())
 			case k < 9:
-				opts = append(opts, labelled("app", "pdb-a"))
+				opts = append(opts, fixture.Labelled("app", "pdb-a"))
 			case k < 12:
-				opts = append(opts, labelled("app", "pdb-b"))
+				opts = append(opts, fixture.Labelled("app", "pdb-b"))
 			}
 			c.bind(fmt.Sprintf("run-%02d", pods), gn.Name, holds, opts...)
 			pods++

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/fixture"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/planner"
@@ -69,7 +70,7 @@ func TestDisruptionRulesBlockEvictions(t *testing.T) {
 		pdb     int32
 		message string
 	}{
-		{name: "do-not-disrupt", opts: []podOpt{annotated(v1alpha1.AnnotationDoNotDisrupt, "true")},
+		{name: "do-not-disrupt", opts: []podOpt{fixture.Annotated(v1alpha1.AnnotationDoNotDisrupt, "true")},
 			pol: policy(), pdb: 1, message: "annotated gpupool.io/do-not-disrupt"},
 		{name: "AutoIdle forbids evictions", pol: policy(approval(v1alpha1.ApprovalAutoIdle)), pdb: 1,
 			message: "approval AutoIdle forbids evictions"},
@@ -81,7 +82,7 @@ func TestDisruptionRulesBlockEvictions(t *testing.T) {
 			g := NewWithT(t)
 			res := newCluster(t).
 				node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
-				running("infer-a", "gpu-1", 0, "1g.18gb", append(tc.opts, labelled("app", "infer"))...).
+				running("infer-a", "gpu-1", 0, "1g.18gb", append(tc.opts, fixture.Labelled("app", "infer"))...).
 				pdb("infer", "infer", tc.pdb).
 				pending("trainer", mig1("3g.71gb")).
 				plan(tc.pol)
@@ -100,7 +101,7 @@ func TestBudgetLimitsNodesTouched(t *testing.T) {
 	for _, n := range []string{"gpu-1", "gpu-2", "gpu-3"} {
 		c.node(n, "NVIDIA-H200", "1g.18gb:7")
 	}
-	res := c.pending("t1", mig1("7g.141gb"), priority(10)).
+	res := c.pending("t1", mig1("7g.141gb"), fixture.Priority(10)).
 		pending("t2", mig1("7g.141gb")).
 		pending("t3", mig1("7g.141gb")).
 		plan(policy(budget(2)))
@@ -175,9 +176,9 @@ func TestCapacityWhenEverythingIsBusyWithOthersDemand(t *testing.T) {
 	g := NewWithT(t)
 	res := newCluster(t).
 		node("gpu-1", "NVIDIA-H200", "7g.141gb:1").
-		running("big", "gpu-1", 0, "7g.141gb", annotated(v1alpha1.AnnotationDoNotDisrupt, "true")).
+		running("big", "gpu-1", 0, "7g.141gb", fixture.Annotated(v1alpha1.AnnotationDoNotDisrupt, "true")).
 		node("gpu-2", "NVIDIA-H200", "1g.18gb:7").
-		pending("a", mig1("7g.141gb"), priority(5)).
+		pending("a", mig1("7g.141gb"), fixture.Priority(5)).
 		pending("b", mig1("7g.141gb")).
 		plan(policy(budget(5)))
 	g.Expect(res.Served).To(ConsistOf(pod("a")))
@@ -219,8 +220,8 @@ func TestPDBBudgetSpansTheWholePlan(t *testing.T) {
 	res := newCluster(t).
 		node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
 		node("gpu-2", "NVIDIA-H200", "1g.18gb:7").
-		running("w1", "gpu-1", 0, "1g.18gb", labelled("app", "web")).
-		running("w2", "gpu-2", 0, "1g.18gb", labelled("app", "web")).
+		running("w1", "gpu-1", 0, "1g.18gb", fixture.Labelled("app", "web")).
+		running("w2", "gpu-2", 0, "1g.18gb", fixture.Labelled("app", "web")).
 		pdb("web", "web", 1).
 		pending("t1", mig1("7g.141gb")).
 		pending("t2", mig1("4g.71gb")).

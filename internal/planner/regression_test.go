@@ -6,6 +6,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/fixture"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/planner"
 )
@@ -45,8 +46,8 @@ func TestSameLayoutOnSeveralGPUsSkipsGPUsThatHaveItAlready(t *testing.T) {
 func TestPodOnTwoChangedGPUsSpendsItsPDBOnce(t *testing.T) {
 	g := NewWithT(t)
 	c := newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7", "1g.18gb:7", "1g.18gb:7")
-	c.bind("x", "gpu-1", []hold{{gpu: 0, inst: 0}, {gpu: 1, inst: 0}}, labelled("app", "web")).
-		running("y", "gpu-1", 2, "1g.18gb", annotated(v1alpha1.AnnotationDoNotDisrupt, "true")).
+	c.bind("x", "gpu-1", []hold{{gpu: 0, inst: 0}, {gpu: 1, inst: 0}}, fixture.Labelled("app", "web")).
+		running("y", "gpu-1", 2, "1g.18gb", fixture.Annotated(v1alpha1.AnnotationDoNotDisrupt, "true")).
 		pdb("web", "web", 1).
 		pending("p", map[string]int64{mig.ResourceName("7g.141gb"): 2})
 	res := c.plan(policy(catalog("H200", false, "7g.141gb", "1g.18gb")))
@@ -64,11 +65,11 @@ func TestPDBBudgetLeftCountsEachEvictedPodOnce(t *testing.T) {
 	c := newCluster(t).
 		node("gpu-1", "NVIDIA-H200", "1g.18gb:7", "1g.18gb:7", "1g.18gb:7").
 		node("gpu-2", "NVIDIA-H200", "1g.18gb:7")
-	c.bind("x", "gpu-1", []hold{{gpu: 0, inst: 0}, {gpu: 1, inst: 0}}, labelled("app", "web")).
-		running("y", "gpu-1", 2, "1g.18gb", annotated(v1alpha1.AnnotationDoNotDisrupt, "true")).
-		running("w", "gpu-2", 0, "1g.18gb", labelled("app", "web")).
+	c.bind("x", "gpu-1", []hold{{gpu: 0, inst: 0}, {gpu: 1, inst: 0}}, fixture.Labelled("app", "web")).
+		running("y", "gpu-1", 2, "1g.18gb", fixture.Annotated(v1alpha1.AnnotationDoNotDisrupt, "true")).
+		running("w", "gpu-2", 0, "1g.18gb", fixture.Labelled("app", "web")).
 		pdb("web", "web", 2).
-		pending("p", map[string]int64{mig.ResourceName("7g.141gb"): 2}, priority(10)).
+		pending("p", map[string]int64{mig.ResourceName("7g.141gb"): 2}, fixture.Priority(10)).
 		pending("q", mig1("4g.71gb"))
 	res := c.plan(policy(budget(2), catalog("H200", false, "7g.141gb", "4g.71gb", "1g.18gb")))
 	g.Expect(res.Served).To(ConsistOf(pod("p"), pod("q")))

@@ -6,29 +6,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/gpupool/gpupool/internal/fixture"
 )
-
-func rl(pairs ...string) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for i := 0; i < len(pairs); i += 2 {
-		out[corev1.ResourceName(pairs[i])] = resource.MustParse(pairs[i+1])
-	}
-	return out
-}
-
-func sameResources(a, b corev1.ResourceList) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		w, ok := b[k]
-		if !ok || v.Cmp(w) != 0 {
-			return false
-		}
-	}
-	return true
-}
 
 // What the device plugin advertises, by MIG strategy and sharing config (configs written by
 // hand in NVIDIA's format). Mixed: one nvidia.com/mig-<profile> per MIG device ("+" written
@@ -61,9 +42,9 @@ func TestAdvertise(t *testing.T) {
 		strategy string
 		want     corev1.ResourceList
 	}{
-		{name: "no GPUs", config: exclusive, want: rl()},
-		{name: "whole GPUs", gpus: whole, config: exclusive, want: rl("nvidia.com/gpu", "2")},
-		{name: "whole GPUs, time-slicing x4", gpus: whole, config: ts4, want: rl("nvidia.com/gpu.shared", "8")},
+		{name: "no GPUs", config: exclusive, want: fixture.Resources()},
+		{name: "whole GPUs", gpus: whole, config: exclusive, want: fixture.Resources("nvidia.com/gpu", "2")},
+		{name: "whole GPUs, time-slicing x4", gpus: whole, config: ts4, want: fixture.Resources("nvidia.com/gpu.shared", "8")},
 		{name: "whole GPUs, time-slicing without renameByDefault keeps the name", gpus: whole, config: `
 version: v1
 sharing:
@@ -71,34 +52,34 @@ sharing:
     resources:
     - name: nvidia.com/gpu
       replicas: 3
-      rename: ignored-anyway`, want: rl("nvidia.com/gpu", "6")},
+      rename: ignored-anyway`, want: fixture.Resources("nvidia.com/gpu", "6")},
 		{name: "whole GPUs, a resource listed twice gets the larger count", gpus: whole, config: `
 version: v1
 sharing:
   timeSlicing:
     renameByDefault: true
-    resources: [{name: gpu, replicas: 2}, {name: gpu, replicas: 5, devices: [0]}]`, want: rl("nvidia.com/gpu.shared", "10")},
+    resources: [{name: gpu, replicas: 2}, {name: gpu, replicas: 5, devices: [0]}]`, want: fixture.Resources("nvidia.com/gpu.shared", "10")},
 		{name: "whole GPUs, MPS x3 under none", gpus: whole, config: mps(3, "nvidia.com/gpu"), strategy: migStrategyNone,
-			want: rl("nvidia.com/gpu.shared", "6")},
+			want: fixture.Resources("nvidia.com/gpu.shared", "6")},
 		{name: "whole GPUs, MPS x48 under none", gpus: whole, config: mps(48, "nvidia.com/gpu"), strategy: migStrategyNone,
-			want: rl("nvidia.com/gpu.shared", "96")},
-		{name: "MIG enabled, no instances", gpus: []GPUState{{Index: 0, MIGEnabled: true}}, config: exclusive, want: rl()},
-		{name: "MIG enabled, no instances, shared", gpus: []GPUState{{Index: 0, MIGEnabled: true}}, config: ts4, want: rl()},
+			want: fixture.Resources("nvidia.com/gpu.shared", "96")},
+		{name: "MIG enabled, no instances", gpus: []GPUState{{Index: 0, MIGEnabled: true}}, config: exclusive, want: fixture.Resources()},
+		{name: "MIG enabled, no instances, shared", gpus: []GPUState{{Index: 0, MIGEnabled: true}}, config: ts4, want: fixture.Resources()},
 		{name: "mixed node", gpus: mixed, config: exclusive,
-			want: rl("nvidia.com/mig-3g.71gb", "1", "nvidia.com/mig-1g.18gb", "2", "nvidia.com/mig-1g.18gb.me", "1", "nvidia.com/gpu", "1")},
+			want: fixture.Resources("nvidia.com/mig-3g.71gb", "1", "nvidia.com/mig-1g.18gb", "2", "nvidia.com/mig-1g.18gb.me", "1", "nvidia.com/gpu", "1")},
 		{name: "mixed node, time-slicing x4 shares the listed MIG resources", gpus: mixed, config: ts4,
-			want: rl("nvidia.com/mig-3g.71gb.shared", "4", "nvidia.com/mig-1g.18gb.shared", "8", "nvidia.com/mig-1g.18gb.me.shared", "4",
+			want: fixture.Resources("nvidia.com/mig-3g.71gb.shared", "4", "nvidia.com/mig-1g.18gb.shared", "8", "nvidia.com/mig-1g.18gb.me.shared", "4",
 				"nvidia.com/gpu.shared", "4")},
 		{name: "mixed node, unlisted MIG resources stay exclusive", gpus: mixed, config: timeSlicing(2, "nvidia.com/gpu"),
-			want: rl("nvidia.com/mig-3g.71gb", "1", "nvidia.com/mig-1g.18gb", "2", "nvidia.com/mig-1g.18gb.me", "1", "nvidia.com/gpu.shared", "2")},
-		{name: "all-3g", gpus: all3g, config: exclusive, want: rl("nvidia.com/mig-3g.71gb", "4")},
+			want: fixture.Resources("nvidia.com/mig-3g.71gb", "1", "nvidia.com/mig-1g.18gb", "2", "nvidia.com/mig-1g.18gb.me", "1", "nvidia.com/gpu.shared", "2")},
+		{name: "all-3g", gpus: all3g, config: exclusive, want: fixture.Resources("nvidia.com/mig-3g.71gb", "4")},
 		{name: "all-3g, time-slicing x2", gpus: all3g, config: timeSlicing(2, "nvidia.com/mig-3g.71gb"),
-			want: rl("nvidia.com/mig-3g.71gb.shared", "8")},
-		{name: "all-3g under none: each GPU whole", gpus: all3g, config: exclusive, strategy: migStrategyNone, want: rl("nvidia.com/gpu", "2")},
+			want: fixture.Resources("nvidia.com/mig-3g.71gb.shared", "8")},
+		{name: "all-3g under none: each GPU whole", gpus: all3g, config: exclusive, strategy: migStrategyNone, want: fixture.Resources("nvidia.com/gpu", "2")},
 		{name: "all-3g under single: MIG devices as nvidia.com/gpu", gpus: all3g, config: exclusive, strategy: migStrategySingle,
-			want: rl("nvidia.com/gpu", "4")},
+			want: fixture.Resources("nvidia.com/gpu", "4")},
 		{name: "all-3g under single, time-sliced", gpus: all3g, config: timeSlicing(2, "nvidia.com/gpu"), strategy: migStrategySingle,
-			want: rl("nvidia.com/gpu.shared", "8")},
+			want: fixture.Resources("nvidia.com/gpu.shared", "8")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run := mustRun(t, tc.config)
@@ -109,7 +90,7 @@ sharing:
 			if err != nil {
 				t.Fatalf("advertise: %v", err)
 			}
-			if got := capacityOf(devices); !sameResources(got, tc.want) {
+			if got := capacityOf(devices); !equality.Semantic.DeepEqual(got, tc.want) {
 				t.Errorf("capacity = %v, want %v", got, tc.want)
 			}
 		})
@@ -160,11 +141,11 @@ func TestAdvertiseRefusals(t *testing.T) {
 // A plugin that does not run leaves every nvidia.com/ resource the node has at 0.
 func TestNothingAdvertised(t *testing.T) {
 	status := corev1.NodeStatus{
-		Capacity:    rl("cpu", "8", "nvidia.com/gpu.shared", "8", "nvidia.com/mig-1g.18gb", "7"),
-		Allocatable: rl("cpu", "8", "nvidia.com/gpu.shared", "8", "nvidia.com/mig-3g.71gb", "1"),
+		Capacity:    fixture.Resources("cpu", "8", "nvidia.com/gpu.shared", "8", "nvidia.com/mig-1g.18gb", "7"),
+		Allocatable: fixture.Resources("cpu", "8", "nvidia.com/gpu.shared", "8", "nvidia.com/mig-3g.71gb", "1"),
 	}
-	want := rl("nvidia.com/gpu.shared", "0", "nvidia.com/mig-1g.18gb", "0", "nvidia.com/mig-3g.71gb", "0")
-	if got := nothingAdvertised(status); !sameResources(got, want) {
+	want := fixture.Resources("nvidia.com/gpu.shared", "0", "nvidia.com/mig-1g.18gb", "0", "nvidia.com/mig-3g.71gb", "0")
+	if got := nothingAdvertised(status); !equality.Semantic.DeepEqual(got, want) {
 		t.Errorf("nothingAdvertised = %v, want %v", got, want)
 	}
 }
@@ -175,10 +156,10 @@ func TestNothingAdvertised(t *testing.T) {
 func TestCapacityPatch(t *testing.T) {
 	s := func(v string) *string { return &v }
 	status := corev1.NodeStatus{
-		Capacity:    rl("cpu", "8", "memory", "1Gi", "pods", "110", "nvidia.com/mig-1g.18gb", "7", "example.com/foo", "1"),
-		Allocatable: rl("cpu", "7", "memory", "1Gi", "pods", "110", "nvidia.com/mig-1g.18gb", "7"),
+		Capacity:    fixture.Resources("cpu", "8", "memory", "1Gi", "pods", "110", "nvidia.com/mig-1g.18gb", "7", "example.com/foo", "1"),
+		Allocatable: fixture.Resources("cpu", "7", "memory", "1Gi", "pods", "110", "nvidia.com/mig-1g.18gb", "7"),
 	}
-	got := capacityPatch(status, rl("nvidia.com/mig-3g.71gb", "2"))
+	got := capacityPatch(status, fixture.Resources("nvidia.com/mig-3g.71gb", "2"))
 	want := map[string]map[corev1.ResourceName]*string{
 		"capacity":    {"nvidia.com/mig-3g.71gb": s("2"), "nvidia.com/mig-1g.18gb": nil},
 		"allocatable": {"nvidia.com/mig-3g.71gb": s("2"), "nvidia.com/mig-1g.18gb": nil},
@@ -186,11 +167,11 @@ func TestCapacityPatch(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("capacityPatch = %v, want %v", got, want)
 	}
-	if got := capacityPatch(status, rl("nvidia.com/mig-1g.18gb", "7")); len(got) != 0 {
+	if got := capacityPatch(status, fixture.Resources("nvidia.com/mig-1g.18gb", "7")); len(got) != 0 {
 		t.Errorf("capacityPatch for an advertised layout = %v, want empty", got)
 	}
-	onlyAllocatable := corev1.NodeStatus{Capacity: rl("nvidia.com/gpu", "1"), Allocatable: rl()}
-	if got := capacityPatch(onlyAllocatable, rl("nvidia.com/gpu", "1")); len(got) != 1 || got["allocatable"]["nvidia.com/gpu"] == nil {
+	onlyAllocatable := corev1.NodeStatus{Capacity: fixture.Resources("nvidia.com/gpu", "1"), Allocatable: fixture.Resources()}
+	if got := capacityPatch(onlyAllocatable, fixture.Resources("nvidia.com/gpu", "1")); len(got) != 1 || got["allocatable"]["nvidia.com/gpu"] == nil {
 		t.Errorf("capacityPatch with a stale allocatable = %v, want allocatable set", got)
 	}
 }
