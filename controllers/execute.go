@@ -89,7 +89,7 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 		if cur.State == v1alpha1.NodeDone || cur.State == v1alpha1.NodeFailed {
 			continue
 		}
-		targets, obs, err := r.observe(ctx, policy, step)
+		targets, obs, err := r.observe(ctx, plan.Name, policy, step)
 		if err != nil {
 			return 0, err
 		}
@@ -210,7 +210,7 @@ func (r *PlanReconciler) poolNodes(ctx context.Context, policy *v1alpha1.GPUPool
 }
 
 // observe reads what a step's decision depends on, and the node's complete target layout.
-func (r *PlanReconciler) observe(ctx context.Context, policy *v1alpha1.GPUPoolPolicy,
+func (r *PlanReconciler) observe(ctx context.Context, plan string, policy *v1alpha1.GPUPoolPolicy,
 	step v1alpha1.NodeStep) ([]mig.GPUTarget, rollout.Observation, error) {
 	var obs rollout.Observation
 	node := &corev1.Node{}
@@ -256,7 +256,8 @@ func (r *PlanReconciler) observe(ctx context.Context, policy *v1alpha1.GPUPoolPo
 	if t := gpuNode.Status.ObservedTime; t != nil {
 		obs.ReportTime = t.Time
 	}
-	targets := targetsOf(step, gpuNode)
+	targets := inventory.NodeTarget(node, gpuNode, step.GPUs)
+	obs.TargetDrifted = nvidia.StepEntryName(targets, plan) != step.MIGConfigName
 	obs.LayoutExpected = slices.EqualFunc(gpuNode.Spec.ExpectedLayout, expectedLayout(targets), layoutEqual)
 	obs.GPUsWhole = gpusWhole(step, gpuNode)
 	if c := meta.FindStatusCondition(gpuNode.Status.Conditions, v1alpha1.ConditionLayoutVerified); c != nil &&
@@ -388,28 +389,6 @@ func gpusWhole(step v1alpha1.NodeStep, gpuNode *v1alpha1.GPUNode) bool {
 		}
 	}
 	return true
-}
-
-// targetsOf is the node's complete target: the step's new layouts for the GPUs it changes,
-// the current ones (as the agent reports them) for the others.
-func targetsOf(step v1alpha1.NodeStep, gpuNode *v1alpha1.GPUNode) []mig.GPUTarget {
-	var out []mig.GPUTarget
-	for _, g := range gpuNode.Status.GPUs {
-		t := mig.GPUTarget{Index: int(g.Index), Layout: mig.Layout{}}
-		if i := slices.IndexFunc(step.GPUs, func(c v1alpha1.GPUChange) bool { return c.Index == g.Index }); i >= 0 {
-			for p, n := range step.GPUs[i].To {
-				t.Layout[p] = int(n)
-			}
-			t.MIGEnabled = len(step.GPUs[i].To) > 0
-		} else {
-			t.MIGEnabled = g.MIGMode != nil && g.MIGMode.Current == "Enabled"
-			for _, in := range g.Instances {
-				t.Layout[in.Profile]++
-			}
-		}
-		out = append(out, t)
-	}
-	return out
 }
 
 func expectedLayout(targets []mig.GPUTarget) []v1alpha1.GPULayout {

@@ -128,14 +128,14 @@ func TestApprovedPlanRunsToCompletion(t *testing.T) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
 		g.Expect(node.Spec.Unschedulable).To(BeTrue())
 		g.Expect(node.Annotations).To(HaveKeyWithValue(v1.AnnotationCordonedBy, plan.Name))
-		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-0123456789"))
+		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")))
 	}).WithTimeout(30*time.Second).Should(Succeed(), "cordoned, then relabelled")
 
 	cm := &corev1.ConfigMap{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: controllers.MIGPartedConfigMap}, cm)).To(Succeed())
 	cfg, err := nvidia.ParseMIGPartedConfig([]byte(cm.Data[nvidia.ConfigMapKey]))
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(cfg.MIGConfigs).To(HaveKey("gpupool-0123456789"))
+	g.Expect(cfg.MIGConfigs).To(HaveKey(entryOf(plan, "gpu-1")))
 	g.Expect(cfg.MIGConfigs).To(HaveKey(nvidia.AllDisabled), "mig-manager's fallback entry is always there")
 	report := &v1.GPUNode{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, report)).To(Succeed())
@@ -185,7 +185,7 @@ func TestNodeCordonedBeforehandStaysCordoned(t *testing.T) {
 	createPlan(t, env, plan)
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
-		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-abcdef0123"))
+		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	applyAsOperatorAndAgent(t, env, "gpu-1")
 
@@ -274,6 +274,6 @@ func TestDrainWaitsForPDBThenProceeds(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		node := &corev1.Node{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
-		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-fedcba9876"))
+		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")))
 	}).WithTimeout(30*time.Second).Should(Succeed(), "drained, then configured")
 }

@@ -228,8 +228,8 @@ func TestFailedNodeIsReopenedOnlyWhenNoGPUIsHalfConfigured(t *testing.T) {
 	plan := makePlan(t, env, "pool-a-20261129-f0f0f0f0", "f0f0f0f0f0f0f0f0",
 		toThreeG("whole", "gpupool-f000000001"), toThreeG("half", "gpupool-f000000002"))
 	g.Eventually(func(g Gomega) {
-		g.Expect(getNode(g, env, "whole").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-f000000001"))
-		g.Expect(getNode(g, env, "half").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-f000000002"))
+		g.Expect(getNode(g, env, "whole").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "whole")))
+		g.Expect(getNode(g, env, "half").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "half")))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 
 	// mig-manager destroyed the old instances on "half" and gave up after creating one.
@@ -272,7 +272,7 @@ func relabelledUnderAuto(t *testing.T) (*testenv.Env, *clocktesting.FakeClock, *
 	g.Expect(env.Client.Create(context.Background(), policy)).To(Succeed())
 	plan := makePlan(t, env, "pool-a-20261129-a0a0a0a0", "a0a0a0a0a0a0a0a0", toThreeG("gpu-1", "gpupool-a0a0a0a0a0"))
 	g.Eventually(func(g Gomega) {
-		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-a0a0a0a0a0"))
+		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	return env, clock, plan
 }
@@ -365,7 +365,7 @@ func TestNewManagerResumesMidPlanWithoutRepeatingEvictionOrRelabel(t *testing.T)
 	// The pod is still terminating when the second replica starts; then the kubelet confirms.
 	stopSecond, second := startManager(t, env, clock, false)
 	g.Expect(env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())
-	g.Eventually(relabels).WithTimeout(30 * time.Second).Should(Receive(Equal("gpupool-d0d0d0d0d0")))
+	g.Eventually(relabels).WithTimeout(30 * time.Second).Should(Receive(Equal(entryOf(plan, "gpu-1"))))
 	g.Eventually(func(g Gomega) {
 		g.Expect(getPlan(g, env, plan).Status.Nodes[0].State).To(Equal(v1.NodeConfiguring))
 	}).WithTimeout(30 * time.Second).Should(Succeed())

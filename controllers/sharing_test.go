@@ -35,7 +35,7 @@ func TestSharingStepFlipsTheDevicePluginLabelAfterTheLayoutAndWaitsForReplicas(t
 		GPUs: []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 7}}}})
 
 	g.Eventually(func(g Gomega) {
-		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-5a5a5a5a5a"))
+		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	dp := &corev1.ConfigMap{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: controllers.DevicePluginConfigMap}, dp)).To(Succeed())
@@ -112,7 +112,7 @@ func TestSharingOfMIGDevicesWaitsForTheInstancesReplicas(t *testing.T) {
 		MIGConfigName: "gpupool-6b6b6b6b6b", SharingConfig: &setting, SharingConfigName: "gpupool-ts-2",
 		GPUs: []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 7}, To: v1.ProfileCounts{"3g.71gb": 2}}}})
 	g.Eventually(func(g Gomega) {
-		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "gpupool-6b6b6b6b6b"))
+		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	reportGPU0(t, env, "gpu-1", mig.Layout{"3g.71gb": 2})
 	applyAsOperatorAndAgent(t, env, "gpu-1")

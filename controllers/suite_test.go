@@ -23,7 +23,9 @@ import (
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/metrics"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
 
@@ -135,6 +137,13 @@ func signPlan(t *testing.T, env *testenv.Env, plan *v1.RepartitionPlan) {
 		step := &plan.Spec.Steps[i]
 		step.Disruptive = len(step.Evictions) > 0
 		plan.Spec.Disruptive = plan.Spec.Disruptive || step.Disruptive
+		// The entry name the manager would give the step: the executor cancels a step whose name
+		// is not its target's. A step on a node without a report keeps the name the test chose.
+		node, gpuNode := &corev1.Node{}, &v1.GPUNode{}
+		if env.Client.Get(ctx, client.ObjectKey{Name: step.Node}, node) == nil &&
+			env.Client.Get(ctx, client.ObjectKey{Name: step.Node}, gpuNode) == nil {
+			step.MIGConfigName = nvidia.StepEntryName(inventory.NodeTarget(node, gpuNode, step.GPUs), plan.Name)
+		}
 		for j := range step.Evictions {
 			e := &step.Evictions[j]
 			pod := &corev1.Pod{}
@@ -144,4 +153,14 @@ func signPlan(t *testing.T, env *testenv.Env, plan *v1.RepartitionPlan) {
 		}
 	}
 	plan.Spec.Hash = v1.HashSteps(plan.Spec.Steps)
+}
+
+// entryOf is the mig-parted entry name signPlan gave the plan's step on node.
+func entryOf(plan *v1.RepartitionPlan, node string) string {
+	for _, s := range plan.Spec.Steps {
+		if s.Node == node {
+			return s.MIGConfigName
+		}
+	}
+	return ""
 }

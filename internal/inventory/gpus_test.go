@@ -3,10 +3,12 @@ package inventory_test
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/fixture"
@@ -199,3 +201,24 @@ func TestGPUsSortedByIndex(t *testing.T) {
 	}
 }
 
+// TestNodeTarget guards the executor's view of a step's target: the step's layouts for the GPUs
+// it changes, the report's for the others, profile names as the planner spells them (a driver's
+// drifted "3g.39gb" is the table's 3g.40gb), in index order whatever order the report lists.
+func TestNodeTarget(t *testing.T) {
+	const a100 = "NVIDIA A100-SXM4-80GB"
+	report := report(nodeA, []v1alpha1.GPUStatus{
+		fixture.MIGGPU(1, a100, fixture.Instance("3g.39gb", 4, 4), fixture.Instance("2g.20gb", 0, 2)),
+		fixture.WholeGPU(2, a100),
+		fixture.MIGGPU(0, a100, fixture.Instance("7g.80gb", 0, 8)),
+	})
+	changes := []v1alpha1.GPUChange{{Index: 0, From: v1alpha1.ProfileCounts{"7g.80gb": 1}, To: v1alpha1.ProfileCounts{"1g.10gb": 7}}}
+	got := inventory.NodeTarget(ptr.To(fixture.GPUHost(nodeA, h100Label, nil)), &report, changes)
+	want := []mig.GPUTarget{
+		{Index: 0, MIGEnabled: true, Layout: mig.Layout{"1g.10gb": 7}},
+		{Index: 1, MIGEnabled: true, Layout: mig.Layout{"3g.40gb": 1, "2g.20gb": 1}},
+		{Index: 2, MIGEnabled: false, Layout: mig.Layout{}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("NodeTarget = %+v\nwant %+v", got, want)
+	}
+}

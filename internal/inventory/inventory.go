@@ -253,6 +253,28 @@ func gpusOf(node *corev1.Node, report *v1alpha1.GPUNode, products productCache, 
 				what, age.Round(time.Second), opts.MaxReportAge)
 		}
 	}
+	return readGPUs(node, report, products), ""
+}
+
+// NodeTarget is a node's complete target layout for a plan's step: the step's new layouts for
+// the GPUs it changes, and for the others their layout as the agent reports it, read as the
+// planner reads it (profile names as the product table spells them). The executor writes it as
+// the node's mig-parted entry, and checks it against the name the step carries.
+func NodeTarget(node *corev1.Node, report *v1alpha1.GPUNode, changes []v1alpha1.GPUChange) []mig.GPUTarget {
+	var out []mig.GPUTarget
+	for _, g := range readGPUs(node, report, productCache{}) {
+		t := mig.GPUTarget{Index: g.Index, MIGEnabled: g.MIGEnabled, Layout: g.Layout()}
+		if i := slices.IndexFunc(changes, func(c v1alpha1.GPUChange) bool { return int(c.Index) == g.Index }); i >= 0 {
+			t.Layout = mig.LayoutOf(changes[i].To)
+			t.MIGEnabled = len(changes[i].To) > 0
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// readGPUs turns the agent's report of a node into GPUs, in index order.
+func readGPUs(node *corev1.Node, report *v1alpha1.GPUNode, products productCache) []*GPU {
 	var gpus []*GPU
 	for _, s := range report.Status.GPUs {
 		g := &GPU{Index: int(s.Index), ProductName: s.Product, Error: s.Error}
@@ -290,7 +312,7 @@ func gpusOf(node *corev1.Node, report *v1alpha1.GPUNode, products productCache, 
 		gpus = append(gpus, g)
 	}
 	slices.SortFunc(gpus, func(a, b *GPU) int { return cmp.Compare(a.Index, b.Index) })
-	return gpus, ""
+	return gpus
 }
 
 // unattributedGPUPods blocks a node whose pods hold GPU resources the agent has not tied to a

@@ -41,10 +41,13 @@ const ConfigPrefix = "gpupool-"
 
 // MIGConfigName is the immutable mig-parted config entry for a node's complete layout. The name
 // is derived from the layout itself: mig-manager never re-applies an edited entry, so a new
-// layout must get a new name, and the same layout always gets the same one.
+// layout must get a new name, and the same layout always gets the same one. GPUs are hashed in
+// index order, whatever order the caller lists them in.
 func MIGConfigName(targets []mig.GPUTarget) string {
+	sorted := slices.Clone(targets)
+	slices.SortFunc(sorted, func(a, b mig.GPUTarget) int { return a.Index - b.Index })
 	h := sha256.New()
-	for _, g := range targets {
+	for _, g := range sorted {
 		fmt.Fprintf(h, "%d:%t=%s;", g.Index, g.MIGEnabled, g.Layout.String())
 	}
 	return entryName(h.Sum(nil))
@@ -56,6 +59,16 @@ func MIGConfigName(targets []mig.GPUTarget) string {
 func PlanEntryName(layoutName, plan string) string {
 	sum := sha256.Sum256([]byte(layoutName + "/" + plan))
 	return entryName(sum[:])
+}
+
+// StepEntryName is the entry name a plan's step must carry for a node whose complete target is
+// targets: the planner hashes the target it planned, and the executor recomputes the name from
+// the target it is about to write (the step's new layouts, the agent's report for the GPUs the
+// step leaves alone). When the two differ, a GPU the plan did not mean to touch changed,
+// appeared or vanished since planning, and writing the entry under the approved name would
+// break the rule that a name always means one content.
+func StepEntryName(targets []mig.GPUTarget, plan string) string {
+	return PlanEntryName(MIGConfigName(targets), plan)
 }
 
 // entryName is ConfigPrefix and the first 10 hex digits of a digest, the form the
@@ -450,8 +463,11 @@ func allDisabledSpecs() []DeviceSpec {
 
 // DeviceSpecs turns a node's target layout into an entry's device specs, one per run of
 // consecutive GPU indexes with the same settings (mig-parted applies a spec to every index it
-// lists), in index order. Every GPU of the node must be listed once: mig-parted leaves GPUs
-// that an entry does not name as they are, so a partial entry would not describe the layout.
+// lists), in index order. Every GPU of the node must be listed once. mig-parted's apply leaves
+// a GPU no spec selects as it is, but its assert fails with "not all GPUs match the specified
+// config" (NVIDIA/mig-parted cmd/nvidia-mig-parted/assert/config.go), and mig-manager asserts
+// before it does anything (pkg/mig/reconfigure/reconfigure.go): a partial entry would make it
+// shut the node's GPU clients down and re-apply on every restart.
 func DeviceSpecs(targets []mig.GPUTarget) ([]DeviceSpec, error) {
 	if len(targets) == 0 {
 		return nil, errors.New("no GPUs: an entry must describe at least one GPU")

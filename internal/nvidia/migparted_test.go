@@ -543,4 +543,11 @@ func TestEntryNames(t *testing.T) {
 	if PlanEntryName("gpupool-0123456789", "plan-a") == PlanEntryName("gpupool-0123456789", "plan-b") {
 		t.Errorf("two plans share an entry for one layout")
 	}
+	if a, b := MIGConfigName([]mig.GPUTarget{off(1), on(0, mig.Layout{"1g.18gb": 7})}), name; a != b {
+		t.Errorf("the same node listed in another order is named %s, not %s", a, b)
+	}
+	targets := []mig.GPUTarget{on(0, mig.Layout{"1g.18gb": 7}), off(1)}
+	if got, want := StepEntryName(targets, "plan-a"), PlanEntryName(name, "plan-a"); got != want {
+		t.Errorf("StepEntryName = %s, want the plan's name for the layout, %s", got, want)
+	}
 }

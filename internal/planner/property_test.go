@@ -16,7 +16,9 @@ import (
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/planner"
 )
 
@@ -82,6 +84,7 @@ func checkPlan(s *scenario, in planner.Input, res *planner.Result) *planCheck {
 	for _, nm := range w.nodes {
 		byName[nm.node.Name] = nm
 	}
+	checkEntryNames(s, res, pc)
 	evicted := map[types.NamespacedName]string{}
 	for i := range res.Steps {
 		step := &res.Steps[i]
@@ -414,6 +417,28 @@ func checkPlacement(pc *planCheck, w *world, in planner.Input, res *planner.Resu
 	check("the pods that fit now, on the current layouts,", claims(res.FitsNow), now)
 	check("the pods served and those that fit now, on the target layouts, beside the evicted pods on their landings,",
 		claims(res.Served, res.FitsNow), after, moved...)
+}
+
+// checkEntryNames holds the planner to the executor: the entry name a step carries must be the
+// name of the target the executor would write from the same objects (inventory.NodeTarget),
+// or every plan would be cancelled as drifted before it touched a GPU.
+func checkEntryNames(s *scenario, res *planner.Result, pc *planCheck) {
+	plan := res.RepartitionPlan(s.pol, now)
+	if plan == nil {
+		return
+	}
+	for _, step := range plan.Spec.Steps {
+		ni := slices.IndexFunc(s.c.nodes, func(n corev1.Node) bool { return n.Name == step.Node })
+		gi := slices.IndexFunc(s.c.gpuNodes, func(g v1alpha1.GPUNode) bool { return g.Name == step.Node })
+		if ni < 0 || gi < 0 {
+			pc.fail("step on %s: no such node or GPUNode", step.Node)
+			continue
+		}
+		target := inventory.NodeTarget(&s.c.nodes[ni], &s.c.gpuNodes[gi], step.GPUs)
+		if got := nvidia.MIGConfigName(target); got != step.MIGConfigName {
+			pc.fail("step on %s names entry %s, but the executor's target %v is %s", step.Node, step.MIGConfigName, target, got)
+		}
+	}
 }
 
 // pod finds a pod of the cluster by key.

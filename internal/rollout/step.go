@@ -54,6 +54,10 @@ type Observation struct {
 	// policy's eviction rules (it became unsafe since planning, or the plan never should have
 	// named it), and why. The step is cancelled before it evicts anything more.
 	Unsafe string
+	// TargetDrifted is true when the entry name the step carries is not the name of the target
+	// gpupool would write now (nvidia.StepEntryName): a GPU the step leaves alone changed,
+	// appeared or vanished since planning. The step is cancelled before its entry is written.
+	TargetDrifted bool
 	// DrainMessage names the pods a PodDisruptionBudget still protects, from the last pass.
 	DrainMessage string
 	// ConfigWritten is true when gpupool's ConfigMaps hold the step's mig-parted entry and,
@@ -162,6 +166,17 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 			undo = reopen(cur)
 		}
 		return fail(cur, now, "cancelled: "+obs.Unsafe, undo)
+	}
+	if obs.TargetDrifted && !obs.ConfigWritten {
+		// The entry is not written, so mig-manager has nothing to apply: the GPUs are as they
+		// were, and the node can be given back.
+		msg := "cancelled: the agent's report of " + step.Node + "'s GPUs no longer matches the plan " +
+			"(a GPU the step leaves alone changed, appeared or vanished since planning); the next pass replans"
+		var undo []Action
+		if cur.State != v1alpha1.NodePending {
+			undo = reopen(cur)
+		}
+		return fail(cur, now, msg, undo)
 	}
 	switch cur.State {
 	case v1alpha1.NodePending:

@@ -378,6 +378,56 @@ func TestUnsafeEvictionCancelsTheStepBeforeAnyDisruption(t *testing.T) {
 	g.Expect(res.Actions).To(Equal([]rollout.Action{rollout.ActionReleaseCordon}), "someone else's cordon stays")
 }
 
+// TestDriftedTargetCancelsTheStepBeforeItsEntryIsWritten guards the entry-name rule: a name
+// always means one content. When the GPUs a step leaves alone no longer match the plan, the step
+// is cancelled (the node reopened once touched) as long as the entry is not written; once it
+// is, mig-manager may be applying it and the drift is not the step's to judge.
+func TestDriftedTargetCancelsTheStepBeforeItsEntryIsWritten(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cur     v1alpha1.NodeStepStatus
+		obs     rollout.Observation
+		state   v1alpha1.NodeStepState
+		actions []rollout.Action
+	}{{
+		name: "pending: nothing to undo", cur: v1alpha1.NodeStepStatus{},
+		obs:   rollout.Observation{NodeExists: true, TargetDrifted: true},
+		state: v1alpha1.NodeFailed,
+	}, {
+		name: "draining: the node is reopened", cur: at(v1alpha1.NodeDraining, false),
+		obs:   withPods(drifted(cordoned()), 1, ""),
+		state: v1alpha1.NodeFailed, actions: []rollout.Action{rollout.ActionUncordon},
+	}, {
+		name: "drained, entry not yet written: the node is reopened", cur: at(v1alpha1.NodeConfiguring, false),
+		obs:   drifted(cordoned()),
+		state: v1alpha1.NodeFailed, actions: []rollout.Action{rollout.ActionUncordon},
+	}, {
+		name: "entry written: the step goes on", cur: at(v1alpha1.NodeConfiguring, false),
+		obs:   drifted(configured(cordoned(), nodeStep.MIGConfigName, "pending")),
+		state: v1alpha1.NodeConfiguring,
+	}, {
+		name: "no drift: the step goes on", cur: at(v1alpha1.NodeConfiguring, false),
+		obs:   cordoned(),
+		state: v1alpha1.NodeConfiguring, actions: []rollout.Action{rollout.ActionWriteConfig, rollout.ActionExpectLayout},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			res := rollout.Step(planName, nodeStep, tc.cur, tc.obs, timeouts, t0.Add(time.Second))
+			g.Expect(res.Status.State).To(Equal(tc.state))
+			g.Expect(res.Actions).To(Equal(tc.actions))
+			if tc.state == v1alpha1.NodeFailed {
+				g.Expect(res.Status.Message).To(ContainSubstring("no longer matches the plan"))
+			}
+		})
+	}
+}
+
+// drifted marks the observation's target as changed since planning.
+func drifted(obs rollout.Observation) rollout.Observation {
+	obs.TargetDrifted = true
+	return obs
+}
+
 // TestRebootWaitsForAReportFromAfterIt guards the rebooting path: mig-manager's "rebooting" is
 // waited out (not a failure), and neither its later "success" nor a timeout is judged on an agent
 // report older than the reboot: a stale whole layout must not reopen a half-configured node.
