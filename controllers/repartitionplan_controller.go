@@ -69,35 +69,27 @@ func (r *PlanReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // plansOfPolicy maps a policy to its plans.
 func (r *PlanReconciler) plansOfPolicy(ctx context.Context, obj client.Object) []reconcile.Request {
-	var plans v1alpha1.RepartitionPlanList
-	if err := r.Client.List(ctx, &plans); err != nil {
-		return nil
-	}
-	var out []reconcile.Request
-	for _, p := range plans.Items {
-		if p.Spec.Policy == obj.GetName() {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-		}
-	}
-	return out
+	return r.plansWhere(ctx, func(p *v1alpha1.RepartitionPlan) bool { return p.Spec.Policy == obj.GetName() })
 }
 
 // plansOnNode maps a Node or GPUNode to the live plans with a step on it.
 func (r *PlanReconciler) plansOnNode(ctx context.Context, obj client.Object) []reconcile.Request {
+	return r.plansWhere(ctx, func(p *v1alpha1.RepartitionPlan) bool {
+		live := p.Status.Phase == v1alpha1.PlanApproved || p.Status.Phase == v1alpha1.PlanExecuting
+		return live && slices.ContainsFunc(p.Spec.Steps, func(s v1alpha1.NodeStep) bool { return s.Node == obj.GetName() })
+	})
+}
+
+// plansWhere lists the cached plans and asks for a reconcile of those that match.
+func (r *PlanReconciler) plansWhere(ctx context.Context, match func(*v1alpha1.RepartitionPlan) bool) []reconcile.Request {
 	var plans v1alpha1.RepartitionPlanList
 	if err := r.Client.List(ctx, &plans); err != nil {
 		return nil
 	}
 	var out []reconcile.Request
-	for _, p := range plans.Items {
-		if p.Status.Phase != v1alpha1.PlanApproved && p.Status.Phase != v1alpha1.PlanExecuting {
-			continue
-		}
-		for _, s := range p.Spec.Steps {
-			if s.Node == obj.GetName() {
-				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-				break
-			}
+	for i := range plans.Items {
+		if match(&plans.Items[i]) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: plans.Items[i].Name}})
 		}
 	}
 	return out

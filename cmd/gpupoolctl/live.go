@@ -209,6 +209,17 @@ func (c *command) open(args []string, help string, arity func(positional []strin
 	return &session{args: positional, ctx: ctx, cancel: cancel, client: kc, namespace: ns}, exitOK, false
 }
 
+// live runs body on a connected session (see open) and cancels the session's context when body
+// returns: every live subcommand is this shape.
+func (c *command) live(args []string, help string, arity func(positional []string) string, body func(*session) int) int {
+	s, code, done := c.open(args, help, arity)
+	if done {
+		return code
+	}
+	defer s.cancel()
+	return body(s)
+}
+
 // atMostOne is the arity of commands that take an optional name.
 func atMostOne(what string) func([]string) string {
 	return func(p []string) string {

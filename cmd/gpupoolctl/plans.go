@@ -28,54 +28,51 @@ Flags:
 
 func runPlanLive(program string, args []string, stdout, stderr io.Writer) int {
 	c := newCommand(program, "plan", stdout, stderr, true)
-	sess, code, done := c.open(args, fmt.Sprintf(planLiveHelp, program), atMostOne("plan name"))
-	if done {
-		return code
-	}
-	defer sess.cancel()
-	ctx, kc, positional := sess.ctx, sess.client, sess.args
-	if len(positional) == 1 {
-		plan := &v1alpha1.RepartitionPlan{}
-		if err := kc.Get(ctx, types.NamespacedName{Name: positional[0]}, plan); err != nil {
-			return c.failed(fmt.Errorf("reading plan %s: %w (%s plan lists them)", positional[0], err, program))
+	return c.live(args, fmt.Sprintf(planLiveHelp, program), atMostOne("plan name"), func(sess *session) int {
+		ctx, kc, positional := sess.ctx, sess.client, sess.args
+		if len(positional) == 1 {
+			plan := &v1alpha1.RepartitionPlan{}
+			if err := kc.Get(ctx, types.NamespacedName{Name: positional[0]}, plan); err != nil {
+				return c.failed(fmt.Errorf("reading plan %s: %w (%s plan lists them)", positional[0], err, program))
+			}
+			if c.output != "table" {
+				return c.emit(plan)
+			}
+			ew := &errWriter{w: stdout}
+			writeLivePlan(ew, plan, program)
+			if ew.err != nil {
+				return c.failed(ew.err)
+			}
+			return exitOK
 		}
+		var plans v1alpha1.RepartitionPlanList
+		if err := kc.List(ctx, &plans); err != nil {
+			return c.failed(fmt.Errorf("listing plans: %w", err))
+		}
+		slices.SortFunc(plans.Items, func(a, b v1alpha1.RepartitionPlan) int {
+			return cmp.Or(b.CreationTimestamp.Compare(a.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
+		})
 		if c.output != "table" {
-			return c.emit(plan)
+			return c.emit(plans.Items)
 		}
 		ew := &errWriter{w: stdout}
-		writeLivePlan(ew, plan, program)
+		if len(plans.Items) == 0 {
+			ew.printf("No RepartitionPlan exists.\n")
+			return exitOK
+		}
+		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "NAME\tPOLICY\tPHASE\tNODES\tDISRUPTIVE\tHASH\tAGE\n")
+		for _, p := range plans.Items {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%s\t%s\n", p.Name, p.Spec.Policy, cmp.Or(string(p.Status.Phase), "-"),
+				cmp.Or(p.Status.Progress, fmt.Sprintf("0/%d", len(p.Spec.Steps))), p.Spec.Disruptive, p.Spec.Hash,
+				time.Since(p.CreationTimestamp.Time).Round(time.Second))
+		}
+		_ = tw.Flush()
 		if ew.err != nil {
 			return c.failed(ew.err)
 		}
 		return exitOK
-	}
-	var plans v1alpha1.RepartitionPlanList
-	if err := kc.List(ctx, &plans); err != nil {
-		return c.failed(fmt.Errorf("listing plans: %w", err))
-	}
-	slices.SortFunc(plans.Items, func(a, b v1alpha1.RepartitionPlan) int {
-		return cmp.Or(b.CreationTimestamp.Compare(a.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
 	})
-	if c.output != "table" {
-		return c.emit(plans.Items)
-	}
-	ew := &errWriter{w: stdout}
-	if len(plans.Items) == 0 {
-		ew.printf("No RepartitionPlan exists.\n")
-		return exitOK
-	}
-	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "NAME\tPOLICY\tPHASE\tNODES\tDISRUPTIVE\tHASH\tAGE\n")
-	for _, p := range plans.Items {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%s\t%s\n", p.Name, p.Spec.Policy, cmp.Or(string(p.Status.Phase), "-"),
-			cmp.Or(p.Status.Progress, fmt.Sprintf("0/%d", len(p.Spec.Steps))), p.Spec.Disruptive, p.Spec.Hash,
-			time.Since(p.CreationTimestamp.Time).Round(time.Second))
-	}
-	_ = tw.Flush()
-	if ew.err != nil {
-		return c.failed(ew.err)
-	}
-	return exitOK
 }
 
 func writeLivePlan(ew *errWriter, plan *v1alpha1.RepartitionPlan, program string) {
@@ -125,7 +122,7 @@ func runDecide(program, verb string, args []string, stdout, stderr io.Writer) in
 		c.fs.StringVar(&reason, "reason", "", "why the plan is rejected, shown in its status (required)")
 		help = fmt.Sprintf(rejectHelp, program, v1alpha1.AnnotationReject)
 	}
-	sess, code, done := c.open(args, help, func(p []string) string {
+	return c.live(args, help, func(p []string) string {
 		switch {
 		case len(p) != 1:
 			return fmt.Sprintf("want exactly one plan name (%s plan lists them)", program)
@@ -133,34 +130,31 @@ func runDecide(program, verb string, args []string, stdout, stderr io.Writer) in
 			return "--reason is required: say why, it is shown in the plan's status and events"
 		}
 		return ""
+	}, func(sess *session) int {
+		ctx, kc := sess.ctx, sess.client
+		plan := &v1alpha1.RepartitionPlan{}
+		if err := kc.Get(ctx, types.NamespacedName{Name: sess.args[0]}, plan); err != nil {
+			return c.failed(fmt.Errorf("reading plan %s: %w", sess.args[0], err))
+		}
+		switch plan.Status.Phase {
+		case "", v1alpha1.PlanAwaitingApproval:
+		default:
+			return c.failed(fmt.Errorf("plan %s is %s: only a plan awaiting approval can be %sd", plan.Name, plan.Status.Phase, verb))
+		}
+		patch := client.MergeFromWithOptions(plan.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		if verb == "approve" {
+			metav1.SetMetaDataAnnotation(&plan.ObjectMeta, v1alpha1.AnnotationApprove, plan.Spec.Hash)
+		} else {
+			metav1.SetMetaDataAnnotation(&plan.ObjectMeta, v1alpha1.AnnotationReject, reason)
+		}
+		if err := kc.Patch(ctx, plan, patch); err != nil {
+			return c.failed(fmt.Errorf("annotating plan %s: %w (if it changed meanwhile, review it again)", plan.Name, err))
+		}
+		if verb == "approve" {
+			fmt.Fprintf(stdout, "plan %s approved (hash %s); follow it with: %s status %s\n", plan.Name, plan.Spec.Hash, program, plan.Spec.Policy)
+		} else {
+			fmt.Fprintf(stdout, "plan %s rejected: %s\n", plan.Name, reason)
+		}
+		return exitOK
 	})
-	if done {
-		return code
-	}
-	defer sess.cancel()
-	ctx, kc := sess.ctx, sess.client
-	plan := &v1alpha1.RepartitionPlan{}
-	if err := kc.Get(ctx, types.NamespacedName{Name: sess.args[0]}, plan); err != nil {
-		return c.failed(fmt.Errorf("reading plan %s: %w", sess.args[0], err))
-	}
-	switch plan.Status.Phase {
-	case "", v1alpha1.PlanAwaitingApproval:
-	default:
-		return c.failed(fmt.Errorf("plan %s is %s: only a plan awaiting approval can be %sd", plan.Name, plan.Status.Phase, verb))
-	}
-	patch := client.MergeFromWithOptions(plan.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	if verb == "approve" {
-		metav1.SetMetaDataAnnotation(&plan.ObjectMeta, v1alpha1.AnnotationApprove, plan.Spec.Hash)
-	} else {
-		metav1.SetMetaDataAnnotation(&plan.ObjectMeta, v1alpha1.AnnotationReject, reason)
-	}
-	if err := kc.Patch(ctx, plan, patch); err != nil {
-		return c.failed(fmt.Errorf("annotating plan %s: %w (if it changed meanwhile, review it again)", plan.Name, err))
-	}
-	if verb == "approve" {
-		fmt.Fprintf(stdout, "plan %s approved (hash %s); follow it with: %s status %s\n", plan.Name, plan.Spec.Hash, program, plan.Spec.Policy)
-	} else {
-		fmt.Fprintf(stdout, "plan %s rejected: %s\n", plan.Name, reason)
-	}
-	return exitOK
 }

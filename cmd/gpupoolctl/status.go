@@ -60,45 +60,42 @@ const nodeLimit = 30
 
 func runStatus(program string, args []string, stdout, stderr io.Writer) int {
 	c := newCommand(program, "status", stdout, stderr, true)
-	sess, code, done := c.open(args, fmt.Sprintf(statusHelp, program), atMostOne("policy name"))
-	if done {
-		return code
-	}
-	defer sess.cancel()
-	positional := sess.args
-	snap, plans, err := readCluster(sess.ctx, sess.client)
-	if err != nil {
-		return c.failed(err)
-	}
-	policies := snap.Policies
-	slices.SortFunc(policies, func(a, b v1alpha1.GPUPoolPolicy) int { return cmp.Compare(a.Name, b.Name) })
-	if len(positional) == 1 {
-		policies = slices.DeleteFunc(slices.Clone(policies), func(p v1alpha1.GPUPoolPolicy) bool { return p.Name != positional[0] })
-		if len(policies) == 0 {
-			return c.failed(fmt.Errorf("no GPUPoolPolicy named %q: kubectl get gpupoolpolicies lists them", positional[0]))
+	return c.live(args, fmt.Sprintf(statusHelp, program), atMostOne("policy name"), func(sess *session) int {
+		positional := sess.args
+		snap, plans, err := readCluster(sess.ctx, sess.client)
+		if err != nil {
+			return c.failed(err)
 		}
-	}
-	out := statusOutput{Pools: []poolOutput{}}
-	for i := range policies {
-		out.Pools = append(out.Pools, pool(&policies[i], snap.Nodes, snap.GPUNodes, plans))
-	}
-	if c.output != "table" {
-		return c.emit(out)
-	}
-	ew := &errWriter{w: stdout}
-	if len(out.Pools) == 0 {
-		ew.printf("No GPUPoolPolicy exists: gpupool plans nothing until one selects GPU nodes (see config/samples).\n")
-	}
-	for i, p := range out.Pools {
-		if i > 0 {
-			ew.printf("\n")
+		policies := snap.Policies
+		slices.SortFunc(policies, func(a, b v1alpha1.GPUPoolPolicy) int { return cmp.Compare(a.Name, b.Name) })
+		if len(positional) == 1 {
+			policies = slices.DeleteFunc(slices.Clone(policies), func(p v1alpha1.GPUPoolPolicy) bool { return p.Name != positional[0] })
+			if len(policies) == 0 {
+				return c.failed(fmt.Errorf("no GPUPoolPolicy named %q: kubectl get gpupoolpolicies lists them", positional[0]))
+			}
 		}
-		writePool(ew, &p)
-	}
-	if ew.err != nil {
-		return c.failed(ew.err)
-	}
-	return exitOK
+		out := statusOutput{Pools: []poolOutput{}}
+		for i := range policies {
+			out.Pools = append(out.Pools, pool(&policies[i], snap.Nodes, snap.GPUNodes, plans))
+		}
+		if c.output != "table" {
+			return c.emit(out)
+		}
+		ew := &errWriter{w: stdout}
+		if len(out.Pools) == 0 {
+			ew.printf("No GPUPoolPolicy exists: gpupool plans nothing until one selects GPU nodes (see config/samples).\n")
+		}
+		for i, p := range out.Pools {
+			if i > 0 {
+				ew.printf("\n")
+			}
+			writePool(ew, &p)
+		}
+		if ew.err != nil {
+			return c.failed(ew.err)
+		}
+		return exitOK
+	})
 }
 
 func pool(p *v1alpha1.GPUPoolPolicy, nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, plans []v1alpha1.RepartitionPlan) poolOutput {

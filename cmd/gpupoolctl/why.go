@@ -37,37 +37,34 @@ Flags:
 
 func runWhy(program string, args []string, stdout, stderr io.Writer) int {
 	c := newCommand(program, "why", stdout, stderr, true)
-	sess, code, done := c.open(args, fmt.Sprintf(whyHelp, program), func(p []string) string {
+	return c.live(args, fmt.Sprintf(whyHelp, program), func(p []string) string {
 		if len(p) != 1 {
 			return fmt.Sprintf("want exactly one pod name, e.g. %s why trainer-0 -n team-a", program)
 		}
 		return ""
+	}, func(sess *session) int {
+		snap, plans, err := readCluster(sess.ctx, sess.client)
+		if err != nil {
+			return c.failed(err)
+		}
+		rep, err := snap.Plan(snapshot.Options{Now: time.Now()})
+		if err != nil {
+			return c.failed(fmt.Errorf("planning: %w", err))
+		}
+		v, err := triage.Explain(snap, rep, plans, types.NamespacedName{Namespace: sess.namespace, Name: sess.args[0]})
+		if err != nil {
+			return c.failed(err)
+		}
+		if c.output != "table" {
+			return c.emit(v)
+		}
+		ew := &errWriter{w: stdout}
+		writeVerdict(ew, v)
+		if ew.err != nil {
+			return c.failed(ew.err)
+		}
+		return exitOK
 	})
-	if done {
-		return code
-	}
-	defer sess.cancel()
-	snap, plans, err := readCluster(sess.ctx, sess.client)
-	if err != nil {
-		return c.failed(err)
-	}
-	rep, err := snap.Plan(snapshot.Options{Now: time.Now()})
-	if err != nil {
-		return c.failed(fmt.Errorf("planning: %w", err))
-	}
-	v, err := triage.Explain(snap, rep, plans, types.NamespacedName{Namespace: sess.namespace, Name: sess.args[0]})
-	if err != nil {
-		return c.failed(err)
-	}
-	if c.output != "table" {
-		return c.emit(v)
-	}
-	ew := &errWriter{w: stdout}
-	writeVerdict(ew, v)
-	if ew.err != nil {
-		return c.failed(ew.err)
-	}
-	return exitOK
 }
 
 // matrixLimit is how many node rows the table shows; -o json has them all.

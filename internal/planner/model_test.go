@@ -58,18 +58,6 @@ func (sp *space) wholeDim() int { return len(sp.prod.Profiles) }
 // size is the length of a vector.
 func (sp *space) size() int { return len(sp.prod.Profiles) + 1 + len(sp.res) }
 
-// amount reads a quantity the way the scheduler compares it: CPU in millicores, the rest in units.
-func amount(list corev1.ResourceList, name corev1.ResourceName) int64 {
-	q, ok := list[name]
-	if !ok {
-		return 0
-	}
-	if name == corev1.ResourceCPU {
-		return q.MilliValue()
-	}
-	return q.Value()
-}
-
 // gpuVector is the GPU part of a resource list; ok is false when it asks for something no
 // layout of the product provides (shared replicas, a profile the product lacks).
 func (sp *space) gpuVector(list corev1.ResourceList) ([]int64, bool) {
@@ -102,7 +90,7 @@ func (sp *space) podVector(list corev1.ResourceList) ([]int64, bool) {
 		return nil, false
 	}
 	for i, name := range sp.res {
-		v[sp.wholeDim()+1+i] = amount(list, name)
+		v[sp.wholeDim()+1+i] = demand.Quantity(list, name)
 	}
 	return v, true
 }
@@ -292,7 +280,7 @@ func (w *world) freed(nm *nodeModel, change map[int]target) (capacity []int64, e
 			return nil, nil, false
 		}
 		for i, name := range w.sp.res {
-			capacity[w.sp.wholeDim()+1+i] += amount(p.Requests, name)
+			capacity[w.sp.wholeDim()+1+i] += demand.Quantity(p.Requests, name)
 		}
 	}
 	return capacity, evicted, true

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/yaml"
 )
 
 // The simulated device plugin's own reading of k8s-device-plugin's config file, written from
@@ -120,13 +119,9 @@ func (f devicePluginFile) failRequestsGreaterThanOne() bool {
 
 // decodeDevicePluginConfig reads one device plugin config file as the plugin does.
 func decodeDevicePluginConfig(data []byte) (devicePluginFile, error) {
-	js, err := yaml.YAMLToJSON(data)
+	top, err := yamlObject(data)
 	if err != nil {
-		return devicePluginFile{}, fmt.Errorf("unmarshal error: %w", err)
-	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(js, &top); err != nil {
-		return devicePluginFile{}, fmt.Errorf("unmarshal error: %w", err)
+		return devicePluginFile{}, err
 	}
 	var f devicePluginFile
 	if raw, ok := top["version"]; ok {

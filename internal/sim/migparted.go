@@ -66,15 +66,25 @@ type migConfigSpec struct {
 	MIGDevices map[string]int
 }
 
-// decodeMIGParted reads a mig-parted config file as mig-parted does.
-func decodeMIGParted(data []byte) (migPartedFile, error) {
+// yamlObject reads a YAML document as sigs.k8s.io/yaml does for NVIDIA's decoders (YAML to JSON,
+// then JSON), keeping each top-level field raw for the caller to decode as NVIDIA's types do.
+func yamlObject(data []byte) (map[string]json.RawMessage, error) {
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
-		return migPartedFile{}, fmt.Errorf("unmarshal error: %w", err)
+		return nil, fmt.Errorf("unmarshal error: %w", err)
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(js, &top); err != nil {
-		return migPartedFile{}, fmt.Errorf("unmarshal error: %w", err)
+		return nil, fmt.Errorf("unmarshal error: %w", err)
+	}
+	return top, nil
+}
+
+// decodeMIGParted reads a mig-parted config file as mig-parted does.
+func decodeMIGParted(data []byte) (migPartedFile, error) {
+	top, err := yamlObject(data)
+	if err != nil {
+		return migPartedFile{}, err
 	}
 	if _, ok := top["version"]; !ok && len(top) > 0 {
 		return migPartedFile{}, errors.New("unable to parse with missing 'version' field")

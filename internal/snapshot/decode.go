@@ -129,9 +129,16 @@ func hasOwnDecoder(t reflect.Type) bool {
 		t.Implements(textUnmarshaler) || p.Implements(textUnmarshaler)
 }
 
-// fieldType finds the Go type behind a JSON key of a struct, looking through embedded and
-// inline structs the way encoding/json does.
-func fieldType(t reflect.Type, key string) (reflect.Type, bool) {
+// jsonField is one JSON key a struct accepts and the Go type behind it.
+type jsonField struct {
+	name string
+	typ  reflect.Type
+}
+
+// jsonFields lists the JSON keys a struct accepts, in declaration order, looking through
+// embedded and inline structs the way encoding/json does.
+func jsonFields(t reflect.Type) []jsonField {
+	var out []jsonField
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
@@ -140,9 +147,7 @@ func fieldType(t reflect.Type, key string) (reflect.Type, bool) {
 		}
 		if name == "" && (f.Anonymous || strings.Contains(opts, "inline")) {
 			if inner := derefType(f.Type); inner.Kind() == reflect.Struct {
-				if ft, ok := fieldType(inner, key); ok {
-					return ft, true
-				}
+				out = append(out, jsonFields(inner)...)
 			}
 			continue
 		}
@@ -152,8 +157,16 @@ func fieldType(t reflect.Type, key string) (reflect.Type, bool) {
 		if name == "" {
 			name = f.Name
 		}
-		if name == key {
-			return f.Type, true
+		out = append(out, jsonField{name: name, typ: f.Type})
+	}
+	return out
+}
+
+// fieldType finds the Go type behind a JSON key of a struct.
+func fieldType(t reflect.Type, key string) (reflect.Type, bool) {
+	for _, f := range jsonFields(t) {
+		if f.name == key {
+			return f.typ, true
 		}
 	}
 	return nil, false
@@ -162,25 +175,8 @@ func fieldType(t reflect.Type, key string) (reflect.Type, bool) {
 // jsonNames lists the JSON keys a struct accepts, for suggestions.
 func jsonNames(t reflect.Type) []string {
 	var out []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" && opts == "" {
-			continue
-		}
-		if name == "" && (f.Anonymous || strings.Contains(opts, "inline")) {
-			if inner := derefType(f.Type); inner.Kind() == reflect.Struct {
-				out = append(out, jsonNames(inner)...)
-			}
-			continue
-		}
-		if !f.IsExported() {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		out = append(out, name)
+	for _, f := range jsonFields(t) {
+		out = append(out, f.name)
 	}
 	return out
 }

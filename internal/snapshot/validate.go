@@ -216,6 +216,19 @@ func validateShapes(shapes []v1alpha1.StandbyShape) *fieldError {
 	return nil
 }
 
+// checkGPUIndex refuses a GPU index outside 0..63 (the API's bounds) or already in seen, and
+// adds it to seen.
+func checkGPUIndex(at string, index int32, seen map[int32]bool) *fieldError {
+	if index < 0 || index > 63 {
+		return &fieldError{field: at + ".index", msg: fmt.Sprintf("%d is outside 0..63", index)}
+	}
+	if seen[index] {
+		return &fieldError{field: at + ".index", msg: fmt.Sprintf("duplicate GPU index %d", index)}
+	}
+	seen[index] = true
+	return nil
+}
+
 // validateGPUNode applies the CRD's rules for the agent's report; the planner trusts indexes
 // and placements, so a hand-edited report must not smuggle in impossible ones.
 func validateGPUNode(g *v1alpha1.GPUNode) *fieldError {
@@ -224,25 +237,16 @@ func validateGPUNode(g *v1alpha1.GPUNode) *fieldError {
 	}
 	layouts := map[int32]bool{}
 	for i, l := range g.Spec.ExpectedLayout {
-		at := fmt.Sprintf("spec.expectedLayout[%d]", i)
-		if l.Index < 0 || l.Index > 63 {
-			return &fieldError{field: at + ".index", msg: fmt.Sprintf("%d is outside 0..63", l.Index)}
+		if ferr := checkGPUIndex(fmt.Sprintf("spec.expectedLayout[%d]", i), l.Index, layouts); ferr != nil {
+			return ferr
 		}
-		if layouts[l.Index] {
-			return &fieldError{field: at + ".index", msg: fmt.Sprintf("duplicate GPU index %d", l.Index)}
-		}
-		layouts[l.Index] = true
 	}
 	indexes := map[int32]bool{}
 	for i, gpu := range g.Status.GPUs {
 		at := fmt.Sprintf("status.gpus[%d]", i)
-		if gpu.Index < 0 || gpu.Index > 63 {
-			return &fieldError{field: at + ".index", msg: fmt.Sprintf("%d is outside 0..63", gpu.Index)}
+		if ferr := checkGPUIndex(at, gpu.Index, indexes); ferr != nil {
+			return ferr
 		}
-		if indexes[gpu.Index] {
-			return &fieldError{field: at + ".index", msg: fmt.Sprintf("duplicate GPU index %d", gpu.Index)}
-		}
-		indexes[gpu.Index] = true
 		if m := gpu.MIGMode; m != nil {
 			if !validMIGMode(m.Current, false) {
 				return &fieldError{field: at + ".migMode.current", msg: fmt.Sprintf("unsupported value %q: want Enabled, Disabled or Unsupported", m.Current)}
