@@ -8,25 +8,6 @@ import (
 	"time"
 )
 
-func TestParseCPUTime(t *testing.T) {
-	for _, tc := range []struct {
-		line string
-		want time.Duration
-		err  bool
-	}{
-		// utime 250 and stime 50 ticks: 3 s. The command name may hold spaces and ')'.
-		{line: "4242 (kube-apiserver) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 100 0 0", want: 3 * time.Second},
-		{line: "7 (odd ) name) R 1 7 7 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 1 0 0", want: 20 * time.Millisecond},
-		{line: "garbage", err: true},
-		{line: "1 (x) S 1 2 3", err: true},
-	} {
-		got, err := parseCPUTime(tc.line)
-		if (err != nil) != tc.err || got != tc.want {
-			t.Errorf("parseCPUTime(%q) = %v, %v; want %v, error %v", tc.line, got, err, tc.want, tc.err)
-		}
-	}
-}
-
 // A short run on a real API server: both modes run every agent, and the Lease mode sends the
 // API server and its watchers a small fraction of the status mode's bytes (each status write
 // carries the whole 8-GPU report; a renewal a few hundred bytes).

@@ -21,6 +21,7 @@ import (
 	"github.com/gpupool/gpupool/internal/agent"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/testenv"
+	"github.com/gpupool/gpupool/test/bench/measure"
 )
 
 // Config is one run.
@@ -54,7 +55,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer func() { _ = env.Stop() }()
-	cp, err := findControlPlane(env.Config.Host)
+	cp, err := measure.FindControlPlane(env.Config.Host)
 	if err != nil {
 		return nil, err
 	}
@@ -64,8 +65,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	// The manager's view: a cache of every GPUNode and of the agents' Leases, whose watch
 	// streams are counted.
-	var watched, agents traffic
-	managerCache, err := startCache(ctx, watched.counted(env.Config), env, &v1alpha1.GPUNode{}, &coordinationv1.Lease{})
+	var watched, agents measure.Traffic
+	managerCache, err := startCache(ctx, watched.Counted(env.Config), env, &v1alpha1.GPUNode{}, &coordinationv1.Lease{})
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +76,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	agentClient, err := client.New(agents.counted(env.Config), client.Options{Scheme: env.Scheme,
+	agentClient, err := client.New(agents.Counted(env.Config), client.Options{Scheme: env.Scheme,
 		Cache: &client.CacheOptions{Reader: agentCache, DisableFor: []client.Object{&coordinationv1.Lease{}}}})
 	if err != nil {
 		return nil, fmt.Errorf("creating the agents' client: %w", err)
@@ -87,7 +88,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	report := &Report{Nodes: cfg.Nodes, Period: cfg.Period, Window: cfg.Window, StatusSize: statusSize(gpus)}
 	progress("the control plane alone, no agent: measuring for %s", cfg.Window)
-	if report.Idle, err = measure(cp, func() (int, error) {
+	if report.Idle, err = measureWindow(cp, func() (int, error) {
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
@@ -123,15 +124,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 		progress("%s: measuring for %s", mode.name, cfg.Window)
-		agents.reset()
-		watched.reset()
-		row, err := measure(cp, func() (int, error) { return beat(ctx, pubs, cfg.Period, cfg.Window) })
+		agents.Reset()
+		watched.Reset()
+		row, err := measureWindow(cp, func() (int, error) { return beat(ctx, pubs, cfg.Period, cfg.Window) })
 		if err != nil {
 			return nil, err
 		}
 		row.Mode = mode.name
-		row.Requests, row.RequestBytes, row.ResponseBytes = agents.requests.Load(), agents.sent.Load(), agents.received.Load()
-		row.WatchBytes = watched.received.Load()
+		row.Requests, row.RequestBytes, row.ResponseBytes = agents.Requests.Load(), agents.Sent.Load(), agents.Received.Load()
+		row.WatchBytes = watched.Received.Load()
 		report.Rows = append(report.Rows, row)
 	}
 	_ = managerCache // kept running: its watch streams are what WatchBytes counts
@@ -216,12 +217,12 @@ func beat(ctx context.Context, pubs []*agent.Publisher, period, window time.Dura
 }
 
 // measure runs work and reads the control plane's CPU time around it.
-func measure(cp controlPlane, work func() (int, error)) (Row, error) {
-	apiBefore, err := cpuTime(cp.apiserver)
+func measureWindow(cp measure.ControlPlane, work func() (int, error)) (Row, error) {
+	apiBefore, err := measure.CPUTime(cp.APIServer)
 	if err != nil {
 		return Row{}, err
 	}
-	etcdBefore, err := cpuTime(cp.etcd)
+	etcdBefore, err := measure.CPUTime(cp.Etcd)
 	if err != nil {
 		return Row{}, err
 	}
@@ -231,11 +232,11 @@ func measure(cp controlPlane, work func() (int, error)) (Row, error) {
 		return Row{}, err
 	}
 	row := Row{Beats: beats, Window: time.Since(start)}
-	apiAfter, err := cpuTime(cp.apiserver)
+	apiAfter, err := measure.CPUTime(cp.APIServer)
 	if err != nil {
 		return Row{}, err
 	}
-	etcdAfter, err := cpuTime(cp.etcd)
+	etcdAfter, err := measure.CPUTime(cp.Etcd)
 	if err != nil {
 		return Row{}, err
 	}

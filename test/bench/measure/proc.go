@@ -1,7 +1,11 @@
-package heartbeat
+// Package measure is what the benchmarks measure with: a process's CPU time and memory from
+// /proc, the control plane's processes found by their command lines, and the API traffic a
+// client sends and receives, counted by a wrapping transport.
+package measure
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -15,27 +19,27 @@ import (
 // Linux architecture Go supports.
 const clockTicks = 100
 
-// controlPlane are the processes whose CPU the benchmark reads.
-type controlPlane struct {
-	apiserver, etcd int
+// ControlPlane are the processes whose CPU and memory the benchmarks read.
+type ControlPlane struct {
+	APIServer, Etcd int
 }
 
-// findControlPlane finds the kube-apiserver serving host (envtest's config) and the etcd it
+// FindControlPlane finds the kube-apiserver serving host (envtest's config) and the etcd it
 // stores into, by their command lines in /proc.
-func findControlPlane(host string) (controlPlane, error) {
+func FindControlPlane(host string) (ControlPlane, error) {
 	u, err := url.Parse(host)
 	if err != nil {
-		return controlPlane{}, fmt.Errorf("parsing the API server's address %q: %w", host, err)
+		return ControlPlane{}, fmt.Errorf("parsing the API server's address %q: %w", host, err)
 	}
 	procs, err := commandLines()
 	if err != nil {
-		return controlPlane{}, err
+		return ControlPlane{}, err
 	}
-	var cp controlPlane
+	var cp ControlPlane
 	etcdURL := ""
 	for pid, args := range procs {
 		if filepath.Base(args[0]) == "kube-apiserver" && hasArg(args, "--secure-port="+u.Port()) {
-			cp.apiserver = pid
+			cp.APIServer = pid
 			for _, a := range args {
 				if v, ok := strings.CutPrefix(a, "--etcd-servers="); ok {
 					etcdURL = strings.Split(v, ",")[0]
@@ -43,16 +47,16 @@ func findControlPlane(host string) (controlPlane, error) {
 			}
 		}
 	}
-	if cp.apiserver == 0 || etcdURL == "" {
-		return controlPlane{}, fmt.Errorf("no kube-apiserver process with --secure-port=%s and --etcd-servers found in /proc", u.Port())
+	if cp.APIServer == 0 || etcdURL == "" {
+		return ControlPlane{}, fmt.Errorf("no kube-apiserver process with --secure-port=%s and --etcd-servers found in /proc", u.Port())
 	}
 	for pid, args := range procs {
 		if filepath.Base(args[0]) == "etcd" && strings.Contains(strings.Join(args, " "), etcdURL) {
-			cp.etcd = pid
+			cp.Etcd = pid
 		}
 	}
-	if cp.etcd == 0 {
-		return controlPlane{}, fmt.Errorf("no etcd process serving %s found in /proc", etcdURL)
+	if cp.Etcd == 0 {
+		return ControlPlane{}, fmt.Errorf("no etcd process serving %s found in /proc", etcdURL)
 	}
 	return cp, nil
 }
@@ -87,8 +91,8 @@ func commandLines() (map[int][]string, error) {
 	return out, nil
 }
 
-// cpuTime is the user plus system CPU time the process has used.
-func cpuTime(pid int) (time.Duration, error) {
+// CPUTime is the user plus system CPU time the process has used.
+func CPUTime(pid int) (time.Duration, error) {
 	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return 0, fmt.Errorf("reading the CPU time of process %d: %w", pid, err)
@@ -118,4 +122,38 @@ func parseCPUTime(stat string) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// Memory is a process's resident set now and at its peak (VmRSS and VmHWM, proc(5)).
+func Memory(pid int) (rss, peak int64, err error) {
+	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading the memory of process %d: %w", pid, err)
+	}
+	return parseMemory(string(raw))
+}
+
+// parseMemory reads VmRSS and VmHWM, in kB, from a /proc/<pid>/status file, as bytes.
+func parseMemory(status string) (rss, peak int64, err error) {
+	found := 0
+	for line := range strings.Lines(status) {
+		key, value, ok := strings.Cut(line, ":")
+		if !ok || (key != "VmRSS" && key != "VmHWM") {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("malformed %s line %q in /proc status: %w", key, strings.TrimSpace(line), err)
+		}
+		if key == "VmRSS" {
+			rss = kb * 1024
+		} else {
+			peak = kb * 1024
+		}
+		found++
+	}
+	if found != 2 {
+		return 0, 0, errors.New("no VmRSS and VmHWM in /proc status: is the process a zombie?")
+	}
+	return rss, peak, nil
 }
