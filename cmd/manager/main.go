@@ -42,6 +42,7 @@ type options struct {
 	metricsAddr             string
 	metricsSecure           bool
 	probeAddr               string
+	pprofAddr               string
 	leaderElect             bool
 	leaderElectionNamespace string
 	enableHTTP2             bool
@@ -64,6 +65,8 @@ func main() {
 		"Serve metrics over HTTPS, authenticated and authorised through the API server.")
 	flag.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8081",
 		"Address the /healthz and /readyz probes bind to.")
+	flag.StringVar(&opts.pprofAddr, "pprof-bind-address", "0",
+		"Address Go's /debug/pprof endpoints bind to, for profiling the manager (0, the default, disables them; bind to localhost only).")
 	flag.BoolVar(&opts.leaderElect, "leader-elect", true,
 		"Elect a leader through a Lease so that only one replica acts at a time.")
 	flag.StringVar(&opts.leaderElectionNamespace, "leader-election-namespace", "",
@@ -134,6 +137,7 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 		Client:                        client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        opts.probeAddr,
+		PprofBindAddress:              opts.pprofAddr,
 		LeaderElection:                opts.leaderElect,
 		LeaderElectionID:              "gpupool-manager.gpupool.io",
 		LeaderElectionNamespace:       opts.leaderElectionNamespace,

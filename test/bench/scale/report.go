@@ -1,0 +1,61 @@
+package scale
+
+import (
+	"fmt"
+	"io"
+	"time"
+)
+
+const mib = 1 << 20
+
+// Write renders the results as Markdown tables: the manager beside the bare-cache baseline,
+// with their ratio, then the latencies, per fleet size.
+func Write(w io.Writer, results []*Result) error {
+	ew := &errWriter{w: w}
+	for _, r := range results {
+		ew.printf("### %d nodes, %d running pods, %d pending\n\n", r.Nodes, r.Running, r.Pending)
+		ew.printf("Fleet written in %s. At rest: the agents' Leases renewed every period, nothing else changing.\n\n", r.Seed.Round(time.Second))
+		ew.printf("| at rest | manager | bare cache | manager / bare cache |\n|---|---:|---:|---:|\n")
+		row := func(what string, m, b float64, format string) {
+			ratio := "n/a"
+			if b > 0 {
+				ratio = fmt.Sprintf("%.2fx", m/b)
+			}
+			ew.printf("| %s | "+format+" | "+format+" | %s |\n", what, m, b, ratio)
+		}
+		row("RSS, median of 1 s samples (MiB)", float64(r.Manager.RSSMedian)/mib, float64(r.Baseline.RSSMedian)/mib, "%.0f")
+		row("RSS peak, VmHWM (MiB)", float64(r.Manager.Peak)/mib, float64(r.Baseline.Peak)/mib, "%.0f")
+		row("CPU (cores)", r.Manager.Cores, r.Baseline.Cores, "%.3f")
+		row("API requests per second", r.ManagerRequests, r.BaselineRequests, "%.1f")
+		row("API server CPU, heartbeats included (cores)", r.APIServerManager.Cores, r.APIServerBaseline.Cores, "%.3f")
+		row("API server RSS, median (MiB)", float64(r.APIServerManager.RSSMedian)/mib, float64(r.APIServerBaseline.RSSMedian)/mib, "%.0f")
+		ew.printf("\n| latency | measured |\n|---|---:|\n")
+		ew.printf("| bare cache: start to caches synced | %s |\n", r.BaselineSynced.Round(100*time.Millisecond))
+		ew.printf("| manager: start to first plan | %s (%d steps, %d KiB of JSON) |\n", r.FirstPlan.Round(100*time.Millisecond), r.PlanSteps, r.PlanBytes/1024)
+		ew.printf("| %d pods of a new shape: to the policy's status.demand | %s |\n", r.NewPending, latency(r.NewShapeStatus, r.Timeout))
+		ew.printf("| %d pods of a new shape: to a plan expecting one | %s |\n", r.NewPending, latency(r.NewShapePlan, r.Timeout))
+		if r.HeartbeatFailures > 0 {
+			ew.printf("\n%d Lease renewals failed.\n", r.HeartbeatFailures)
+		}
+		ew.printf("\n")
+	}
+	return ew.err
+}
+
+func latency(d, timeout time.Duration) string {
+	if d == 0 {
+		return "not within " + timeout.String()
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) printf(format string, args ...any) {
+	if e.err == nil {
+		_, e.err = fmt.Fprintf(e.w, format, args...)
+	}
+}
