@@ -166,14 +166,18 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A pass reads the cache's own objects instead of deep copies of every one: the pass and
+	// the planner never write into their input (pool's TestAPassLeavesItsInputAlone), and at
+	// fleet scale the copies were most of the manager's memory and allocation.
+	shared := client.UnsafeDisableDeepCopy
 	for _, l := range []client.ObjectList{&nodes, &gpuNodes, &pdbs, &plans} {
-		if err := r.Client.List(ctx, l); err != nil {
+		if err := r.Client.List(ctx, l, shared); err != nil {
 			return nil, fmt.Errorf("listing %T: %w", l, err)
 		}
 	}
 	// Only pending GPU pods and the pods of GPU nodes matter; the cache's indexes spare a
 	// pass from walking every pod of a large cluster.
-	if err := r.Client.List(ctx, &pods, client.MatchingFields{indexPendingGPU: "true"}); err != nil {
+	if err := r.Client.List(ctx, &pods, client.MatchingFields{indexPendingGPU: "true"}, shared); err != nil {
 		return nil, fmt.Errorf("listing pending GPU pods: %w", err)
 	}
 	reported := map[string]bool{}
@@ -185,7 +189,7 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 			continue
 		}
 		var onNode corev1.PodList
-		if err := r.Client.List(ctx, &onNode, client.MatchingFields{indexPodNode: n.Name}); err != nil {
+		if err := r.Client.List(ctx, &onNode, client.MatchingFields{indexPodNode: n.Name}, shared); err != nil {
 			return nil, fmt.Errorf("listing pods of node %s: %w", n.Name, err)
 		}
 		pods.Items = append(pods.Items, onNode.Items...)
@@ -206,7 +210,7 @@ func (r *PolicyReconciler) heartbeats(ctx context.Context) (map[string]time.Time
 	}
 	var leases coordinationv1.LeaseList
 	if err := r.Client.List(ctx, &leases, client.InNamespace(r.AgentNamespace),
-		client.MatchingLabels{v1alpha1.LabelAgentLease: "true"}); err != nil {
+		client.MatchingLabels{v1alpha1.LabelAgentLease: "true"}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing the agents' heartbeat Leases in %s: %w", r.AgentNamespace, err)
 	}
 	out := make(map[string]time.Time, len(leases.Items))
@@ -619,8 +623,10 @@ func (r *PolicyReconciler) collectPlans(ctx context.Context, policy *v1alpha1.GP
 
 // supersede asks the plan controller, the only writer of a plan's status, to supersede a plan
 // that still awaits approval (rollout.Gate carries it out; a plan approved meanwhile ignores it).
-func (r *PolicyReconciler) supersede(ctx context.Context, plan *v1alpha1.RepartitionPlan, why string) error {
-	patch := client.MergeFrom(plan.DeepCopy())
+func (r *PolicyReconciler) supersede(ctx context.Context, cached *v1alpha1.RepartitionPlan, why string) error {
+	// The pass holds the cache's own objects (read): the patch is built on a copy.
+	plan := cached.DeepCopy()
+	patch := client.MergeFrom(cached)
 	metav1.SetMetaDataAnnotation(&plan.ObjectMeta, v1alpha1.AnnotationSupersede, why)
 	if err := r.Client.Patch(ctx, plan, patch); err != nil {
 		return fmt.Errorf("asking to supersede plan %s: %w", plan.Name, err)

@@ -211,12 +211,12 @@ func operatorNamespace(ctx context.Context, cfg *rest.Config, scheme *runtime.Sc
 }
 
 // byObject restricts the cache per kind: gpupool reads and writes only its own ConfigMaps, in
-// the GPU Operator's namespace, and reads only the agents' heartbeat Leases, in theirs; RBAC
-// grants no more.
+// the GPU Operator's namespace, and reads only the agents' heartbeat Leases, in theirs (RBAC
+// grants no more); Pods and Nodes are slimmed as they enter it.
 func byObject(configNamespace, agentNamespace string) map[client.Object]cache.ByObject {
-	out := map[client.Object]cache.ByObject{
-		&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{configNamespace: {}}},
-	}
+	// Pods and Nodes, which grow with the fleet, are kept only in the fields decisions read.
+	out := controllers.SlimCache()
+	out[&corev1.ConfigMap{}] = cache.ByObject{Namespaces: map[string]cache.Config{configNamespace: {}}}
 	if agentNamespace != "" {
 		out[&coordinationv1.Lease{}] = controllers.AgentLeaseCache(agentNamespace)
 	}
