@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -80,6 +82,12 @@ func main() {
 	flag.Parse()
 
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	if limit, set, err := heapLimit(os.Getenv("GOMEMLIMIT"), os.Getenv(memoryLimitEnv)); err != nil {
+		ctrl.Log.Error(err, "ignoring the memory limit", "env", memoryLimitEnv)
+	} else if set {
+		debug.SetMemoryLimit(limit)
+		ctrl.Log.Info("keeping the Go heap under 90% of the container's memory limit", "bytes", limit)
+	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		ctrl.Log.Error(err, "loading kubeconfig: set KUBECONFIG or run in a pod")
@@ -89,6 +97,25 @@ func main() {
 		ctrl.Log.Error(err, "manager stopped")
 		os.Exit(1)
 	}
+}
+
+// memoryLimitEnv carries the container's memory limit in bytes (the Deployment sets it from
+// the downward API's limits.memory).
+const memoryLimitEnv = "GPUPOOL_MEMORY_LIMIT"
+
+// heapLimit is the soft limit for the Go runtime: 90% of the container's memory limit, leaving
+// room for what is not heap (stacks, the runtime, cgo). A GOMEMLIMIT the operator set wins, and
+// no limit (an empty value) sets none. The runtime then collects harder as the heap nears it,
+// instead of letting it grow to twice the live heap and the kernel kill the pod.
+func heapLimit(gomemlimit, containerLimit string) (int64, bool, error) {
+	if gomemlimit != "" || containerLimit == "" {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseInt(containerLimit, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, false, fmt.Errorf("%s=%q is not a positive number of bytes", memoryLimitEnv, containerLimit)
+	}
+	return n / 10 * 9, true, nil
 }
 
 // run starts the manager and blocks until ctx ends or the manager fails.

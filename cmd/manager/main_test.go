@@ -78,3 +78,24 @@ func TestManagerElectsLeaderAndServesProbes(t *testing.T) {
 		g.Expect(lease.Spec.HolderIdentity).To(Or(BeNil(), HaveValue(BeEmpty())), "lease released on shutdown")
 	}).WithTimeout(10 * time.Second).Should(Succeed())
 }
+
+// TestHeapLimit guards the manager's soft memory limit: 90% of the container's, the operator's
+// GOMEMLIMIT winning, none without a limit, and a clear error for a value that is not bytes.
+func TestHeapLimit(t *testing.T) {
+	for _, tc := range []struct {
+		gomemlimit, container string
+		want                  int64
+		set, err              bool
+	}{
+		{container: "536870912", want: 483183819, set: true},
+		{gomemlimit: "400MiB", container: "536870912"},
+		{},
+		{container: "512Mi", err: true},
+		{container: "0", err: true},
+	} {
+		got, set, err := heapLimit(tc.gomemlimit, tc.container)
+		if got != tc.want || set != tc.set || (err != nil) != tc.err {
+			t.Errorf("heapLimit(%q, %q) = %d, %v, %v; want %d, %v, error %v", tc.gomemlimit, tc.container, got, set, err, tc.want, tc.set, tc.err)
+		}
+	}
+}
