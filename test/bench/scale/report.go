@@ -13,7 +13,12 @@ const mib = 1 << 20
 func Write(w io.Writer, results []*Result) error {
 	ew := &errWriter{w: w}
 	for _, r := range results {
+		budget := r.Budget
+		if budget == "" {
+			budget = "1 (the default)"
+		}
 		ew.printf("### %d nodes, %d running pods, %d pending\n\n", r.Nodes, r.Running, r.Pending)
+		ew.printf("maxDisruptedNodes %s. ", budget)
 		ew.printf("Fleet written in %s. At rest: the agents' Leases renewed every period, nothing else changing.\n\n", r.Seed.Round(time.Second))
 		ew.printf("| at rest | manager | bare cache | manager / bare cache |\n|---|---:|---:|---:|\n")
 		row := func(what string, m, b float64, format string) {

@@ -39,6 +39,9 @@ type Config struct {
 	Nodes int
 	// RunningPerNode is how many running 1g.18gb pods each node holds (10 in issue 21).
 	RunningPerNode int
+	// Budget is the policy's maxDisruptedNodes, a count or a percentage ("" for the API's
+	// default, 1): how many nodes one plan may change.
+	Budget string
 	// Period is the agents' heartbeat period (30 s in production).
 	Period time.Duration
 	// Settle is how long a process runs after its caches fill (the baseline) or after its
@@ -62,6 +65,8 @@ type Config struct {
 // Result is what one run measured.
 type Result struct {
 	Nodes, Running, Pending, NewPending int
+	// Budget is the policy's maxDisruptedNodes ("" for the default).
+	Budget string
 	// Seed is how long writing the fleet took.
 	Seed time.Duration
 	// Baseline and Manager are the processes at rest; the APIServer fields are the API server
@@ -93,7 +98,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	logf.SetLogger(logr.Discard())
-	res := &Result{Nodes: cfg.Nodes, Running: cfg.Nodes * cfg.RunningPerNode, Pending: cfg.Nodes,
+	res := &Result{Nodes: cfg.Nodes, Running: cfg.Nodes * cfg.RunningPerNode, Pending: cfg.Nodes, Budget: cfg.Budget,
 		NewPending: max(10, cfg.Nodes/10), Timeout: cfg.Timeout}
 	if res.Timeout == 0 {
 		res.Timeout = 10 * time.Minute
@@ -141,7 +146,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	progress("writing %d nodes, their reports and Leases, %d running and %d pending pods", cfg.Nodes, res.Running, res.Pending)
 	start := time.Now()
-	if err := s.base(ctx); err != nil {
+	if err := s.base(ctx, cfg.Budget); err != nil {
 		return nil, err
 	}
 	if err := parallel(ctx, cfg.Nodes, cfg.Workers, func(ctx context.Context, i int) error {

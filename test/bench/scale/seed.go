@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -88,8 +89,9 @@ func newSeeder(c client.Client, workers int) (*seeder, error) {
 	return &seeder{c: c, workers: workers, placed: placed}, nil
 }
 
-// base creates the namespaces and the policy.
-func (s *seeder) base(ctx context.Context) error {
+// base creates the namespaces and the policy, whose maxDisruptedNodes is budget ("" for the
+// API's default).
+func (s *seeder) base(ctx context.Context, budget string) error {
 	for _, ns := range []string{workNamespace, agentNamespace, operatorNamespace} {
 		if err := s.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
@@ -103,6 +105,9 @@ func (s *seeder) base(ctx context.Context) error {
 				MIGProfiles: []v1alpha1.MIGProfileName{smallProfile, newProfile, pendingProfile, "7g.141gb"}}},
 			Disruption: v1alpha1.DisruptionPolicy{Approval: v1alpha1.ApprovalManual},
 		},
+	}
+	if budget != "" {
+		policy.Spec.Disruption.MaxDisruptedNodes = ptr.To(intstr.Parse(budget))
 	}
 	if err := s.c.Create(ctx, policy); err != nil {
 		return fmt.Errorf("creating policy %s: %w", policyName, err)
