@@ -194,17 +194,22 @@ func runBaseline(ctx context.Context, cfg Config, env *testenv.Env, cp measure.C
 	}
 	res.BaselineSynced = time.Since(p.started)
 	progress("baseline: synced in %s; settling %s, then measuring %s", res.BaselineSynced.Round(time.Second), cfg.Settle, cfg.Window)
+	res.Baseline, res.APIServerBaseline, res.BaselineRequests, err = atRest(ctx, cfg, p, px, cp)
+	return err
+}
+
+// atRest lets the process settle, then measures it and the API server over the window: their
+// memory and CPU, and the process's API requests per second.
+func atRest(ctx context.Context, cfg Config, p *process, px *proxy, cp measure.ControlPlane) (proc, apiserver usage, rps float64, err error) {
 	if err := sleep(ctx, cfg.Settle, p.alive); err != nil {
-		return err
+		return usage{}, usage{}, 0, err
 	}
 	px.Traffic.Reset()
 	u, err := watchUsage(ctx, cfg.Window, p.alive, p.cmd.Process.Pid, cp.APIServer)
 	if err != nil {
-		return err
+		return usage{}, usage{}, 0, err
 	}
-	res.Baseline, res.APIServerBaseline = u[0], u[1]
-	res.BaselineRequests = float64(px.Traffic.Requests.Load()) / cfg.Window.Seconds()
-	return nil
+	return u[0], u[1], float64(px.Traffic.Requests.Load()) / cfg.Window.Seconds(), nil
 }
 
 // runManager runs the manager: until its first plan, then Settle, then the window, then a
@@ -255,16 +260,9 @@ func runManager(ctx context.Context, cfg Config, env *testenv.Env, s *seeder, cp
 	res.PlanSteps, res.PlanBytes = len(first.Spec.Steps), len(raw)
 	progress("manager: first plan %s after start (%d steps, %d KiB); settling %s, then measuring %s",
 		res.FirstPlan.Round(100*time.Millisecond), res.PlanSteps, res.PlanBytes/1024, cfg.Settle, cfg.Window)
-	if err := sleep(ctx, cfg.Settle, p.alive); err != nil {
+	if res.Manager, res.APIServerManager, res.ManagerRequests, err = atRest(ctx, cfg, p, px, cp); err != nil {
 		return err
 	}
-	px.Traffic.Reset()
-	u, err := watchUsage(ctx, cfg.Window, p.alive, p.cmd.Process.Pid, cp.APIServer)
-	if err != nil {
-		return err
-	}
-	res.Manager, res.APIServerManager = u[0], u[1]
-	res.ManagerRequests = float64(px.Traffic.Requests.Load()) / cfg.Window.Seconds()
 	if cfg.Manager == "" {
 		// Where the manager's memory goes at rest: go tool pprof -top -sample_index=inuse_space.
 		path := filepath.Join(cfg.Dir, fmt.Sprintf("manager-heap-%d.pprof", cfg.Nodes))
