@@ -17,15 +17,17 @@ type PodReference struct {
 	Name string `json:"name"`
 }
 
-// MIGProfileName is a MIG GPU-instance profile such as 1g.18gb, 3g.71gb or 1g.10gb+me.
-// +kubebuilder:validation:Pattern=`^[1-7]g\.[0-9]+gb(\+me)?$`
+// MIGProfileName is a MIG GPU-instance profile such as 1g.18gb, 3g.71gb or 1g.10gb+me, with
+// the attributes NVIDIA's parser (go-nvlib pkg/nvlib/device/mig_profile.go) takes: "+me",
+// "+me.all" and "+gfx" (comma-separated after one "+", e.g. 1g.24gb+me.all,gfx) or "-me".
+// +kubebuilder:validation:Pattern=`^[1-7]g\.[0-9]+gb(\+(me|me\.all|gfx)(,(me|me\.all|gfx)){0,2}|-me)?$`
 // +kubebuilder:validation:MaxLength=32
 type MIGProfileName string
 
 // ProfileCounts is a multiset of MIG profiles, e.g. {"3g.71gb": 1, "1g.18gb": 4}. mig-parted's
 // config has no placement field, so a multiset per GPU is all a layout can ask for.
 // +kubebuilder:validation:MaxProperties=8
-// +kubebuilder:validation:XValidation:rule=`self.all(k, k.matches('^[1-7]g\\.[0-9]+gb(\\+me)?$'))`,message="keys must be MIG profile names such as 1g.18gb or 3g.71gb"
+// +kubebuilder:validation:XValidation:rule=`self.all(k, k.matches('^[1-7]g\\.[0-9]+gb(\\+(me|me\\.all|gfx)(,(me|me\\.all|gfx)){0,2}|-me)?$'))`,message="keys must be MIG profile names such as 1g.18gb, 3g.71gb, 1g.24gb+gfx or 1g.24gb-me"
 // +kubebuilder:validation:XValidation:rule="self.all(k, self[k] >= 0 && self[k] <= 7)",message="a GPU holds between 0 and 7 instances of a profile"
 type ProfileCounts map[string]int32
 

@@ -115,8 +115,11 @@ type MPSReplicaChoices struct {
 // without waiting for a repartition.
 type StandbyShape struct {
 	// Resource is the extended resource a pod of this shape requests, e.g.
-	// nvidia.com/mig-1g.18gb, nvidia.com/gpu or nvidia.com/gpu.shared.
-	// +kubebuilder:validation:Pattern=`^nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]+gb(\.me)?)$`
+	// nvidia.com/mig-1g.18gb, nvidia.com/gpu or nvidia.com/gpu.shared. MIG variants are spelled
+	// as the device plugin advertises them ("+" becomes "."; k8s-device-plugin
+	// internal/rm/rm.go): nvidia.com/mig-1g.24gb.gfx, nvidia.com/mig-1g.24gb.me.all,
+	// nvidia.com/mig-1g.24gb-me.
+	// +kubebuilder:validation:Pattern=`^nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]+gb(\.me|\.me\.all|\.gfx|-me)?)$`
 	// +kubebuilder:validation:MaxLength=64
 	Resource string `json:"resource"`
 	// MinFree is how many units of the resource to keep free in the pool.

@@ -194,6 +194,39 @@ var _ = Describe("GPUPoolPolicy validation", func() {
 		Expect(got.Spec.Planning.MinPendingAge.Duration).To(BeZero(), "zero is kept, not replaced by the default")
 	})
 
+	It("accepts the RTX PRO Blackwell's media and graphics variants in catalogs, shapes and plans", func(ctx SpecContext) {
+		p := validPolicy("blackwell-variants")
+		p.Spec.Catalog = []v1.CatalogEntry{{
+			Product:     "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
+			MIGProfiles: []v1.MIGProfileName{"1g.24gb+gfx", "2g.48gb-me", "1g.24gb+me.all", "1g.24gb+me,gfx", "4g.96gb"},
+		}}
+		p.Spec.Shapes = []v1.StandbyShape{
+			{Resource: "nvidia.com/mig-1g.24gb.gfx", MinFree: 1},
+			{Resource: "nvidia.com/mig-1g.24gb-me", MinFree: 1},
+			{Resource: "nvidia.com/mig-1g.24gb.me.all", MinFree: 1},
+		}
+		Expect(env.Client.Create(ctx, p)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(env.Client.Delete(ctx, p)).To(Succeed()) })
+
+		plan := validPlan("blackwell-variants")
+		plan.Spec.Steps[0].GPUs[0].From = v1.ProfileCounts{"1g.24gb": 4}
+		plan.Spec.Steps[0].GPUs[0].To = v1.ProfileCounts{"1g.24gb+me.all": 1, "1g.24gb-me": 3}
+		Expect(env.Client.Create(ctx, plan)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(env.Client.Delete(ctx, plan)).To(Succeed()) })
+	})
+
+	DescribeTable("rejects profile attributes NVIDIA's parser does not know",
+		func(profile v1.MIGProfileName) {
+			p := validPolicy("bad-attribute")
+			p.Spec.Catalog[0].MIGProfiles = []v1.MIGProfileName{profile}
+			expectInvalid(p, "spec.catalog[0].migProfiles[0]", "should match")
+		},
+		Entry("unknown attribute", v1.MIGProfileName("1g.24gb+foo")),
+		Entry("both + and -", v1.MIGProfileName("1g.24gb+gfx-me")),
+		Entry("negated graphics", v1.MIGProfileName("1g.24gb-gfx")),
+		Entry("empty attribute", v1.MIGProfileName("1g.24gb+")),
+	)
+
 	// kubectl sends whatever a user typed; a Go client could not even encode these values.
 	DescribeTable("rejects values typed by hand with a message naming the field",
 		func(path []string, value any, field, message string) {

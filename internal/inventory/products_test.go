@@ -48,8 +48,8 @@ func h100Profiles(rename map[string]string) []v1alpha1.GPUInstanceProfile {
 	return out
 }
 
-// gh200Profiles is a profile table for a product the built-in table lacks.
-func gh200Profiles() []v1alpha1.GPUInstanceProfile {
+// unknownGPUProfiles is a profile table for a product the built-in table lacks.
+func unknownGPUProfiles() []v1alpha1.GPUInstanceProfile {
 	return []v1alpha1.GPUInstanceProfile{
 		{ID: 4, Name: "7g.96gb", MemoryMiB: 97280, Slices: 7, MaxCount: 1, Placements: []v1alpha1.SlicePlacement{{Start: 0, Size: 8}}},
 		{ID: 2, Name: "3g.48gb", MemoryMiB: 48640, Slices: 3, MaxCount: 2, Placements: []v1alpha1.SlicePlacement{{Start: 0, Size: 4}, {Start: 4, Size: 4}}},
@@ -65,7 +65,7 @@ func withProfiles(g v1alpha1.GPUStatus, profiles []v1alpha1.GPUInstanceProfile) 
 }
 
 func TestProducts(t *testing.T) {
-	const gh200 = "NVIDIA GH200 96GB HBM3"
+	const unknownGPU = "NVIDIA X96 96GB HBM3" // fictional: no built-in product matches it
 	tests := []struct {
 		name string
 		gpu  v1alpha1.GPUStatus
@@ -112,8 +112,8 @@ func TestProducts(t *testing.T) {
 		wantLayout:      mig.Layout{"3g.40gb": 1},
 	}, {
 		name:            "unknown product: nil Product, instances under their reported names",
-		gpu:             fixture.MIGGPU(0, gh200, fixture.Instance("1g.12gb", 0, 1), fixture.Instance("1g.12gb", 1, 1)),
-		wantProductName: gh200,
+		gpu:             fixture.MIGGPU(0, unknownGPU, fixture.Instance("1g.12gb", 0, 1), fixture.Instance("1g.12gb", 1, 1)),
+		wantProductName: unknownGPU,
 		wantLayout:      mig.Layout{"1g.12gb": 2},
 	}, {
 		// Some drivers name the H100's whole-GPU profile 7g.79gb: the report is the authority,
@@ -139,9 +139,9 @@ func TestProducts(t *testing.T) {
 		wantLayout:      mig.Layout{"7g.79gb": 1},
 	}, {
 		name:            "profiles reported for a product the table lacks",
-		gpu:             withProfiles(fixture.MIGGPU(0, gh200, fixture.Instance("3g.48gb", 4, 4)), gh200Profiles()),
-		wantProductName: gh200,
-		wantProduct:     gh200,
+		gpu:             withProfiles(fixture.MIGGPU(0, unknownGPU, fixture.Instance("3g.48gb", 4, 4)), unknownGPUProfiles()),
+		wantProductName: unknownGPU,
+		wantProduct:     unknownGPU,
 		resolve:         map[string]string{"7g.96gb": "7g.96gb", "1g.12gb": "1g.12gb", "7g.80gb": ""},
 		memoryMiB:       map[string]int{"3g.48gb": 48640},
 		wantLayout:      mig.Layout{"3g.48gb": 1},
@@ -158,12 +158,12 @@ func TestProducts(t *testing.T) {
 		wantLayout:      mig.Layout{"7g.80gb": 1},
 	}, {
 		name: "a rejected table of an unknown product leaves it unknown",
-		gpu: withProfiles(fixture.MIGGPU(0, gh200), func() []v1alpha1.GPUInstanceProfile {
-			ps := gh200Profiles()
+		gpu: withProfiles(fixture.MIGGPU(0, unknownGPU), func() []v1alpha1.GPUInstanceProfile {
+			ps := unknownGPUProfiles()
 			ps[1].Placements[1].Size = 2 // sizes of one profile disagree
 			return ps
 		}()),
-		wantProductName: gh200,
+		wantProductName: unknownGPU,
 		wantLayout:      mig.Layout{},
 	}}
 	for _, tc := range tests {

@@ -13,7 +13,7 @@ type counts [MaxProfiles]uint8
 // gprof is one profile as the search sees it.
 type gprof struct {
 	compute, size, max uint8
-	media              bool
+	media              Media
 	masks              []uint16 // memory-slice bitmask per allowed placement, ascending start
 	starts             []uint8
 }
@@ -28,7 +28,7 @@ type geometry struct {
 	names   []string       // canonical names, indexed like profs
 	index   map[string]int // canonical names, lowercased names and aliases
 	allMask uint64         // every profile
-	defMask uint64         // every profile without media extensions
+	defMask uint64         // every profile that is not Special (media or graphics variant)
 
 	tableOnce sync.Once
 	shift     [MaxProfiles]uint8
@@ -129,7 +129,7 @@ func compile(p *Product) *geometry {
 			compute: uint8(pr.ComputeSlices),
 			size:    uint8(pr.MemorySlices),
 			max:     uint8(pr.MaxCount),
-			media:   pr.MediaExtensions,
+			media:   pr.Media,
 		}
 		var startSeen uint16
 		for _, pl := range pr.Placements {
@@ -152,7 +152,10 @@ func compile(p *Product) *geometry {
 		g.profs = append(g.profs, gp)
 		g.names = append(g.names, pr.Name)
 		g.allMask |= 1 << i
-		if !pr.MediaExtensions {
+		if pr.Media > MediaAll {
+			return fail("profile %s: unknown media kind %d", pr.Name, pr.Media)
+		}
+		if !pr.Special() {
 			g.defMask |= 1 << i
 		}
 		if err := addName(pr.Name, i); err != nil {
@@ -202,10 +205,22 @@ func (g *geometry) resolveSlow(name string) int {
 	return -1
 }
 
-// basic checks everything but geometry: per-profile limits, media extensions,
+// mediaTally counts instances by the media engines they take.
+type mediaTally [MediaAll + 1]int
+
+// ok is the media rule: one "+me" instance at most (there is one JPEG/OFA
+// unit), one "+me.all" at most, and a "+me.all" instance shares the GPU with
+// "-me" instances only.
+func (t *mediaTally) ok() bool {
+	return t[MediaExtensions] <= 1 && t[MediaAll] <= 1 &&
+		(t[MediaAll] == 0 || t[MediaShare]+t[MediaExtensions] == 0)
+}
+
+// basic checks everything but geometry: per-profile limits, media engines,
 // compute and memory totals.
 func (g *geometry) basic(c *counts) bool {
-	compute, mem, media := 0, 0, 0
+	compute, mem := 0, 0
+	var media mediaTally
 	for i := range g.profs {
 		n := c[i]
 		if n == 0 {
@@ -217,11 +232,9 @@ func (g *geometry) basic(c *counts) bool {
 		}
 		compute += int(n) * int(pr.compute)
 		mem += int(n) * int(pr.size)
-		if pr.media {
-			media += int(n)
-		}
+		media[pr.media] += int(n)
 	}
-	return compute <= g.compute && mem <= g.mem && media <= 1
+	return compute <= g.compute && mem <= g.mem && media.ok()
 }
 
 // fits reports whether the multiset c has a valid placement on an empty GPU.

@@ -2,16 +2,17 @@ package mig
 
 import "slices"
 
-// MaximalLayouts lists every layout of the product's profiles without media
-// extensions to which no such profile can be added, in CompareLayouts order.
-// +me profiles are left out because a policy has to ask for them on purpose
-// (they hold the GPU's only JPEG/OFA unit); use MaximalLayoutsOf to include them.
+// MaximalLayouts lists every layout of the product's plain profiles to which
+// no such profile can be added, in CompareLayouts order. Media and graphics
+// variants (+me, -me, +me.all, +gfx; Profile.Special) are left out because a
+// policy has to ask for them on purpose (+me holds the GPU's only JPEG/OFA
+// unit); use MaximalLayoutsOf to include them.
 func (p *Product) MaximalLayouts() []Layout { return p.MaximalLayoutsOf(nil) }
 
 // MaximalLayoutsOf is MaximalLayouts over a catalog subset: every layout of
 // allowed profiles that fits and to which no allowed profile can be added.
-// Aliases are accepted and unknown names ignored; nil means the profiles
-// without media extensions, and an empty list yields the single empty layout.
+// Aliases are accepted and unknown names ignored; nil means the plain
+// profiles, and an empty list yields the single empty layout.
 // Results are cached per subset; the returned layouts are fresh copies.
 func (p *Product) MaximalLayoutsOf(allowed []string) []Layout {
 	g := p.geometry()

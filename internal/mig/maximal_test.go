@@ -155,6 +155,11 @@ func TestMaximalLayoutCounts(t *testing.T) {
 		"H100-80GB":  {28, 44},
 		"H200-141GB": {28, 44},
 		"B200":       {28, 44},
+		// The later 8-slice parts share the A100's geometry.
+		"H100-94GB": {28, 44}, "H100-96GB": {28, 44}, "GH200-144GB": {28, 44},
+		"GB200": {28, 44}, "B300": {28, 44}, "GB300": {28, 44},
+		// Plain profiles as the A30; the variants multiply the rest.
+		"RTX-PRO-6000-Blackwell": {4, 45},
 	}
 	for _, p := range Products() {
 		def, all := len(p.MaximalLayouts()), len(p.MaximalLayoutsOf(p.ProfileNames()))
@@ -171,7 +176,7 @@ func TestMaximalLayoutsAreMaximal(t *testing.T) {
 			names := allowed
 			if names == nil {
 				for _, pr := range p.Profiles {
-					if !pr.MediaExtensions {
+					if !pr.Special() {
 						names = append(names, pr.Name)
 					}
 				}

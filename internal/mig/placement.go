@@ -62,7 +62,8 @@ func (g *geometry) layoutOf(c *counts) Layout {
 func (p *Product) checkCounts(c *counts) error {
 	g := p.geometry()
 	compute, mem := 0, 0
-	var media []string
+	var media mediaTally
+	var holders []string // instances that take media engines beyond their share
 	for i := range g.profs {
 		n := int(c[i])
 		if n == 0 {
@@ -74,12 +75,18 @@ func (p *Product) checkCounts(c *counts) error {
 		}
 		compute += n * int(pr.compute)
 		mem += n * int(pr.size)
-		if pr.media {
-			media = append(media, fmt.Sprintf("%s x%d", g.names[i], n))
+		media[pr.media] += n
+		if pr.media == MediaExtensions || pr.media == MediaAll {
+			holders = append(holders, fmt.Sprintf("%s x%d", g.names[i], n))
 		}
 	}
-	if len(media) > 1 {
-		return fmt.Errorf("%s do not fit %s: at most one media-extension (+me) instance per GPU", strings.Join(media, " and "), p.anName())
+	switch {
+	case media[MediaExtensions] > 1:
+		return fmt.Errorf("%s do not fit %s: at most one media-extension (+me) instance per GPU", strings.Join(holders, " and "), p.anName())
+	case media[MediaAll] > 1:
+		return fmt.Errorf("%s do not fit %s: at most one +me.all instance per GPU", strings.Join(holders, " and "), p.anName())
+	case !media.ok():
+		return fmt.Errorf("%s does not fit %s: a +me.all instance takes every media engine, so it shares the GPU only with -me instances", g.layoutOf(c), p.anName())
 	}
 	if compute > g.compute {
 		return fmt.Errorf("%s needs %d compute slices, %s has %d", g.layoutOf(c), compute, p.anName(), g.compute)
@@ -245,14 +252,13 @@ func (p *Product) Addable(instances []Instance, allowed []string) []string {
 		return nil
 	}
 	var c counts
-	compute, media := 0, 0
+	compute := 0
+	var media mediaTally
 	for _, in := range instances {
 		if i := g.resolve(in.Profile); i >= 0 {
 			c[i] = uint8(min(int(c[i])+1, 255))
 			compute += int(g.profs[i].compute)
-			if g.profs[i].media {
-				media++
-			}
+			media[g.profs[i].media]++
 		}
 	}
 	used := g.occupied(instances)
@@ -260,7 +266,9 @@ func (p *Product) Addable(instances []Instance, allowed []string) []string {
 	var out []string
 	for i := range g.profs {
 		pr := &g.profs[i]
-		if mask&(1<<i) == 0 || c[i] >= pr.max || compute+int(pr.compute) > g.compute || (pr.media && media > 0) {
+		with := media
+		with[pr.media]++
+		if mask&(1<<i) == 0 || c[i] >= pr.max || compute+int(pr.compute) > g.compute || !with.ok() {
 			continue
 		}
 		for _, m := range pr.masks {

@@ -32,7 +32,72 @@ const (
 	GIProfile2SliceRev1 = 8
 	// GIProfile1SliceRev2 is NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: 1g with two memory slices.
 	GIProfile1SliceRev2 = 9
+	// GIProfile1SliceGfx is NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX: 1g with graphics (+gfx).
+	GIProfile1SliceGfx = 10
+	// GIProfile2SliceGfx is NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX: 2g with graphics (+gfx).
+	GIProfile2SliceGfx = 11
+	// GIProfile4SliceGfx is NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX: 4g with graphics (+gfx).
+	GIProfile4SliceGfx = 12
+	// GIProfile1SliceNoME is NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME: 1g without media engines (-me).
+	GIProfile1SliceNoME = 13
+	// GIProfile2SliceNoME is NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME: 2g without media engines (-me).
+	GIProfile2SliceNoME = 14
+	// GIProfile1SliceAllME is NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME: 1g with every media engine (+me.all).
+	GIProfile1SliceAllME = 15
+	// GIProfile2SliceAllME is NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME: 2g with every media engine (+me.all).
+	GIProfile2SliceAllME = 16
 )
+
+// Media says which of a GPU's media engines (video decoders and encoders,
+// JPEG, OFA) an instance takes. It decides which profiles may share a GPU
+// beyond slices: NVIDIA's profile names carry it as a suffix.
+type Media uint8
+
+const (
+	// MediaShare is a plain profile: the instance gets its share of the
+	// decoders and none of the single JPEG/OFA unit.
+	MediaShare Media = iota
+	// MediaExtensions is "+me": the instance also takes the GPU's single
+	// JPEG/OFA unit, so at most one such instance fits a GPU.
+	MediaExtensions
+	// MediaNone is "-me" (RTX PRO Blackwell): the instance takes no media engine.
+	MediaNone
+	// MediaAll is "+me.all" (RTX PRO Blackwell): the instance takes every
+	// media engine, so it shares the GPU only with "-me" instances. NVIDIA's
+	// guide does not spell this rule out; it is inferred from what the
+	// profiles take, and it errs on the side of layouts the driver accepts.
+	MediaAll
+)
+
+// MediaOf reads the media kind from a profile name's suffix as go-nvlib
+// writes it (pkg/nvlib/device/mig_profile.go: "+me", "+me.all", "-me";
+// attributes after "+" are comma-separated, so "1g.24gb+me.all,gfx" is MediaAll).
+func MediaOf(name string) Media {
+	n := strings.ToLower(name)
+	if _, neg, ok := strings.Cut(n, "-"); ok && neg == "me" {
+		return MediaNone
+	}
+	_, attrs, ok := strings.Cut(n, "+")
+	if !ok {
+		return MediaShare
+	}
+	kind := MediaShare
+	for a := range strings.SplitSeq(attrs, ",") {
+		switch a {
+		case "me.all":
+			return MediaAll
+		case "me":
+			kind = MediaExtensions
+		}
+	}
+	return kind
+}
+
+// GraphicsOf reports whether a profile name carries go-nvlib's "+gfx" attribute.
+func GraphicsOf(name string) bool {
+	_, attrs, ok := strings.Cut(strings.ToLower(name), "+")
+	return ok && slices.Contains(strings.Split(attrs, ","), "gfx")
+}
 
 // Limits of the compact representation; real GPUs use 8 memory slices and at
 // most 18 profile IDs, so these leave room for NVML reports of future parts.
@@ -57,10 +122,17 @@ type Profile struct {
 	MemoryMiB     int         // memory of one instance, as NVML reports it
 	MaxCount      int         // most instances of this profile one GPU holds
 	Placements    []Placement // allowed placements, ascending Start
-	// MediaExtensions marks +me profiles; at most one such instance fits a GPU
-	// because there is a single JPEG/OFA unit to hand out.
-	MediaExtensions bool
+	// Media is which media engines an instance takes ("+me", "-me", "+me.all"):
+	// it limits which instances may share a GPU.
+	Media Media
+	// Graphics marks "+gfx" profiles (RTX PRO Blackwell), whose instances
+	// also run graphics APIs; the planner treats them as their own profile.
+	Graphics bool
 }
+
+// Special reports whether the profile is a variant a pod has to ask for on
+// purpose (media or graphics); layouts chosen without a catalog leave them out.
+func (pr *Profile) Special() bool { return pr.Media != MediaShare || pr.Graphics }
 
 // Product is the MIG geometry of one GPU model. Treat it as immutable once any
 // method has been called on it: derived tables are cached on first use.
@@ -74,6 +146,10 @@ type Product struct {
 	MemorySlices  int
 	ComputeSlices int
 	Profiles      []Profile // in catalog order: larger profiles first
+	// Inferred says why the placements are believed rather than published or
+	// captured from a device; empty when they come from NVIDIA's MIG user guide
+	// or an NVML capture. --probe shows it beside NVML's own table.
+	Inferred string
 
 	geo atomic.Pointer[geometry]
 }
@@ -95,8 +171,8 @@ type eightSlice struct {
 }
 
 // The 8-memory-slice, 7-compute-slice products share one placement table
-// (A100 and H100 from nvidia-smi captures; H200 and B200 use the same profile
-// IDs and are assumed to match, see design.md section 6).
+// (A100 and H100 from nvidia-smi captures; the later Hopper and Blackwell
+// parts use the same profile IDs and are assumed to match: inferredEight).
 func (e eightSlice) profiles() []Profile {
 	ps := []Profile{
 		{ID: GIProfile7Slice, Name: e.g7, ComputeSlices: 7, MemorySlices: 8, MemoryMiB: e.mib[0], MaxCount: 1, Placements: placements(8, 0)},
@@ -105,13 +181,16 @@ func (e eightSlice) profiles() []Profile {
 		{ID: GIProfile2Slice, Name: e.g2, ComputeSlices: 2, MemorySlices: 2, MemoryMiB: e.mib[3], MaxCount: 3, Placements: placements(2, 0, 2, 4)},
 		{ID: GIProfile1SliceRev2, Name: e.g1d, ComputeSlices: 1, MemorySlices: 2, MemoryMiB: e.mib[4], MaxCount: 4, Placements: placements(2, 0, 2, 4, 6)},
 		{ID: GIProfile1Slice, Name: e.g1, ComputeSlices: 1, MemorySlices: 1, MemoryMiB: e.mib[5], MaxCount: 7, Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
-		{ID: GIProfile1SliceRev1, Name: e.g1 + "+me", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: e.mib[5], MaxCount: 1, Placements: placements(1, 0, 1, 2, 3, 4, 5, 6), MediaExtensions: true},
+		{ID: GIProfile1SliceRev1, Name: e.g1 + "+me", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: e.mib[5], MaxCount: 1, Placements: placements(1, 0, 1, 2, 3, 4, 5, 6), Media: MediaExtensions},
 	}
 	for i := range ps {
 		ps[i].Aliases = e.aliases[ps[i].Name]
 	}
 	return ps
 }
+
+// inferredEight is the Inferred note of every 8-slice product without a capture.
+const inferredEight = "same NVML profile IDs, counts and memory-slice sizes as the A100 and H100, whose placements are captured; assumed to share their placements"
 
 // gib is a per-instance memory derived from the profile name (GB x 1024 MiB);
 // used where no NVML capture was available, so expect the agent's report to
@@ -137,9 +216,9 @@ var builtin = []*Product{
 		Profiles: []Profile{
 			{ID: GIProfile4Slice, Name: "4g.24gb", ComputeSlices: 4, MemorySlices: 4, MemoryMiB: 23344, MaxCount: 1, Placements: placements(4, 0)},
 			{ID: GIProfile2Slice, Name: "2g.12gb", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 11672, MaxCount: 2, Placements: placements(2, 0, 2)},
-			{ID: GIProfile2SliceRev1, Name: "2g.12gb+me", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 11672, MaxCount: 1, Placements: placements(2, 0, 2), MediaExtensions: true},
+			{ID: GIProfile2SliceRev1, Name: "2g.12gb+me", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 11672, MaxCount: 1, Placements: placements(2, 0, 2), Media: MediaExtensions},
 			{ID: GIProfile1Slice, Name: "1g.6gb", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5836, MaxCount: 4, Placements: placements(1, 0, 1, 2, 3)},
-			{ID: GIProfile1SliceRev1, Name: "1g.6gb+me", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5836, MaxCount: 1, Placements: placements(1, 0, 1, 2, 3), MediaExtensions: true},
+			{ID: GIProfile1SliceRev1, Name: "1g.6gb+me", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5836, MaxCount: 1, Placements: placements(1, 0, 1, 2, 3), Media: MediaExtensions},
 		},
 	},
 	{
@@ -170,8 +249,9 @@ var builtin = []*Product{
 	{
 		Name: "H100-80GB",
 		// H100 NVL and H800 NVL are 94GB parts with other profile names.
-		Match:         []string{"H100-80GB", "H100-PCIE-!NVL-!94GB", "H100-SXM5-!94GB-!64GB", "H800-!NVL-!94GB"},
-		PCIDeviceIDs:  []uint16{0x2330, 0x2331, 0x2322},
+		Match: []string{"H100-80GB", "H100-PCIE-!NVL-!94GB-!96GB", "H100-SXM5-!94GB-!96GB-!64GB", "H800-!NVL-!94GB"},
+		// 0x2324 is the H800-80GB, which NVIDIA's config groups with the H100-80GB.
+		PCIDeviceIDs:  []uint16{0x2330, 0x2331, 0x2322, 0x2324},
 		MemorySlices:  8,
 		ComputeSlices: 7,
 		Profiles: eightSlice{
@@ -190,6 +270,7 @@ var builtin = []*Product{
 			g7: "7g.141gb", g4: "4g.71gb", g3: "3g.71gb", g2: "2g.35gb", g1d: "1g.35gb", g1: "1g.18gb",
 			mib: [6]int{gib(141), gib(71), gib(71), gib(35), gib(35), gib(18)},
 		}.profiles(),
+		Inferred: inferredEight,
 	},
 	{
 		Name:          "B200",
@@ -201,7 +282,138 @@ var builtin = []*Product{
 			g7: "7g.180gb", g4: "4g.90gb", g3: "3g.90gb", g2: "2g.45gb", g1d: "1g.45gb", g1: "1g.23gb",
 			mib: [6]int{gib(180), gib(90), gib(90), gib(45), gib(45), gib(23)},
 		}.profiles(),
+		Inferred: inferredEight,
 	},
+	{
+		Name:          "H100-94GB",
+		Match:         []string{"H100-NVL", "H800-NVL", "H100-94GB", "H800-94GB"},
+		PCIDeviceIDs:  []uint16{0x2321, 0x233A}, // H100 NVL, H800 NVL
+		MemorySlices:  8,
+		ComputeSlices: 7,
+		Profiles: eightSlice{
+			g7: "7g.94gb", g4: "4g.47gb", g3: "3g.47gb", g2: "2g.24gb", g1d: "1g.24gb", g1: "1g.12gb",
+			mib: [6]int{gib(94), gib(47), gib(47), gib(24), gib(24), gib(12)},
+		}.profiles(),
+		Inferred: inferredEight,
+	},
+	{
+		Name: "H100-96GB",
+		// GH200's Hopper GPU with 96GB HBM3, the H100-96GB, the PG506-96GB and the H20.
+		Match:         []string{"H100-96GB", "H20", "PG506-96GB", "GH200-!144G-!HBM3E"},
+		PCIDeviceIDs:  []uint16{0x2342, 0x233D, 0x20B6, 0x2329},
+		MemorySlices:  8,
+		ComputeSlices: 7,
+		Profiles: eightSlice{
+			g7: "7g.96gb", g4: "4g.48gb", g3: "3g.48gb", g2: "2g.24gb", g1d: "1g.24gb", g1: "1g.12gb",
+			mib: [6]int{gib(96), gib(48), gib(48), gib(24), gib(24), gib(12)},
+		}.profiles(),
+		Inferred: inferredEight,
+	},
+	{
+		Name:          "GH200-144GB",
+		Match:         []string{"GH200-144G", "GH200-HBM3E", "GH200-144GB"},
+		PCIDeviceIDs:  []uint16{0x2348},
+		MemorySlices:  8,
+		ComputeSlices: 7,
+		Profiles: eightSlice{
+			g7: "7g.144gb", g4: "4g.72gb", g3: "3g.72gb", g2: "2g.36gb", g1d: "1g.36gb", g1: "1g.18gb",
+			mib: [6]int{gib(144), gib(72), gib(72), gib(36), gib(36), gib(18)},
+		}.profiles(),
+		Inferred: inferredEight,
+	},
+	{
+		Name:          "GB200",
+		Match:         []string{"GB200"},
+		PCIDeviceIDs:  []uint16{0x2941},
+		MemorySlices:  8,
+		ComputeSlices: 7,
+		Profiles: eightSlice{
+			g7: "7g.186gb", g4: "4g.93gb", g3: "3g.93gb", g2: "2g.47gb", g1d: "1g.47gb", g1: "1g.23gb",
+			mib: [6]int{gib(186), gib(93), gib(93), gib(47), gib(47), gib(23)},
+			// NVIDIA first published the GB200 with these names (mig-parted commit
+			// 89dd81a3, "add support for HGX GB200") and corrected them to the
+			// production boards' in ebab1f77; config-default.yaml still carries
+			// all-3g.95gb, all-4g.95gb and all-7g.189gb, which can only mean a GB200.
+			aliases: map[string][]string{"7g.186gb": {"7g.189gb"}, "4g.93gb": {"4g.95gb"}, "3g.93gb": {"3g.95gb"}},
+		}.profiles(),
+		Inferred: inferredEight,
+	},
+	{
+		Name:          "B300",
+		Match:         []string{"B300"},
+		PCIDeviceIDs:  []uint16{0x3182},
+		MemorySlices:  8,
+		ComputeSlices: 7,
+		Profiles: eightSlice{
+			g7: "7g.269gb", g4: "4g.135gb", g3: "3g.135gb", g2: "2g.67gb", g1d: "1g.67gb", g1: "1g.34gb",
+			mib: [6]int{gib(269), gib(135), gib(135), gib(67), gib(67), gib(34)},
+		}.profiles(),
+		Inferred: inferredEight,
+	},
+	{
+		Name:          "GB300",
+		Match:         []string{"GB300"},
+		PCIDeviceIDs:  []uint16{0x31C2},
+		MemorySlices:  8,
+		ComputeSlices: 7,
+		Profiles: eightSlice{
+			g7: "7g.278gb", g4: "4g.139gb", g3: "3g.139gb", g2: "2g.70gb", g1d: "1g.70gb", g1: "1g.35gb",
+			mib: [6]int{gib(278), gib(139), gib(139), gib(70), gib(70), gib(35)},
+		}.profiles(),
+		Inferred: inferredEight,
+	},
+	{
+		Name:          "RTX-PRO-6000-Blackwell",
+		Match:         []string{"RTX-PRO-6000-BLACKWELL"},
+		PCIDeviceIDs:  []uint16{0x2BB5}, // Server Edition, as NVIDIA's config filters it
+		MemorySlices:  4,
+		ComputeSlices: 4,
+		Profiles:      rtxProBlackwell(),
+		Inferred: "placements as the A30's, the other 4-slice part (0, 0-1 and 2-3, 0-3); the variants share their plain profile's " +
+			"placements; a +me.all instance is assumed to leave only -me instances beside it",
+	},
+}
+
+// rtxProBlackwell is the RTX PRO 6000 Blackwell's table: four plain profiles'
+// worth of slices, each size in a plain, a graphics (+gfx), a no-media (-me)
+// and, for 1g and 2g, an all-media (+me.all) variant, as NVIDIA's config lists
+// them (all-1g.24gb.gfx, all-1g.24gb-me, all-1g.24gb.me.all, ...).
+func rtxProBlackwell() []Profile {
+	type size struct {
+		g, mem, max int
+		name        string
+		ids         [4]int // plain, +gfx, -me, +me.all (-1: no such variant)
+	}
+	sizes := []size{
+		{4, 4, 1, "4g.96gb", [4]int{GIProfile4Slice, GIProfile4SliceGfx, -1, -1}},
+		{2, 2, 2, "2g.48gb", [4]int{GIProfile2Slice, GIProfile2SliceGfx, GIProfile2SliceNoME, GIProfile2SliceAllME}},
+		{1, 1, 4, "1g.24gb", [4]int{GIProfile1Slice, GIProfile1SliceGfx, GIProfile1SliceNoME, GIProfile1SliceAllME}},
+	}
+	var out []Profile
+	for _, sz := range sizes {
+		starts := make([]int, 0, 4)
+		for s := 0; s+sz.mem <= 4; s += sz.mem {
+			starts = append(starts, s)
+		}
+		base := Profile{ComputeSlices: sz.g, MemorySlices: sz.mem, MemoryMiB: gib(24 * sz.mem), MaxCount: sz.max,
+			Placements: placements(sz.mem, starts...)}
+		variants := []struct {
+			suffix   string
+			media    Media
+			graphics bool
+			max      int
+		}{{"", MediaShare, false, sz.max}, {"+gfx", MediaShare, true, sz.max}, {"-me", MediaNone, false, sz.max}, {"+me.all", MediaAll, false, 1}}
+		for k, v := range variants {
+			if sz.ids[k] < 0 {
+				continue
+			}
+			pr := base
+			pr.ID, pr.Name, pr.Media, pr.Graphics, pr.MaxCount = sz.ids[k], sz.name+v.suffix, v.media, v.graphics, v.max
+			pr.Placements = slices.Clone(base.Placements)
+			out = append(out, pr)
+		}
+	}
+	return out
 }
 
 // Products returns the built-in product table in a stable order. The products
@@ -293,7 +505,8 @@ func matchScore(entry string, toks []string) int {
 // NewProductFromProfiles builds a Product from what the agent read through
 // NVML, so a node's real table overrides the built-in one. Profiles with
 // MemorySlices 0 take it from their placements, MaxCount 0 becomes the number
-// of placements, and names containing "+me" are marked MediaExtensions. The
+// of placements, and Media and Graphics are read from the name's suffix
+// (MediaOf, GraphicsOf) unless set. The
 // input is copied and the profiles are put in catalog order.
 func NewProductFromProfiles(name string, memorySlices, computeSlices int, profiles []Profile) (*Product, error) {
 	p := &Product{
@@ -313,9 +526,10 @@ func NewProductFromProfiles(name string, memorySlices, computeSlices int, profil
 		if pr.MaxCount == 0 {
 			pr.MaxCount = len(pr.Placements)
 		}
-		if strings.Contains(strings.ToLower(pr.Name), "+me") {
-			pr.MediaExtensions = true
+		if pr.Media == MediaShare {
+			pr.Media = MediaOf(pr.Name)
 		}
+		pr.Graphics = pr.Graphics || GraphicsOf(pr.Name)
 		p.Profiles[i] = pr
 	}
 	slices.SortStableFunc(p.Profiles, compareCatalog)
@@ -335,8 +549,8 @@ func compareCatalog(a, b Profile) int {
 		return b.MemorySlices - a.MemorySlices
 	case a.ComputeSlices != b.ComputeSlices:
 		return b.ComputeSlices - a.ComputeSlices
-	case a.MediaExtensions != b.MediaExtensions:
-		if a.MediaExtensions {
+	case a.Special() != b.Special():
+		if a.Special() {
 			return 1
 		}
 		return -1

@@ -16,7 +16,8 @@ func mustProduct(t testing.TB, name string) *Product {
 }
 
 func TestBuiltinProductsCompile(t *testing.T) {
-	want := []string{"A30-24GB", "A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB", "B200"}
+	want := []string{"A30-24GB", "A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB", "B200",
+		"H100-94GB", "H100-96GB", "GH200-144GB", "GB200", "B300", "GB300", "RTX-PRO-6000-Blackwell"}
 	var got []string
 	for _, p := range Products() {
 		got = append(got, p.Name)
@@ -107,7 +108,7 @@ func TestProfileTables(t *testing.T) {
 					starts = append(starts, pl.Start)
 				}
 				if pr.Name != r.name || pr.ID != r.id || pr.ComputeSlices != r.compute || pr.MemorySlices != r.size ||
-					pr.MaxCount != r.max || !slices.Equal(starts, r.starts) || pr.MediaExtensions != r.me || pr.MemoryMiB != r.mib {
+					pr.MaxCount != r.max || !slices.Equal(starts, r.starts) || (pr.Media == MediaExtensions) != r.me || pr.MemoryMiB != r.mib {
 					t.Errorf("profile %d = %+v, want %+v", i, pr, r)
 				}
 			}
@@ -148,11 +149,21 @@ func TestLookupProduct(t *testing.T) {
 		{"Mock NVIDIA A100-SXM4-40GB", "A100-40GB"},
 		{"NVIDIA A100-SXM-80GB", "A100-80GB"},
 		// Different geometries that share a substring must not match.
-		{"NVIDIA-H100-NVL", ""},
-		{"NVIDIA H800 NVL", ""},
-		{"NVIDIA-GH200-480GB", ""},
-		{"NVIDIA-GB200", ""},
-		{"NVIDIA-H20", ""},
+		{"NVIDIA-H100-NVL", "H100-94GB"},
+		{"NVIDIA H800 NVL", "H100-94GB"},
+		{"NVIDIA-H100-SXM5-94GB", "H100-94GB"},
+		{"NVIDIA-H100-SXM5-96GB", "H100-96GB"},
+		{"NVIDIA-GH200-480GB", "H100-96GB"},
+		{"NVIDIA GH200 144G HBM3e", "GH200-144GB"},
+		{"NVIDIA-GH200-144G-HBM3e", "GH200-144GB"},
+		{"NVIDIA-GB200", "GB200"},
+		{"NVIDIA GB300", "GB300"},
+		{"NVIDIA-B300-SXM6-AC", "B300"},
+		{"NVIDIA-H20", "H100-96GB"},
+		{"NVIDIA-H200-NVL", "H200-141GB"},
+		{"NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", "RTX-PRO-6000-Blackwell"},
+		{"NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000-Blackwell"},
+		{"NVIDIA-RTX-PRO-5000-Blackwell", ""}, // 48GB, two instances: not in NVIDIA's config
 		{"NVIDIA-A30X", ""},
 		{"NVIDIA-A100", ""}, // memory size unknown: refuse to guess
 		{"Tesla-T4", ""},
@@ -184,7 +195,17 @@ func TestLookupProductByPCIID(t *testing.T) {
 		{0x233510DE, "H200-141GB"},
 		{0x233B10DE, "H200-141GB"},
 		{0x290110DE, "B200"},
-		{0x232110DE, ""}, // H100 NVL: 94GB, other profile names
+		{0x232110DE, "H100-94GB"}, // H100 NVL: 94GB, other profile names
+		{0x233A10DE, "H100-94GB"}, // H800 NVL
+		{0x232410DE, "H100-80GB"}, // H800-80GB, grouped with the H100 by NVIDIA's config
+		{0x234210DE, "H100-96GB"}, // GH200
+		{0x232910DE, "H100-96GB"}, // H20
+		{0x234810DE, "GH200-144GB"},
+		{0x294110DE, "GB200"},
+		{0x318210DE, "B300"},
+		{0x31C210DE, "GB300"},
+		{0x2BB510DE, "RTX-PRO-6000-Blackwell"},
+		{0x26B510DE, ""}, // L40: no MIG
 		{0x20B01234, ""}, // not NVIDIA's vendor ID
 		{0, ""},
 	}
@@ -318,7 +339,7 @@ func TestNewProductFromProfiles(t *testing.T) {
 	if pr.MemorySlices != 1 || pr.Placements[0].Start != 0 || pr.Placements[6].Start != 6 {
 		t.Errorf("1g.10gb = %+v", pr)
 	}
-	if me, _ := p.Profile("1g.10gb+me"); !me.MediaExtensions {
+	if me, _ := p.Profile("1g.10gb+me"); me.Media != MediaExtensions {
 		t.Error("1g.10gb+me not marked as media extensions")
 	}
 	if pr, ok := p.Profile("7g.80gb"); !ok || pr.Name != "7g.79gb" {

@@ -38,9 +38,25 @@ func bruteForce(t testing.TB, p *Product) *bruteTable {
 	occupied := make([]bool, p.MemorySlices)
 	count := make([]int, len(p.Profiles))
 	var cur []cand
-	var rec func(k, compute, media int)
-	rec = func(k, compute, media int) {
+	var rec func(k, compute int)
+	rec = func(k, compute int) {
 		if k == len(cands) {
+			// The media rule, spelled out: one +me at most, one +me.all at
+			// most, and beside a +me.all only -me instances.
+			plusMe, allMe, withMedia := 0, 0, 0
+			for _, c := range cur {
+				switch p.Profiles[c.prof].Media {
+				case MediaExtensions:
+					plusMe++
+				case MediaAll:
+					allMe++
+				case MediaShare:
+					withMedia++
+				}
+			}
+			if plusMe > 1 || allMe > 1 || allMe == 1 && plusMe+withMedia > 0 {
+				return
+			}
 			l := Layout{}
 			var config []Instance
 			for _, c := range cur {
@@ -51,14 +67,10 @@ func bruteForce(t testing.TB, p *Product) *bruteTable {
 			bt.configs[key] = append(bt.configs[key], config)
 			return
 		}
-		rec(k+1, compute, media)
+		rec(k+1, compute)
 		c := cands[k]
 		pr := &p.Profiles[c.prof]
-		m := 0
-		if pr.MediaExtensions {
-			m = 1
-		}
-		if count[c.prof]+1 > pr.MaxCount || compute+pr.ComputeSlices > p.ComputeSlices || media+m > 1 {
+		if count[c.prof]+1 > pr.MaxCount || compute+pr.ComputeSlices > p.ComputeSlices {
 			return
 		}
 		for s := c.pl.Start; s < c.pl.Start+c.pl.Size; s++ {
@@ -71,14 +83,14 @@ func bruteForce(t testing.TB, p *Product) *bruteTable {
 		}
 		count[c.prof]++
 		cur = append(cur, c)
-		rec(k+1, compute+pr.ComputeSlices, media+m)
+		rec(k+1, compute+pr.ComputeSlices)
 		cur = cur[:len(cur)-1]
 		count[c.prof]--
 		for s := c.pl.Start; s < c.pl.Start+c.pl.Size; s++ {
 			occupied[s] = false
 		}
 	}
-	rec(0, 0, 0)
+	rec(0, 0)
 	for k := range bt.configs {
 		bt.keys = append(bt.keys, k)
 	}

@@ -144,7 +144,7 @@ func (c *cluster) bind(name, node string, holds []hold, opts ...podOpt) *cluster
 func plainProfiles(p *mig.Product) []string {
 	var out []string
 	for _, pr := range p.Profiles {
-		if !pr.MediaExtensions {
+		if !pr.Special() {
 			out = append(out, pr.Name)
 		}
 	}
@@ -155,7 +155,7 @@ func plainProfiles(p *mig.Product) []string {
 func mediaProfiles(p *mig.Product) []string {
 	var out []string
 	for _, pr := range p.Profiles {
-		if pr.MediaExtensions {
+		if pr.Media == mig.MediaExtensions {
 			out = append(out, pr.Name)
 		}
 	}

@@ -236,7 +236,7 @@ func TestReadInvalid(t *testing.T) {
 	}, {
 		name:  "catalog profile",
 		input: list(policyWith("migProfiles: [1g.18gb, 3g.71gb]", "migProfiles: [1g.18gb, 3g]")),
-		want:  `item 0 (GPUPoolPolicy pool-a): spec.catalog[0].migProfiles[1]: invalid MIG profile "3g": want a name such as 1g.18gb, 3g.71gb or 1g.10gb+me`,
+		want:  `item 0 (GPUPoolPolicy pool-a): spec.catalog[0].migProfiles[1]: invalid MIG profile "3g": want a name such as 1g.18gb, 3g.71gb, 1g.10gb+me, 1g.24gb+gfx or 1g.24gb-me`,
 	}, {
 		name:  "missing policy",
 		input: list(nodeItem, gpuNodeItem, podItem),

@@ -17,8 +17,8 @@ import (
 // The patterns and bounds below are the CRD's (api/v1alpha1 markers): a saved snapshot never
 // met the API server, so the reader applies them itself.
 var (
-	migProfilePattern    = regexp.MustCompile(`^[1-7]g\.[0-9]+gb(\+me)?$`)
-	shapeResourcePattern = regexp.MustCompile(`^nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]+gb(\.me)?)$`)
+	migProfilePattern    = regexp.MustCompile(`^[1-7]g\.[0-9]+gb(\+(me|me\.all|gfx)(,(me|me\.all|gfx)){0,2}|-me)?$`)
+	shapeResourcePattern = regexp.MustCompile(`^nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]+gb(\.me|\.me\.all|\.gfx|-me)?)$`)
 	percentPattern       = regexp.MustCompile(`^(100|[1-9]?[0-9])%$`)
 )
 
@@ -148,7 +148,7 @@ func validateCatalog(entries []v1alpha1.CatalogEntry) *fieldError {
 		for j, pr := range e.MIGProfiles {
 			f := fmt.Sprintf("%s.migProfiles[%d]", at, j)
 			if !migProfilePattern.MatchString(string(pr)) {
-				return &fieldError{field: f, msg: fmt.Sprintf("invalid MIG profile %q: want a name such as 1g.18gb, 3g.71gb or 1g.10gb+me", pr)}
+				return &fieldError{field: f, msg: fmt.Sprintf("invalid MIG profile %q: want a name such as 1g.18gb, 3g.71gb, 1g.10gb+me, 1g.24gb+gfx or 1g.24gb-me", pr)}
 			}
 			if profiles[pr] {
 				return &fieldError{field: f, msg: fmt.Sprintf("duplicate value %q", pr)}

@@ -404,7 +404,7 @@ func (s *sim) sharedShape(sh Shape) bool {
 func newSim(cfg Config, nodes []NodeSpec, pods []PodSpec) (*sim, error) {
 	s := &sim{cfg: cfg, pods: pods, profile: map[int]string{}}
 	for _, pr := range cfg.Product.Profiles {
-		if pr.MediaExtensions {
+		if pr.Special() {
 			continue
 		}
 		// The catalog lists larger memory first for equal compute; keep the smallest memory
