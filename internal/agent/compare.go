@@ -13,13 +13,16 @@ import (
 
 // Comparison sets one GPU's profile table as NVML reports it against the
 // built-in table of internal/mig, so a single probe on real hardware confirms
-// or refutes the placements the planner assumes (design.md section 6: the
-// H200 and B200 tables are inferred).
+// or refutes the placements the planner assumes (BuiltinInferred names the
+// tables that are inferred rather than captured).
 type Comparison struct {
 	// BuiltinProduct is the internal/mig product the GPU was matched to, empty when none.
 	BuiltinProduct string `json:"builtinProduct,omitempty"`
 	// LookedUpBy says how: "name" (NVML product name) or "pciDeviceID".
 	LookedUpBy string `json:"lookedUpBy,omitempty"`
+	// BuiltinInferred says why the built-in placements are assumed rather than captured
+	// (mig.Product.Inferred); empty when they come from a capture. A probe is what settles them.
+	BuiltinInferred string `json:"builtinInferred,omitempty"`
 	// Match is true when every profile on either side matches.
 	Match bool `json:"match"`
 	// Note explains a comparison that could not be made.
@@ -71,7 +74,7 @@ func Compare(gpu v1alpha1.GPUStatus) Comparison {
 	if p == nil {
 		return Comparison{Note: fmt.Sprintf("no built-in MIG table for product %q (PCI device ID %s)", gpu.Product, gpu.PCIDeviceID)}
 	}
-	c := Comparison{BuiltinProduct: p.Name, LookedUpBy: how}
+	c := Comparison{BuiltinProduct: p.Name, LookedUpBy: how, BuiltinInferred: p.Inferred}
 	if len(gpu.Profiles) == 0 {
 		c.Note = "NVML reports no GPU-instance profiles"
 		if gpu.MIGMode != nil {

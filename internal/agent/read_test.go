@@ -196,6 +196,10 @@ func TestReadCorrectedHopperAndBlackwell(t *testing.T) {
 		if !c.Match || c.BuiltinProduct != wantProducts[i] {
 			t.Errorf("GPU %d: comparison %+v, want a match with %s", i, c, wantProducts[i])
 		}
+		// The H100 table is captured; the H200's and B200's are inferred, and a probe says so.
+		if inferred := c.BuiltinInferred != ""; inferred != (wantProducts[i] != "H100-80GB") {
+			t.Errorf("GPU %d (%s): builtinInferred %q", i, wantProducts[i], c.BuiltinInferred)
+		}
 		for _, pc := range c.Profiles {
 			if pc.NVMLName != pc.BuiltinName {
 				t.Errorf("GPU %d profile %d: NVML name %s, internal/mig %s", i, pc.ID, pc.NVMLName, pc.BuiltinName)

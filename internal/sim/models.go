@@ -34,7 +34,8 @@ func (m Model) config() gpus.Config {
 	return c
 }
 
-// models lists the GPU models go-nvml has mock tables for. The PCI device IDs are those
+// models lists the GPU models the simulator knows: those go-nvml has mock tables for, then
+// those derived from them. The PCI device IDs are those
 // NVIDIA's published mig-parted config filters the models by (NVIDIA/mig-parted
 // deployments/systemd/config-default.yaml, all-balanced and all-1g.10gb): H200 0x2335 (0x233B
 // is the H200 NVL), H100-80GB 0x2330, A100-80GB 0x20B2, A100-40GB 0x20B0, B200 0x2901, A30
@@ -48,6 +49,22 @@ var models = []Model{
 	{Name: "A100-40GB", ProductLabel: "NVIDIA-A100-SXM4-40GB", Aliases: []string{"a100", "a100-40gb"}, mock: gpus.A100_SXM4_40GB, pciDeviceID: 0x20B010DE},
 	{Name: "B200", ProductLabel: "NVIDIA-B200", Aliases: []string{"b200", "b200-180gb"}, mock: gpus.B200_SXM5_180GB, pciDeviceID: 0x290110DE},
 	{Name: "A30-24GB", ProductLabel: "NVIDIA-A30", Aliases: []string{"a30", "a30-24gb"}, mock: gpus.A30_PCIE_24GB, pciDeviceID: 0x20B710DE},
+	// Parts go-nvml has no mock for, derived from one with the same geometry (derived.go), under
+	// the device IDs NVIDIA's config filters them by.
+	{Name: "H100-94GB", ProductLabel: "NVIDIA-H100-NVL", Aliases: []string{"h100-nvl", "h100-94gb"},
+		mock: derived(gpus.H100_SXM5_80GB, "NVIDIA H100 NVL", 94, 0x232110DE), pciDeviceID: 0x232110DE},
+	{Name: "H100-96GB", ProductLabel: "NVIDIA-GH200-480GB", Aliases: []string{"gh200", "h100-96gb"},
+		mock: derived(gpus.H100_SXM5_80GB, "NVIDIA GH200 480GB", 96, 0x234210DE), pciDeviceID: 0x234210DE},
+	{Name: "GH200-144GB", ProductLabel: "NVIDIA-GH200-144G-HBM3e", Aliases: []string{"gh200-144gb"},
+		mock: derived(gpus.H200_SXM5_141GB, "NVIDIA GH200 144G HBM3e", 144, 0x234810DE), pciDeviceID: 0x234810DE},
+	{Name: "GB200", ProductLabel: "NVIDIA-GB200", Aliases: []string{"gb200"},
+		mock: derived(gpus.B200_SXM5_180GB, "NVIDIA GB200", 186, 0x294110DE), pciDeviceID: 0x294110DE},
+	{Name: "B300", ProductLabel: "NVIDIA-B300-SXM6-AC", Aliases: []string{"b300"},
+		mock: derived(gpus.B200_SXM5_180GB, "NVIDIA B300 SXM6 AC", 269, 0x318210DE), pciDeviceID: 0x318210DE},
+	{Name: "GB300", ProductLabel: "NVIDIA-GB300", Aliases: []string{"gb300"},
+		mock: derived(gpus.B200_SXM5_180GB, "NVIDIA GB300", 278, 0x31C210DE), pciDeviceID: 0x31C210DE},
+	{Name: "RTX-PRO-6000-Blackwell", ProductLabel: "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", Aliases: []string{"rtx-pro-6000"},
+		mock: rtxPro6000Blackwell(), pciDeviceID: 0x2BB510DE},
 }
 
 // Models returns the GPU models the simulator knows, in a fixed order.

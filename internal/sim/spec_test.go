@@ -2,6 +2,7 @@ package sim
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/gpupool/gpupool/internal/mig"
@@ -48,6 +49,45 @@ func TestModelProductLabelsMatchGeometry(t *testing.T) {
 	}
 }
 
+// The simulator's NVML table of every model (go-nvml's mock, corrected, or derived from one)
+// and internal/mig's built-in table are written independently; they must agree on every
+// profile's name, slices, count and placements, or one of them is wrong about the part.
+func TestModelTablesMatchBuiltinGeometry(t *testing.T) {
+	for _, m := range Models() {
+		product, ok := mig.LookupProduct(m.ProductLabel)
+		if !ok {
+			continue // reported by TestModelProductLabelsMatchGeometry
+		}
+		n, err := NewNode(NodeSpec{Name: "n", Model: m.Name, GPUs: 1})
+		if err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+		simulated := map[string]SlotProfile{}
+		for _, sp := range n.slotProfiles(0) {
+			simulated[sp.Name] = sp
+		}
+		for _, pr := range product.Profiles {
+			sp, ok := simulated[pr.Name]
+			if !ok {
+				t.Errorf("%s: the simulated GPU has no %s", m.Name, pr.Name)
+				continue
+			}
+			delete(simulated, pr.Name)
+			var starts []int
+			for _, pl := range pr.Placements {
+				starts = append(starts, pl.Start)
+			}
+			if sp.ComputeSlices != pr.ComputeSlices || sp.MemorySlices != pr.MemorySlices || sp.MaxCount != pr.MaxCount || !slices.Equal(sp.Starts, starts) {
+				t.Errorf("%s %s: simulated %+v, built-in %dg %d memory slices x%d at %v", m.Name, pr.Name, sp,
+					pr.ComputeSlices, pr.MemorySlices, pr.MaxCount, starts)
+			}
+		}
+		for name := range simulated {
+			t.Errorf("%s: the simulated GPU has %s, the built-in table does not", m.Name, name)
+		}
+	}
+}
+
 // Every preset builds on every model that has its profiles, the mock then holds exactly the
 // preset's layout, and the profile names the simulator reads from NVML are the names
 // internal/mig knows for the model (what pods request and plans write).
@@ -57,8 +97,8 @@ func TestPresetsOnEveryModel(t *testing.T) {
 		for _, preset := range Presets() {
 			n, err := NewNode(NodeSpec{Name: "n", Model: m.Name, GPUs: 2, InitialConfig: preset})
 			if err != nil {
-				if m.Name == "A30-24GB" && (preset == PresetAll3g || preset == PresetAll7g) {
-					continue // the A30 has neither profile
+				if product.MemorySlices == 4 && (preset == PresetAll3g || preset == PresetAll7g) {
+					continue // the 4-slice parts (A30, RTX PRO 6000) have neither profile
 				}
 				t.Errorf("%s %s: %v", m.Name, preset, err)
 				continue
