@@ -80,6 +80,20 @@ func TestSamples(t *testing.T) {
 		neverEvicted:  "team-c/notebook-alice-0",
 		wantServed:    []string{"team-a/pretrain-7g-0-s5j3d"},
 		wantStepNodes: []string{"h100-node-1"},
+	}, {
+		file:          "hopper-nvl-gh200.yaml",
+		wantEvictions: []string{"team-b/inf-1-2xkqp", "team-b/inf-1-8m4zt"},
+		wantServed:    []string{"team-a/train-gh-0-m4q9z", "team-a/train-gh144-0-r8w3c", "team-a/train-nvl-0-k2x7p"},
+		wantStepNodes: []string{"gh144-node-3", "gh200-node-2", "nvl-node-1"},
+	}, {
+		file:          "blackwell-gb200-b300.yaml",
+		wantEvictions: []string{"team-b/inf-3-2xkqp", "team-b/inf-3-8m4zt"},
+		wantServed:    []string{"team-a/train-b300-0-v7n2x", "team-a/train-gb200-0-p3k8d", "team-c/tune-gb300-0-h5t9q"},
+		wantStepNodes: []string{"b300-node-2", "gb200-node-1", "gb300-node-3"},
+	}, {
+		file:          "rtx-pro-6000-blackwell.yaml",
+		wantServed:    []string{"team-d/render-0-q8m2v", "team-d/transcode-0-z6c4n"},
+		wantStepNodes: []string{"rtxpro-node-1", "rtxpro-node-2"},
 	}} {
 		t.Run(tc.file, func(t *testing.T) {
 			code, out, errOut := invoke(t, "", "plan", "-f", sample(tc.file), "-o", "json")
