@@ -57,8 +57,19 @@ func rtxPro6000Blackwell() gpus.Config {
 		for _, constant := range constants {
 			v := info
 			v.Id = uint32(constant)
-			if constant == nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME || constant == nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME {
-				v.InstanceCount = 1 // it takes every media engine there is
+			// Media engines: a plain (or graphics) slice gets its share of the GPU's four
+			// decoders, encoders and JPEG units, -me none, +me.all all of them and the OFA.
+			share := v.SliceCount
+			v.DecoderCount, v.EncoderCount, v.JpegCount, v.OfaCount = share, share, share, 0
+			if plain == nvml.GPU_INSTANCE_PROFILE_4_SLICE {
+				v.OfaCount = 1
+			}
+			switch constant {
+			case nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:
+				v.DecoderCount, v.EncoderCount, v.JpegCount = 0, 0, 0
+			case nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
+				v.DecoderCount, v.EncoderCount, v.JpegCount, v.OfaCount = 4, 4, 4, 1
+				v.InstanceCount = 1
 			}
 			out.GpuInstanceProfiles[constant] = v
 			out.GpuInstancePlacements[constant] = src.GpuInstancePlacements[int(info.Id)]

@@ -202,6 +202,8 @@ func (n *Node) readProfiles(i int) ([]gpuProfile, error) {
 			ComputeSlices: int(info.SliceCount),
 			MemorySlices:  int(placements[0].Size),
 			MaxCount:      int(info.InstanceCount),
+			JPEGs:         int(info.JpegCount),
+			OFAs:          int(info.OfaCount),
 		}}
 		for _, pl := range placements {
 			p.slot.Starts = append(p.slot.Starts, int(pl.Start))

@@ -21,6 +21,10 @@ type SlotProfile struct {
 	MaxCount int
 	// Starts are the memory slices an instance may start at, as NVML lists them.
 	Starts []int
+	// JPEGs and OFAs are the JPEG decoders and optical-flow accelerators an instance takes
+	// (NVML's JpegCount and OfaCount): the media engines "+me" and "+me.all" profiles hold,
+	// of which the GPU has a fixed number.
+	JPEGs, OFAs int
 }
 
 // Slot is a placed GPU instance: memory slices [Start, Start+Size).
@@ -41,6 +45,9 @@ func ChooseSlots(profiles []SlotProfile, want mig.Layout) ([]Slot, error) {
 	byName := make(map[string]SlotProfile, len(profiles))
 	for _, p := range profiles {
 		byName[p.Name] = p
+	}
+	if err := mediaEnginesSuffice(profiles, want); err != nil {
+		return nil, err
 	}
 	var order []SlotProfile
 	for _, name := range want.Names() {
@@ -92,4 +99,30 @@ func placeFrom(order []SlotProfile, placed []Slot, k int, used uint64) bool {
 		}
 	}
 	return false
+}
+
+// mediaEnginesSuffice refuses a layout whose instances take more JPEG decoders or optical-flow
+// accelerators than the GPU has, as the driver refuses to create the instance that would run
+// out (NVML_ERROR_INSUFFICIENT_RESOURCES): this is what keeps a second "+me" instance, or a
+// "+me.all" instance beside anything but "-me" ones, off a GPU. The GPU's engines are counted
+// as the most any one of its profiles takes (the whole-GPU profile's, or the "+me" profile's
+// where go-nvml's mock gives the whole GPU none). Decoders and encoders are not counted: the
+// mock tables give the whole GPU fewer decoders than its seven 1g profiles together.
+func mediaEnginesSuffice(profiles []SlotProfile, want mig.Layout) error {
+	var haveJPEG, haveOFA int
+	byName := make(map[string]SlotProfile, len(profiles))
+	for _, p := range profiles {
+		haveJPEG, haveOFA = max(haveJPEG, p.JPEGs), max(haveOFA, p.OFAs)
+		byName[p.Name] = p
+	}
+	var jpeg, ofa int
+	for name, n := range want {
+		jpeg += n * byName[name].JPEGs
+		ofa += n * byName[name].OFAs
+	}
+	if jpeg > haveJPEG || ofa > haveOFA {
+		return fmt.Errorf("layout %s takes %d JPEG decoder(s) and %d optical-flow accelerator(s), the GPU has %d and %d",
+			want, jpeg, ofa, haveJPEG, haveOFA)
+	}
+	return nil
 }

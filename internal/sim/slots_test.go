@@ -11,7 +11,7 @@ import (
 // h200Slots is an H200's profile table as the corrected mock reports it (design.md section 6).
 var h200Slots = []SlotProfile{
 	{Name: "1g.18gb", ComputeSlices: 1, MemorySlices: 1, MaxCount: 7, Starts: []int{0, 1, 2, 3, 4, 5, 6}},
-	{Name: "1g.18gb+me", ComputeSlices: 1, MemorySlices: 1, MaxCount: 1, Starts: []int{0, 1, 2, 3, 4, 5, 6}},
+	{Name: "1g.18gb+me", ComputeSlices: 1, MemorySlices: 1, MaxCount: 1, Starts: []int{0, 1, 2, 3, 4, 5, 6}, JPEGs: 1, OFAs: 1},
 	{Name: "1g.35gb", ComputeSlices: 1, MemorySlices: 2, MaxCount: 4, Starts: []int{0, 2, 4, 6}},
 	{Name: "2g.35gb", ComputeSlices: 2, MemorySlices: 2, MaxCount: 3, Starts: []int{0, 2, 4}},
 	{Name: "3g.71gb", ComputeSlices: 3, MemorySlices: 4, MaxCount: 2, Starts: []int{0, 4}},

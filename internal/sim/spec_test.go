@@ -126,3 +126,43 @@ func TestPresetsOnEveryModel(t *testing.T) {
 		}
 	}
 }
+
+// The simulated driver and the built-in geometry decide independently which layouts a GPU
+// takes: the driver by placements and the media engines NVML says each profile takes, the
+// geometry by placements and the media kinds in the profile names. They must agree on every
+// layout of one or two instances (where the media rules bite: two +me, a +me.all beside a
+// plain slice) and accept every maximal layout the geometry lists.
+func TestSimulatedDriverAgreesWithTheGeometry(t *testing.T) {
+	for _, m := range Models() {
+		product, ok := mig.LookupProduct(m.ProductLabel)
+		if !ok {
+			continue
+		}
+		n, err := NewNode(NodeSpec{Name: "n", Model: m.Name, GPUs: 1})
+		if err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+		profiles := n.slotProfiles(0)
+		names := product.ProfileNames()
+		var layouts []mig.Layout
+		for i, a := range names {
+			layouts = append(layouts, mig.Layout{a: 1})
+			for _, b := range names[i:] {
+				l := mig.Layout{a: 1}
+				l[b]++
+				layouts = append(layouts, l)
+			}
+		}
+		for _, l := range layouts {
+			_, err := ChooseSlots(profiles, l)
+			if fits := product.Fits(l); fits != (err == nil) {
+				t.Errorf("%s %s: geometry fits %t, simulated driver: %v", m.Name, l, fits, err)
+			}
+		}
+		for _, l := range product.MaximalLayoutsOf(names) {
+			if _, err := ChooseSlots(profiles, l); err != nil {
+				t.Errorf("%s: maximal layout %s refused: %v", m.Name, l, err)
+			}
+		}
+	}
+}
