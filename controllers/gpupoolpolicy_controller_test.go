@@ -16,6 +16,7 @@ import (
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/pool"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
 
@@ -158,6 +159,7 @@ func TestPendingDemandBecomesAPlanAndStaleDemandRetiresIt(t *testing.T) {
 			"kubectl annotate repartitionplan " + plan.Name + " gpupool.io/approve=" + plan.Spec.Hash))
 		g.Expect(condition(got, v1.ConditionConflict).Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(condition(got, v1.ConditionDegraded).Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(condition(got, v1.ConditionMIGTablesMatch).Reason).To(Equal(pool.ReasonTablesMatch), "no agent reports a table that differs")
 		g.Expect(condition(got, v1.ConditionGPUOperatorConfigured).Reason).To(Equal("GPUOperatorNotFound"))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 

@@ -21,6 +21,12 @@ const (
 	// the GPU product does not have, a catalog entry another one shadows) or, with Ready=False,
 	// when the controller cannot use the policy at all; the message names the field and the fix.
 	ConditionSpecValid = "SpecValid"
+	// ConditionMIGTablesMatch is False when a pool node's agent reports a MIG profile table
+	// that differs from gpupool's built-in one for its GPU (the message names the node, GPU and
+	// profile), or one for a GPU the built-in table lacks. The reported table is what gpupool
+	// plans with either way; the condition makes an error in the built-in table visible. It is
+	// also reported on GPUNodes, by the agent, per GPU.
+	ConditionMIGTablesMatch = "MIGTablesMatch"
 )
 
 // Condition types reported on GPUNode status.

@@ -130,7 +130,7 @@ type GPUNodeStatus struct {
 	// ObservedTime is when the agent last read NVML.
 	// +optional
 	ObservedTime *metav1.Time `json:"observedTime,omitempty"`
-	// Conditions: NVMLReady and LayoutVerified.
+	// Conditions: NVMLReady, LayoutVerified and MIGTablesMatch (written by the agent).
 	// +listType=map
 	// +listMapKey=type
 	// +patchStrategy=merge

@@ -242,7 +242,7 @@ type GPUPoolPolicyStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Conditions: Ready, DemandSatisfied, AwaitingApproval, Reconfiguring, Degraded,
-	// GPUOperatorConfigured and Conflict.
+	// GPUOperatorConfigured, Conflict, SpecValid and MIGTablesMatch.
 	// +listType=map
 	// +listMapKey=type
 	// +patchStrategy=merge

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
 )
@@ -176,4 +178,87 @@ func NewProbeReport(node string, gpus []v1alpha1.GPUStatus) ProbeReport {
 		r.GPUs[i] = ProbeGPU{GPUStatus: g, Comparison: Compare(g)}
 	}
 	return r
+}
+
+// Reasons of the GPUNode's MIGTablesMatch condition; the policy's condition of the same type
+// uses the same words (internal/pool).
+const (
+	ReasonTablesMatch        = "TablesMatch"
+	ReasonDeviceTableDiffers = "DeviceTableDiffers"
+	ReasonNoBuiltinTable     = "NoBuiltinTable"
+	ReasonNoProfilesReported = "NoProfilesReported"
+)
+
+// TablesCondition is the GPUNode's MIGTablesMatch condition: each GPU's profile table as
+// NVML reports it against gpupool's built-in table for the product (Compare), naming the GPU
+// and every profile that differs. The planner uses the reported table either way; the
+// condition makes an error in the built-in table, or a GPU it lacks, visible on the node.
+func TablesCondition(gpus []v1alpha1.GPUStatus) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionMIGTablesMatch}
+	var differ, unknown, matched []string
+	for _, g := range gpus {
+		if len(g.Profiles) == 0 {
+			continue
+		}
+		cmp := Compare(g)
+		switch {
+		case cmp.BuiltinProduct == "":
+			unknown = append(unknown, fmt.Sprintf("GPU %d (%s)", g.Index, g.Product))
+		case !cmp.Match:
+			differ = append(differ, fmt.Sprintf("GPU %d (%s): %s", g.Index, cmp.BuiltinProduct, strings.Join(profileDiffs(cmp), ", ")))
+		default:
+			matched = append(matched, strconv.Itoa(int(g.Index)))
+		}
+	}
+	switch {
+	case len(differ) > 0:
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonDeviceTableDiffers
+		c.Message = "NVML's MIG profile table differs from gpupool's built-in one, and gpupool plans with NVML's: " + strings.Join(differ, "; ")
+	case len(unknown) > 0:
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonNoBuiltinTable
+		c.Message = "no built-in MIG table for " + strings.Join(unknown, ", ") + "; gpupool plans with NVML's table alone"
+	case len(matched) > 0:
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonTablesMatch
+		c.Message = "the MIG profile table of GPU(s) " + strings.Join(matched, ", ") + " matches gpupool's built-in one"
+	default:
+		c.Status, c.Reason = metav1.ConditionUnknown, ReasonNoProfilesReported
+		c.Message = "NVML lists no MIG profiles (it does only while MIG is enabled)"
+	}
+	if len(c.Message) > maxConditionMessage {
+		c.Message = c.Message[:maxConditionMessage-3] + "..."
+	}
+	return c
+}
+
+// maxConditionMessage keeps a condition message well inside the API's 32768-byte limit.
+const maxConditionMessage = 4096
+
+// profileDiffs names the profiles a comparison found different, by the device's name when NVML
+// has the profile.
+func profileDiffs(c Comparison) []string {
+	var out []string
+	for _, pc := range c.Profiles {
+		switch {
+		case pc.Match:
+		case pc.NVMLName == "":
+			out = append(out, pc.BuiltinName+" is built in, NVML does not offer it")
+		case pc.BuiltinName == "":
+			out = append(out, pc.NVMLName+" is offered by NVML, not built in")
+		default:
+			out = append(out, fmt.Sprintf("%s at %s (built in: %s)", pc.NVMLName, starts(pc.NVMLPlacements), starts(pc.BuiltinPlacements)))
+		}
+	}
+	return out
+}
+
+// starts renders placements as memory-slice ranges, "0-3,4-7".
+func starts(ps []v1alpha1.SlicePlacement) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = strconv.Itoa(int(p.Start))
+		if p.Size > 1 {
+			s[i] += "-" + strconv.Itoa(int(p.Start+p.Size-1))
+		}
+	}
+	return strings.Join(s, ",")
 }

@@ -351,6 +351,7 @@ func (p *Publisher) desiredStatus(ctx context.Context, node *v1alpha1.GPUNode, g
 	} else {
 		st.GPUs = gpus
 		set(VerifyLayout(node.Spec.ExpectedLayout, gpus))
+		set(TablesCondition(gpus))
 	}
 	if p.Owners == nil {
 		meta.RemoveStatusCondition(&st.Conditions, ConditionPodResourcesReady)
@@ -396,7 +397,7 @@ func ownConditions(conds []metav1.Condition) []metav1.Condition {
 	var out []metav1.Condition
 	for _, c := range conds {
 		switch c.Type {
-		case v1alpha1.ConditionNVMLReady, v1alpha1.ConditionLayoutVerified, ConditionPodResourcesReady:
+		case v1alpha1.ConditionNVMLReady, v1alpha1.ConditionLayoutVerified, v1alpha1.ConditionMIGTablesMatch, ConditionPodResourcesReady:
 			out = append(out, c)
 		}
 	}

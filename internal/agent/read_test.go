@@ -238,6 +238,16 @@ func TestCompareFlagsUncorrectedMockTables(t *testing.T) {
 			t.Errorf("%s: mismatched profiles %v, want %v", g.Product, mismatched, wantMismatch)
 		}
 	}
+	// The GPUNode says so, naming each GPU and profile; gpupool plans with what NVML reports.
+	cond := agent.TablesCondition(got)
+	if cond.Status != metav1.ConditionFalse || cond.Reason != agent.ReasonDeviceTableDiffers {
+		t.Errorf("MIGTablesMatch = %s/%s, want False/%s", cond.Status, cond.Reason, agent.ReasonDeviceTableDiffers)
+	}
+	for _, want := range []string{"GPU 0 (H100-80GB): ", "GPU 1 (H200-141GB): ", "GPU 2 (B200): ", "7g.80gb at 0-6 (built in: 0-7)", "3g.40gb at "} {
+		if !strings.Contains(cond.Message, want) {
+			t.Errorf("MIGTablesMatch message lacks %q:\n%s", want, cond.Message)
+		}
+	}
 	// The uncorrected H200 memory sizes exceed a 1g instance's eighth, so the
 	// device plugin's naming rule turns 1g.18gb into 1g.35gb.
 	if n := got[1].Profiles[0].Name; n != "1g.35gb" {
@@ -485,5 +495,24 @@ func TestCompareWithoutBuiltinOrProfiles(t *testing.T) {
 	h100, _ := mig.LookupProduct("H100-80GB")
 	if len(c.Profiles) != len(h100.Profiles) {
 		t.Errorf("%d profiles listed, want the %d built-in ones", len(c.Profiles), len(h100.Profiles))
+	}
+}
+
+func TestTablesCondition(t *testing.T) {
+	s, _ := newServer(t, nvmlmock.Corrected(gpus.H100_SXM5_80GB), nvmlmock.Corrected(gpus.B200_SXM5_180GB))
+	got := mustRead(t, s)
+	if c := agent.TablesCondition(got); c.Status != metav1.ConditionTrue || c.Reason != agent.ReasonTablesMatch || !strings.Contains(c.Message, "GPU(s) 0, 1") {
+		t.Errorf("corrected tables: %+v, want True/%s for GPUs 0 and 1", c, agent.ReasonTablesMatch)
+	}
+	// A GPU the built-in table lacks is planned from its report alone, and the node says so.
+	unknown := got[0]
+	unknown.Product, unknown.PCIDeviceID = "NVIDIA X96", "0x999910DE"
+	c := agent.TablesCondition([]v1alpha1.GPUStatus{got[1], unknown})
+	if c.Status != metav1.ConditionFalse || c.Reason != agent.ReasonNoBuiltinTable || !strings.Contains(c.Message, "GPU 0 (NVIDIA X96)") {
+		t.Errorf("unknown GPU: %+v", c)
+	}
+	// MIG disabled: NVML lists no profiles, so there is nothing to compare.
+	if c := agent.TablesCondition([]v1alpha1.GPUStatus{{Index: 0, Product: "NVIDIA H100 80GB HBM3"}}); c.Status != metav1.ConditionUnknown || c.Reason != agent.ReasonNoProfilesReported {
+		t.Errorf("no profiles: %+v", c)
 	}
 }

@@ -90,6 +90,13 @@ type GPU struct {
 	Pods []types.NamespacedName
 	// Error is set when the agent could not read this GPU; such a GPU is never changed.
 	Error string
+	// TableDiff says where the agent's NVML profile table disagrees with the built-in one for
+	// the product (mig.TableDiff, joined); "" when they agree or the agent sent none. Product
+	// is the agent's table either way: the device is the authority.
+	TableDiff string
+	// NoBuiltinTable is set when the agent reported a profile table for a product the
+	// built-in table lacks, which is then planned from the report alone.
+	NoBuiltinTable bool
 }
 
 // Instance is a GPU instance at its real placement.
@@ -281,7 +288,8 @@ func readGPUs(node *corev1.Node, report *v1alpha1.GPUNode, products productCache
 		if g.ProductName == "" {
 			g.ProductName = node.Labels[v1alpha1.LabelGPUProduct]
 		}
-		g.Product = products.get(g.ProductName, s.Profiles)
+		t := products.get(g.ProductName, s.Profiles)
+		g.Product, g.TableDiff, g.NoBuiltinTable = t.product, t.diff, t.noBuiltin
 		g.MIGEnabled = s.MIGMode != nil && s.MIGMode.Current == "Enabled"
 		for _, in := range s.Instances {
 			inst := Instance{
@@ -435,13 +443,22 @@ func (b *budgets) covering(p *corev1.Pod) []string {
 }
 
 // productCache shares one compiled Product among GPUs that report the same profile table, so
-// a 5,000-node snapshot compiles a handful of products, not 40,000.
-type productCache map[string]*mig.Product
+// a 5,000-node snapshot compiles a handful of products, not 40,000; GPUs of one table also
+// share its comparison with the built-in table.
+type productCache map[string]table
 
-func (c productCache) get(name string, reported []v1alpha1.GPUInstanceProfile) *mig.Product {
+// table is one product's geometry as gpupool plans with it, and how it compares with the
+// built-in table.
+type table struct {
+	product   *mig.Product
+	diff      string
+	noBuiltin bool
+}
+
+func (c productCache) get(name string, reported []v1alpha1.GPUInstanceProfile) table {
 	builtin, _ := mig.LookupProduct(name)
 	if len(reported) == 0 {
-		return builtin
+		return table{product: builtin}
 	}
 	var b strings.Builder
 	b.WriteString(name)
@@ -452,12 +469,16 @@ func (c productCache) get(name string, reported []v1alpha1.GPUInstanceProfile) *
 		}
 	}
 	key := b.String()
-	if p, ok := c[key]; ok {
-		return p
+	if t, ok := c[key]; ok {
+		return t
 	}
-	p := fromReport(name, builtin, reported)
-	c[key] = p
-	return p
+	t := table{product: fromReport(name, builtin, reported)}
+	t.noBuiltin = builtin == nil && t.product != nil
+	if t.product != builtin {
+		t.diff = strings.Join(mig.TableDiff(builtin, t.product), "; ")
+	}
+	c[key] = t
+	return t
 }
 
 // fromReport builds the geometry the agent read through NVML; it overrides the built-in table

@@ -64,8 +64,10 @@ func withProfiles(g v1alpha1.GPUStatus, profiles []v1alpha1.GPUInstanceProfile) 
 	return g
 }
 
+// unknownGPU is a fictional product no built-in table matches.
+const unknownGPU = "NVIDIA X96 96GB HBM3"
+
 func TestProducts(t *testing.T) {
-	const unknownGPU = "NVIDIA X96 96GB HBM3" // fictional: no built-in product matches it
 	tests := []struct {
 		name string
 		gpu  v1alpha1.GPUStatus
@@ -310,5 +312,33 @@ func TestProductCache(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The agent's table is what gpupool plans with; where it differs from the built-in one the
+// GPU says how, and a GPU the built-in table lacks says it is planned from its report alone.
+func TestReportedTablesAgainstTheBuiltinTable(t *testing.T) {
+	build := func(g v1alpha1.GPUStatus) *inventory.GPU {
+		snap := inventory.Build([]corev1.Node{fixture.GPUHost(nodeA, h100Label, nil)},
+			[]v1alpha1.GPUNode{report(nodeA, []v1alpha1.GPUStatus{g})}, nil, nil, inventory.Options{Now: now})
+		return snap.Nodes[0].GPUs[0]
+	}
+	if g := build(withProfiles(fixture.MIGGPU(0, h100), h100Profiles(map[string]string{"7g.80gb": "7g.79gb"}))); g.TableDiff != "" || g.NoBuiltinTable {
+		t.Errorf("a renamed profile: TableDiff %q, NoBuiltinTable %t; want neither", g.TableDiff, g.NoBuiltinTable)
+	}
+	fewer := h100Profiles(nil)
+	fewer[4].Placements, fewer[4].MaxCount = fewer[4].Placements[:3], 3 // 1g.20gb without 6-7
+	g := build(withProfiles(fixture.MIGGPU(0, h100), fewer))
+	if want := "1g.20gb: at most 3 (built in: 4), placements 0-1,2-3,4-5 (built in: 0-1,2-3,4-5,6-7)"; g.TableDiff != want {
+		t.Errorf("TableDiff = %q, want %q", g.TableDiff, want)
+	}
+	if g.Product.Fits(mig.Layout{"1g.20gb": 4}) {
+		t.Error("the planner's geometry is the built-in table's, not the device's")
+	}
+	if g := build(withProfiles(fixture.MIGGPU(0, unknownGPU), unknownGPUProfiles())); !g.NoBuiltinTable || g.TableDiff != "" || g.Product == nil {
+		t.Errorf("unknown GPU with a report: NoBuiltinTable %t, TableDiff %q, Product %v", g.NoBuiltinTable, g.TableDiff, g.Product)
+	}
+	if g := build(fixture.MIGGPU(0, h100)); g.TableDiff != "" || g.NoBuiltinTable {
+		t.Errorf("no profiles reported: TableDiff %q, NoBuiltinTable %t", g.TableDiff, g.NoBuiltinTable)
 	}
 }

@@ -1,0 +1,62 @@
+package pool
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gpupool/gpupool/internal/inventory"
+)
+
+// Reasons of the MIGTablesMatch condition.
+const (
+	ReasonTablesMatch        = "TablesMatch"
+	ReasonDeviceTableDiffers = "DeviceTableDiffers"
+	ReasonNoBuiltinTable     = "NoBuiltinTable"
+)
+
+// shownTableNotes is how many GPUs the MIGTablesMatch message names; the count says the rest.
+const shownTableNotes = 3
+
+// MIGTablesMatch compares what the pool's agents report with the built-in MIG table: False
+// when some GPU's reported profile table differs from it (naming node, GPU, product and
+// profile) or when a GPU has no built-in table at all. Either way gpupool plans with the
+// reported table; the condition exists so that an error in the built-in table, or a GPU it
+// does not know, is visible to whoever reads the policy. Nodes are given sorted by name.
+func MIGTablesMatch(pool []*inventory.Node) Condition {
+	var differ, unknown []string
+	nDiffer, nUnknown := 0, 0
+	for _, n := range pool {
+		for _, g := range n.GPUs {
+			switch {
+			case g.TableDiff != "":
+				nDiffer++
+				if len(differ) < shownTableNotes {
+					differ = append(differ, fmt.Sprintf("%s GPU %d (%s): %s", n.Name, g.Index, g.Product.Name, g.TableDiff))
+				}
+			case g.NoBuiltinTable:
+				nUnknown++
+				if len(unknown) < shownTableNotes {
+					unknown = append(unknown, fmt.Sprintf("%s GPU %d (%s)", n.Name, g.Index, g.ProductName))
+				}
+			}
+		}
+	}
+	switch {
+	case nDiffer > 0:
+		return Condition{Reason: ReasonDeviceTableDiffers, Message: fmt.Sprintf(
+			"%d GPU(s) report MIG profile tables that differ from gpupool's built-in table; gpupool plans with what they report: %s%s",
+			nDiffer, strings.Join(differ, "; "), more(nDiffer, len(differ)))}
+	case nUnknown > 0:
+		return Condition{Reason: ReasonNoBuiltinTable, Message: fmt.Sprintf(
+			"%d GPU(s) have no built-in MIG table and are planned from their agent's report alone: %s%s",
+			nUnknown, strings.Join(unknown, "; "), more(nUnknown, len(unknown)))}
+	}
+	return Condition{True: true, Reason: ReasonTablesMatch, Message: "every MIG profile table the agents report matches the built-in one"}
+}
+
+func more(total, shown int) string {
+	if total > shown {
+		return fmt.Sprintf("; and %d more", total-shown)
+	}
+	return ""
+}
