@@ -16,6 +16,7 @@ import (
 	"github.com/gpupool/gpupool/internal/agent"
 	"github.com/gpupool/gpupool/internal/agent/nvmlmock"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/sim"
 )
 
 func pl(start, size int32) v1alpha1.SlicePlacement {
@@ -514,5 +515,31 @@ func TestTablesCondition(t *testing.T) {
 	// MIG disabled: NVML lists no profiles, so there is nothing to compare.
 	if c := agent.TablesCondition([]v1alpha1.GPUStatus{{Index: 0, Product: "NVIDIA H100 80GB HBM3"}}); c.Status != metav1.ConditionUnknown || c.Reason != agent.ReasonNoProfilesReported {
 		t.Errorf("no profiles: %+v", c)
+	}
+}
+
+// The agent reads every GPU the simulator knows through go-nvml's mock server, the parts
+// go-nvml has no mock for included (their tables are derived in internal/sim), and names
+// each profile as the built-in table does: Blackwell's +gfx, -me and +me.all variants come
+// from NVML's profile constants, not from the table.
+func TestReadEveryProduct(t *testing.T) {
+	for _, m := range sim.Models() {
+		s, _ := newServer(t, m.NVML())
+		got := mustRead(t, s)
+		if len(got) != 1 || got[0].Error != "" {
+			t.Fatalf("%s: read %+v", m.Name, got)
+		}
+		c := agent.Compare(got[0])
+		if !c.Match || c.BuiltinProduct != m.Name {
+			t.Errorf("%s: comparison %+v, want a match with the built-in %s", m.Name, c, m.Name)
+		}
+		for _, pc := range c.Profiles {
+			if pc.NVMLName != pc.BuiltinName {
+				t.Errorf("%s profile %d: NVML name %s, built in %s", m.Name, pc.ID, pc.NVMLName, pc.BuiltinName)
+			}
+		}
+		if cond := agent.TablesCondition(got); cond.Status != metav1.ConditionTrue {
+			t.Errorf("%s: MIGTablesMatch %s: %s", m.Name, cond.Status, cond.Message)
+		}
 	}
 }

@@ -26,9 +26,10 @@ type Model struct {
 	pciDeviceID uint32
 }
 
-// config is the mock table with the MIG geometry of real devices (design.md section 6) and the
-// model's PCI device ID.
-func (m Model) config() gpus.Config {
+// NVML is the table go-nvml's mock server serves for one GPU of the model: the mock with the
+// MIG geometry of real devices (nvmlmock.Corrected), or the table derived for a part go-nvml
+// has no mock of (derived.go), with the model's PCI device ID.
+func (m Model) NVML() gpus.Config {
 	c := nvmlmock.Corrected(m.mock)
 	c.PciDeviceId = m.pciDeviceID
 	return c

@@ -87,7 +87,7 @@ func NewNode(spec NodeSpec) (*Node, error) {
 	if spec.GPUs < 1 || spec.GPUs > 64 {
 		return nil, fmt.Errorf("simulated node %s: %d GPUs, want 1..64", spec.Name, spec.GPUs)
 	}
-	s, err := server.New(server.WithGPUs(gpus.Multiple(spec.GPUs, model.config())...), server.WithDriverVersion(driverVersion))
+	s, err := server.New(server.WithGPUs(gpus.Multiple(spec.GPUs, model.NVML())...), server.WithDriverVersion(driverVersion))
 	if err != nil {
 		return nil, fmt.Errorf("simulated node %s: building the NVML mock: %w", spec.Name, err)
 	}

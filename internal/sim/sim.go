@@ -267,7 +267,7 @@ func clusterPolicyObject() *unstructured.Unstructured {
 // GPU Operator's deploy labels, mig-manager's state for the initial layout, kwok's
 // annotation; createNode adds the status.
 func NodeObject(n *Node) *corev1.Node {
-	cfg := n.model.config()
+	cfg := n.model.NVML()
 	labels := map[string]string{
 		corev1.LabelHostname:              n.name,
 		corev1.LabelOSStable:              "linux",
