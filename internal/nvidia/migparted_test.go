@@ -3,6 +3,7 @@ package nvidia
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -549,5 +550,38 @@ func TestEntryNames(t *testing.T) {
 	targets := []mig.GPUTarget{on(0, mig.Layout{"1g.18gb": 7}), off(1)}
 	if got, want := StepEntryName(targets, "plan-a"), PlanEntryName(name, "plan-a"); got != want {
 		t.Errorf("StepEntryName = %s, want the plan's name for the layout, %s", got, want)
+	}
+}
+
+// Blackwell's profile kinds reach mig-parted as NVIDIA spells them (config-default.yaml:
+// "1g.24gb+gfx", "1g.24gb-me", "1g.24gb+me.all"): the written entry reads back, with a
+// generic YAML decoder, under exactly those names.
+func TestUpdateConfigWritesTheNewProfileKindsVerbatim(t *testing.T) {
+	layout := mig.Layout{"2g.48gb-me": 1, "1g.24gb+me.all": 1, "1g.24gb-me": 1}
+	gfx := mig.Layout{"2g.48gb+gfx": 1, "1g.24gb+gfx": 2}
+	out, err := UpdateConfig(nil, map[string][]mig.GPUTarget{"gpupool-rtx": {on(0, layout), on(1, gfx)}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		MIGConfigs map[string][]struct {
+			Devices    any            `json:"devices"` // "all" in NVIDIA's all-disabled entry
+			MIGDevices map[string]int `json:"mig-devices"`
+		} `json:"mig-configs"`
+	}
+	if err := yaml.Unmarshal(out, &file); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	specs := file.MIGConfigs["gpupool-rtx"]
+	if len(specs) != 2 {
+		t.Fatalf("entry %+v, want one spec per GPU\n%s", specs, out)
+	}
+	for i, want := range []mig.Layout{layout, gfx} {
+		if got := mig.Layout(specs[i].MIGDevices); !got.Equal(want) || fmt.Sprint(specs[i].Devices) != fmt.Sprintf("[%d]", i) {
+			t.Errorf("spec %d: devices %v, mig-devices %v; want [%d], %v", i, specs[i].Devices, got, i, want)
+		}
+	}
+	if _, err := ParseMIGPartedConfig(out); err != nil {
+		t.Errorf("gpupool's own strict reader refuses it: %v", err)
 	}
 }

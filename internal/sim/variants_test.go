@@ -1,17 +1,18 @@
 package sim
 
 import (
+	"fmt"
 	"maps"
+	"strings"
 	"testing"
 
 	"github.com/gpupool/gpupool/internal/mig"
-	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
-// The boundary for Blackwell's profile kinds: an entry gpupool writes for the RTX PRO 6000's
-// +gfx, -me and +me.all profiles (and for a GB200) is read by the simulated mig-parted as
-// NVIDIA's reads it, keeps its names, and the simulated driver can create the layout.
-func TestWrittenEntriesOfTheNewProfileKindsApply(t *testing.T) {
+// Blackwell's profile kinds at the simulated mig-parted: an entry in NVIDIA's config syntax
+// naming +gfx, -me and +me.all profiles (as deployments/systemd/config-default.yaml does) is
+// read with its names intact, and the simulated driver creates the layout.
+func TestEntriesOfTheNewProfileKindsApply(t *testing.T) {
 	for _, tc := range []struct {
 		model  string
 		layout mig.Layout
@@ -21,17 +22,15 @@ func TestWrittenEntriesOfTheNewProfileKindsApply(t *testing.T) {
 		{"RTX-PRO-6000-Blackwell", mig.Layout{"4g.96gb+gfx": 1}},
 		{"GB200", mig.Layout{"3g.93gb": 1, "2g.47gb": 1, "1g.23gb+me": 1, "1g.23gb": 1}},
 	} {
-		out, err := nvidia.UpdateConfig(nil, map[string][]mig.GPUTarget{
-			"gpupool-test": {{Index: 0, MIGEnabled: true, Layout: tc.layout}},
-		}, nil, nil)
-		if err != nil {
-			t.Fatalf("%s: writing %s: %v", tc.model, tc.layout, err)
+		var devices strings.Builder
+		for _, name := range tc.layout.Names() {
+			fmt.Fprintf(&devices, "        %q: %d\n", name, tc.layout[name])
 		}
-		file, err := decodeMIGParted(out)
+		file, err := decodeMIGParted([]byte("version: v1\nmig-configs:\n  custom:\n    - devices: all\n      mig-enabled: true\n      mig-devices:\n" + devices.String()))
 		if err != nil {
-			t.Fatalf("%s: the simulated mig-parted refuses gpupool's file: %v\n%s", tc.model, err, out)
+			t.Fatalf("%s: the simulated mig-parted refuses %s: %v", tc.model, tc.layout, err)
 		}
-		specs, err := file.selectMIGConfig("gpupool-test")
+		specs, err := file.selectMIGConfig("custom")
 		if err != nil || len(specs) != 1 {
 			t.Fatalf("%s: entry %v, %v", tc.model, specs, err)
 		}
