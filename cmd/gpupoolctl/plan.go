@@ -379,7 +379,10 @@ func writeSteps(ew *errWriter, plan *v1alpha1.RepartitionPlan) {
 	fmt.Fprintf(tw, "      POD\tNODE\tLANDS ON\tWHY\n")
 	for _, s := range plan.Spec.Steps {
 		for _, e := range s.Evictions {
-			fmt.Fprintf(tw, "      %s/%s\t%s\t%s\t%s\n", e.Namespace, e.Name, s.Node, cmp.Or(e.LandingNode, s.Node), e.Reason)
+			// The plan's reason ends "; moves to <node>" for a pod that lands elsewhere; LANDS ON
+			// already says where, and the repeat pushed the table past 100 columns.
+			why := strings.TrimSuffix(e.Reason, "; moves to "+e.LandingNode)
+			fmt.Fprintf(tw, "      %s/%s\t%s\t%s\t%s\n", e.Namespace, e.Name, s.Node, cmp.Or(e.LandingNode, s.Node), why)
 		}
 	}
 	_ = tw.Flush()

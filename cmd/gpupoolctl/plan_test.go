@@ -82,12 +82,12 @@ func TestSamples(t *testing.T) {
 		wantStepNodes: []string{"h100-node-1"},
 	}, {
 		file:          "hopper-nvl-gh200.yaml",
-		wantEvictions: []string{"team-b/inf-1-2xkqp", "team-b/inf-1-8m4zt"},
+		wantEvictions: []string{"team-b/infer-1-7c9d5-2xkqp", "team-b/infer-1-7c9d5-8m4zt"},
 		wantServed:    []string{"team-a/train-gh-0-m4q9z", "team-a/train-gh144-0-r8w3c", "team-a/train-nvl-0-k2x7p"},
-		wantStepNodes: []string{"gh144-node-3", "gh200-node-2", "nvl-node-1"},
+		wantStepNodes: []string{"gh200-144g-node-3", "gh200-node-2", "h100nvl-node-1"},
 	}, {
 		file:          "blackwell-gb200-b300.yaml",
-		wantEvictions: []string{"team-b/inf-3-2xkqp", "team-b/inf-3-8m4zt"},
+		wantEvictions: []string{"team-b/infer-3-7c9d5-2xkqp", "team-b/infer-3-7c9d5-8m4zt"},
 		wantServed:    []string{"team-a/train-b300-0-v7n2x", "team-a/train-gb200-0-p3k8d", "team-c/tune-gb300-0-h5t9q"},
 		wantStepNodes: []string{"b300-node-2", "gb200-node-1", "gb300-node-3"},
 	}, {
