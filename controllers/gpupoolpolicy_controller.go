@@ -15,6 +15,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -50,6 +51,7 @@ import (
 // (delete: finished plans beyond the newest ten of a policy are garbage-collected)
 // +kubebuilder:rbac:groups="",resources=nodes;pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nvidia.com,resources=clusterpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=gpupool-agent,resources=leases,verbs=get;list;watch
 
@@ -84,6 +86,10 @@ type PolicyReconciler struct {
 	AgentNamespace string
 	// Metrics receives each pool's demand and stranded slices; nil records nothing.
 	Metrics *metrics.Metrics
+
+	// readClaims is set when the API server serves resource.k8s.io/v1 ResourceClaims: pods
+	// that ask NVIDIA's DRA driver for MIG devices are then demand too (demand.PendingWithClaims).
+	readClaims bool
 
 	mu sync.Mutex
 	// lastPlan is, per policy, the planner's last result and the plan it proposed, so that
@@ -129,6 +135,14 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A heartbeat changes no plan; only an agent coming back after a silence does. The
 		// manager's cache holds only the agents' Leases (AgentLeaseCache).
 		b = b.Watches(&coordinationv1.Lease{}, all, builder.WithPredicates(agentReturned(r.MaxReportAge)))
+	}
+	// Clusters older than Kubernetes 1.34 serve no resource.k8s.io/v1; an informer for it would
+	// never sync and hold the manager back, so claims are read only where they exist.
+	if _, err := mgr.GetRESTMapper().RESTMapping(resourcev1.SchemeGroupVersion.WithKind("ResourceClaim").GroupKind(), resourcev1.SchemeGroupVersion.Version); err == nil {
+		r.readClaims = true
+		b = b.Watches(&resourcev1.ResourceClaim{}, all)
+	} else {
+		mgr.GetLogger().Info("ResourceClaims are not served; pods asking through DRA claims are not seen as demand", "reason", err.Error())
 	}
 	return b.Named("gpupoolpolicy").Complete(quietConflicts{r})
 }
@@ -198,8 +212,19 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	var claims []resourcev1.ResourceClaim
+	if r.readClaims {
+		var list resourcev1.ResourceClaimList
+		if err := r.Client.List(ctx, &list, shared); err != nil {
+			return nil, fmt.Errorf("listing ResourceClaims: %w", err)
+		}
+		claims = list.Items
+		if claims == nil {
+			claims = []resourcev1.ResourceClaim{} // listed: pods' claims are read, none exist
+		}
+	}
 	return &pool.Cluster{Policies: policies, Nodes: nodes.Items, GPUNodes: gpuNodes.Items,
-		Pods: pods.Items, PDBs: pdbs.Items, Plans: plans.Items, Heartbeats: heartbeats}, nil
+		Pods: pods.Items, PDBs: pdbs.Items, Plans: plans.Items, Claims: claims, Heartbeats: heartbeats}, nil
 }
 
 // heartbeats reads the agents' Leases: per node, when its agent last renewed. A Lease counts

@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -374,4 +375,47 @@ func TestTwoPoliciesSelectingOneNodeConflictAndLeaveItAlone(t *testing.T) {
 	g.Eventually(noLivePlan).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Consistently(noLivePlan).WithTimeout(3*time.Second).WithPolling(500*time.Millisecond).Should(Succeed(),
 		"neither policy touches the shared node")
+}
+
+// TestClaimPodsAreDemand: a pod that asks NVIDIA's DRA driver for a MIG device through a
+// ResourceClaim (device class mig.nvidia.com, the profile pinned in CEL) is demand exactly as a
+// pod asking the device plugin is, beside one, and both are served by one plan; a claim that
+// selects in a way gpupool does not model leaves its pod out of the plan.
+func TestClaimPodsAreDemand(t *testing.T) {
+	g := NewWithT(t)
+	env, _ := startPolicyController(t)
+	ctx := context.Background()
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	claimPod := func(name, selector string) {
+		claim := &resourcev1.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu", Namespace: "default"},
+			Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+				Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "mig.nvidia.com",
+					Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: selector}}}},
+			}}}},
+		}
+		g.Expect(env.Client.Create(ctx, claim)).To(Succeed())
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: corev1.PodSpec{
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim.Name)}},
+				Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10",
+					Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+			},
+		}
+		g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
+		pod.Status.Phase = corev1.PodPending
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+			Reason: corev1.PodReasonUnschedulable, LastTransitionTime: metav1.NewTime(time.Now().Add(-10 * time.Minute))}}
+		g.Expect(env.Client.Status().Update(ctx, pod)).To(Succeed())
+	}
+	claimPod("dra-trainer", "device.attributes['gpu.nvidia.com'].profile == '3g.71gb'")
+	claimPod("dra-sweep", "device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('30Gi'))")
+	pendingPod(t, env, "plugin-trainer", "3g.71gb")
+	g.Expect(env.Client.Create(ctx, poolPolicy("pool-a", map[string]string{"pool": "a"}))).To(Succeed())
+
+	plan := onlyPlan(t, env)
+	g.Expect(plan.Spec.Expected.Pods).To(ConsistOf(
+		v1.PodReference{Namespace: "default", Name: "dra-trainer"},
+		v1.PodReference{Namespace: "default", Name: "plugin-trainer"}))
 }

@@ -31,7 +31,9 @@ func setupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	}
 	if err := indexer.IndexField(ctx, &corev1.Pod{}, indexPendingGPU, func(o client.Object) []string {
 		pod := o.(*corev1.Pod)
-		if pod.Spec.NodeName == "" && demand.MentionsGPU(pod) {
+		// A pod with ResourceClaims may ask NVIDIA's DRA driver for GPUs; whether it does is
+		// decided in the pass, which has the claims.
+		if pod.Spec.NodeName == "" && (demand.MentionsGPU(pod) || len(pod.Spec.ResourceClaims) > 0) {
 			return []string{"true"}
 		}
 		return nil

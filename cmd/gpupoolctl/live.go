@@ -11,6 +11,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
@@ -71,7 +74,8 @@ func (k *kubeFlags) connect() (client.Client, string, error) {
 }
 
 // readCluster reads what the planner reads, as `kubectl get nodes,pods,pdb,gpunodes,
-// gpupoolpolicies -A` would, plus the RepartitionPlans: the live counterpart of a snapshot file.
+// gpupoolpolicies,resourceclaims -A` would, plus the RepartitionPlans: the live counterpart of a
+// snapshot file.
 func readCluster(ctx context.Context, c client.Client) (*snapshot.Snapshot, []v1alpha1.RepartitionPlan, error) {
 	var (
 		nodes    corev1.NodeList
@@ -90,8 +94,19 @@ func readCluster(ctx context.Context, c client.Client) (*snapshot.Snapshot, []v1
 			return nil, nil, fmt.Errorf("listing %s: %w", l.what, err)
 		}
 	}
+	// ResourceClaims, for pods that ask NVIDIA's DRA driver, as the controller reads them; a
+	// cluster that does not serve them (before Kubernetes 1.34) simply has none.
+	var claims resourcev1.ResourceClaimList
+	var warnings []string
+	switch err := c.List(ctx, &claims); {
+	case err == nil, meta.IsNoMatchError(err), apierrors.IsNotFound(err):
+	case apierrors.IsForbidden(err):
+		warnings = append(warnings, "cannot list resourceclaims ("+err.Error()+"): pods that ask through DRA claims are not seen as demand")
+	default:
+		return nil, nil, fmt.Errorf("listing resourceclaims: %w", err)
+	}
 	return &snapshot.Snapshot{Nodes: nodes.Items, Pods: pods.Items, PDBs: pdbs.Items, GPUNodes: gpuNodes.Items,
-		Policies: policies.Items, Plans: plans.Items, Ignored: map[string]int{}}, plans.Items, nil
+		Policies: policies.Items, Plans: plans.Items, Claims: claims.Items, Ignored: map[string]int{}, Warnings: warnings}, plans.Items, nil
 }
 
 // parseInterleaved parses flags that may come after positional arguments ("why POD -n ns"),

@@ -94,6 +94,12 @@ func TestSamples(t *testing.T) {
 		file:          "rtx-pro-6000-blackwell.yaml",
 		wantServed:    []string{"team-d/render-0-q8m2v", "team-d/transcode-0-z6c4n"},
 		wantStepNodes: []string{"rtxpro-node-1", "rtxpro-node-2"},
+	}, {
+		// A pod asking through a ResourceClaim of NVIDIA's DRA driver and one asking the device
+		// plugin, served by one plan.
+		file:          "dra-claims-h100.yaml",
+		wantServed:    []string{"team-a/train-dra-0-4kq8z", "team-c/infer-big-5f7d8-w2n4x"},
+		wantStepNodes: []string{"h100-node-1"},
 	}} {
 		t.Run(tc.file, func(t *testing.T) {
 			code, out, errOut := invoke(t, "", "plan", "-f", sample(tc.file), "-o", "json")
@@ -372,5 +378,24 @@ func TestReplayIsDeterministic(t *testing.T) {
 	_, second, _ := invoke(t, "", "plan", "-f", sample("fragmented-h200.yaml"))
 	if first != second {
 		t.Errorf("two runs on one snapshot differ:\n%s\n%s", first, second)
+	}
+}
+
+// TestSampleDRAExplainsTheClaimItCannotMap checks the DRA sample's third pod: its claim selects
+// by memory capacity, which gpupool does not model, so it is listed as waiting with that reason
+// instead of being guessed at or dropped.
+func TestSampleDRAExplainsTheClaimItCannotMap(t *testing.T) {
+	code, table, errOut := invoke(t, "", "plan", "-f", sample("dra-claims-h100.yaml"))
+	if code != exitOK || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	flat := strings.Join(strings.Fields(table), " ")
+	for _, want := range []string{
+		"team-d/sweep-0-j7t3r: asks through a ResourceClaim gpupool cannot map: ResourceClaim sweep-0-j7t3r-gpu-c5v8b",
+		"is not of the form device.attributes['gpu.nvidia.com'].profile == '<profile>'",
+	} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
 	}
 }

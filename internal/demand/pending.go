@@ -71,19 +71,43 @@ type Skipped struct {
 // between the API server and the caller) counts as pending for zero time. pods is not modified,
 // and nothing in the output shares memory with it.
 func Pending(pods []corev1.Pod, now time.Time, minPendingAge time.Duration) (reqs []Request, skipped []Skipped) {
+	return PendingWithClaims(pods, nil, now, minPendingAge)
+}
+
+// PendingWithClaims is Pending for pods that may also ask through ResourceClaims of NVIDIA's
+// DRA driver, found with claims (see claimGPUs): a claim for a MIG profile counts as a request
+// for nvidia.com/mig-<profile>, so the pod is demand exactly as if it had asked the device
+// plugin, and a claim gpupool cannot map puts the pod among skipped with the reason. A nil
+// claims ignores claims, as Pending does.
+func PendingWithClaims(pods []corev1.Pod, claims ClaimLookup, now time.Time, minPendingAge time.Duration) (reqs []Request, skipped []Skipped) {
 	minPendingAge = max(minPendingAge, 0)
 	for i := range pods {
 		pod := &pods[i]
-		if !MentionsGPU(pod) {
+		withClaims := claims != nil && len(pod.Spec.ResourceClaims) > 0
+		if !withClaims && !MentionsGPU(pod) {
 			continue
 		}
 		requests := PodRequests(pod)
+		var problem string
+		if withClaims {
+			var fromClaims corev1.ResourceList
+			fromClaims, problem = claimGPUs(pod, claims)
+			if len(fromClaims) > 0 {
+				if requests == nil {
+					requests = corev1.ResourceList{}
+				}
+				addResources(requests, fromClaims)
+			}
+		}
 		gpus := gpuRequests(requests)
-		if len(gpus) == 0 {
+		if len(gpus) == 0 && problem == "" {
 			continue
 		}
 		name := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
 		since, reason := pendingSince(pod, now, minPendingAge)
+		if reason == "" && problem != "" {
+			reason = "asks through a ResourceClaim gpupool cannot map: " + problem
+		}
 		if reason != "" {
 			skipped = append(skipped, Skipped{Pod: name, Reason: reason})
 			continue

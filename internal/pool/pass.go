@@ -9,8 +9,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
@@ -34,8 +36,27 @@ type Cluster struct {
 	Pods     []corev1.Pod
 	PDBs     []policyv1.PodDisruptionBudget
 	Plans    []v1alpha1.RepartitionPlan
+	// Claims are the ResourceClaims pending pods may ask through (NVIDIA's DRA driver, see
+	// demand.PendingWithClaims); nil when the caller does not read claims, which leaves pods'
+	// claims unread.
+	Claims []resourcev1.ResourceClaim
 	// Heartbeats are, per node, when its agent last renewed its Lease; nil when unknown.
 	Heartbeats map[string]time.Time
+}
+
+// ClaimLookup finds the cluster's ResourceClaims by namespace and name; nil when the cluster
+// holds none, so that pods' claims are read only where claims were listed.
+func (c *Cluster) ClaimLookup() demand.ClaimLookup {
+	if c.Claims == nil {
+		return nil
+	}
+	byKey := make(map[types.NamespacedName]*resourcev1.ResourceClaim, len(c.Claims))
+	for i := range c.Claims {
+		byKey[types.NamespacedName{Namespace: c.Claims[i].Namespace, Name: c.Claims[i].Name}] = &c.Claims[i]
+	}
+	return func(namespace, name string) *resourcev1.ResourceClaim {
+		return byKey[types.NamespacedName{Namespace: namespace, Name: name}]
+	}
 }
 
 // Options are the manager's settings that shape a pass.
@@ -88,7 +109,7 @@ func NewPass(policy *v1alpha1.GPUPoolPolicy, c *Cluster, now time.Time, opts Opt
 		Now: now, MaxReportAge: opts.MaxReportAge, Heartbeats: c.Heartbeats,
 		EvictEmptyDir: policy.Spec.Disruption.EvictEmptyDir, EvictUnmanaged: policy.Spec.Disruption.EvictUnmanaged,
 	})
-	p.Pending, _ = demand.Pending(c.Pods, now, p.MinPendingAge)
+	p.Pending, _ = demand.PendingWithClaims(c.Pods, c.ClaimLookup(), now, p.MinPendingAge)
 	if !opts.KeepUnplaceable {
 		p.Pending = placeable(p.Pending, selector, c.Nodes)
 	}

@@ -21,6 +21,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
@@ -40,6 +41,9 @@ type Snapshot struct {
 	GPUNodes []v1alpha1.GPUNode
 	// Policies are the GPUPoolPolicies to plan; Read fails when there is none.
 	Policies []v1alpha1.GPUPoolPolicy
+	// Claims are the ResourceClaims pods ask through (resource.k8s.io/v1); nil when the input
+	// holds none.
+	Claims []resourcev1.ResourceClaim
 	// Plans are the RepartitionPlans, whose executing steps and failures freeze nodes and count
 	// against the budgets as the controller counts them. Read leaves it empty (a saved file's
 	// plans are history, not work in flight); the CLI fills it from the live cluster.
@@ -112,7 +116,8 @@ var (
 	kindPDB      = policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget")
 	kindGPUNode  = v1alpha1.GroupVersion.WithKind("GPUNode")
 	kindPolicy   = v1alpha1.GroupVersion.WithKind("GPUPoolPolicy")
-	plannedKinds = []schema.GroupVersionKind{kindNode, kindPod, kindPDB, kindGPUNode, kindPolicy}
+	kindClaim    = resourcev1.SchemeGroupVersion.WithKind("ResourceClaim")
+	plannedKinds = []schema.GroupVersionKind{kindNode, kindPod, kindPDB, kindGPUNode, kindPolicy, kindClaim}
 )
 
 // Read reads a snapshot from r: a List (kubectl get -o yaml or -o json), a stream of YAML
@@ -399,6 +404,10 @@ func (r *reader) object(data []byte, h *header, where string) error {
 	case kindPolicy:
 		return add(r, data, h, where, true, &r.snap.Policies, validatePolicy,
 			func(o *v1alpha1.GPUPoolPolicy) []metav1.Time { return []metav1.Time{o.CreationTimestamp} })
+	case kindClaim:
+		return add(r, data, h, where, false, &r.snap.Claims,
+			func(o *resourcev1.ResourceClaim) *fieldError { return validateNamespaced(&o.ObjectMeta) },
+			func(o *resourcev1.ResourceClaim) []metav1.Time { return []metav1.Time{o.CreationTimestamp} })
 	}
 	return nil
 }
