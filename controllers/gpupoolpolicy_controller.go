@@ -51,7 +51,7 @@ import (
 // (delete: finished plans beyond the newest ten of a policy are garbage-collected)
 // +kubebuilder:rbac:groups="",resources=nodes;pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaims,verbs=get;list;watch
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaims;resourceslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nvidia.com,resources=clusterpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=gpupool-agent,resources=leases,verbs=get;list;watch
 
@@ -87,8 +87,9 @@ type PolicyReconciler struct {
 	// Metrics receives each pool's demand and stranded slices; nil records nothing.
 	Metrics *metrics.Metrics
 
-	// readClaims is set when the API server serves resource.k8s.io/v1 ResourceClaims: pods
-	// that ask NVIDIA's DRA driver for MIG devices are then demand too (demand.PendingWithClaims).
+	// readClaims is set when the API server serves resource.k8s.io/v1: pods that ask NVIDIA's
+	// DRA driver for MIG devices are then demand too (demand.PendingWithClaims), and the
+	// devices its claims hold are busy (inventory.DRAHolders).
 	readClaims bool
 
 	mu sync.Mutex
@@ -140,7 +141,7 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// never sync and hold the manager back, so claims are read only where they exist.
 	if _, err := mgr.GetRESTMapper().RESTMapping(resourcev1.SchemeGroupVersion.WithKind("ResourceClaim").GroupKind(), resourcev1.SchemeGroupVersion.Version); err == nil {
 		r.readClaims = true
-		b = b.Watches(&resourcev1.ResourceClaim{}, all)
+		b = b.Watches(&resourcev1.ResourceClaim{}, all).Watches(&resourcev1.ResourceSlice{}, all)
 	} else {
 		mgr.GetLogger().Info("ResourceClaims are not served; pods asking through DRA claims are not seen as demand", "reason", err.Error())
 	}
@@ -213,6 +214,7 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 		return nil, err
 	}
 	var claims []resourcev1.ResourceClaim
+	var resourceSlices resourcev1.ResourceSliceList
 	if r.readClaims {
 		var list resourcev1.ResourceClaimList
 		if err := r.Client.List(ctx, &list, shared); err != nil {
@@ -222,9 +224,12 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 		if claims == nil {
 			claims = []resourcev1.ResourceClaim{} // listed: pods' claims are read, none exist
 		}
+		if err := r.Client.List(ctx, &resourceSlices, shared); err != nil {
+			return nil, fmt.Errorf("listing ResourceSlices: %w", err)
+		}
 	}
 	return &pool.Cluster{Policies: policies, Nodes: nodes.Items, GPUNodes: gpuNodes.Items,
-		Pods: pods.Items, PDBs: pdbs.Items, Plans: plans.Items, Claims: claims, Heartbeats: heartbeats}, nil
+		Pods: pods.Items, PDBs: pdbs.Items, Plans: plans.Items, Claims: claims, Slices: resourceSlices.Items, Heartbeats: heartbeats}, nil
 }
 
 // heartbeats reads the agents' Leases: per node, when its agent last renewed. A Lease counts

@@ -97,16 +97,23 @@ func readCluster(ctx context.Context, c client.Client) (*snapshot.Snapshot, []v1
 	// ResourceClaims, for pods that ask NVIDIA's DRA driver, as the controller reads them; a
 	// cluster that does not serve them (before Kubernetes 1.34) simply has none.
 	var claims resourcev1.ResourceClaimList
+	var resourceSlices resourcev1.ResourceSliceList
 	var warnings []string
-	switch err := c.List(ctx, &claims); {
-	case err == nil, meta.IsNoMatchError(err), apierrors.IsNotFound(err):
-	case apierrors.IsForbidden(err):
-		warnings = append(warnings, "cannot list resourceclaims ("+err.Error()+"): pods that ask through DRA claims are not seen as demand")
-	default:
-		return nil, nil, fmt.Errorf("listing resourceclaims: %w", err)
+	for _, l := range []struct {
+		what string
+		list client.ObjectList
+	}{{"resourceclaims", &claims}, {"resourceslices", &resourceSlices}} {
+		switch err := c.List(ctx, l.list); {
+		case err == nil, meta.IsNoMatchError(err), apierrors.IsNotFound(err):
+		case apierrors.IsForbidden(err):
+			warnings = append(warnings, "cannot list "+l.what+" ("+err.Error()+"): pods that use DRA claims are not seen")
+		default:
+			return nil, nil, fmt.Errorf("listing %s: %w", l.what, err)
+		}
 	}
 	return &snapshot.Snapshot{Nodes: nodes.Items, Pods: pods.Items, PDBs: pdbs.Items, GPUNodes: gpuNodes.Items,
-		Policies: policies.Items, Plans: plans.Items, Claims: claims.Items, Ignored: map[string]int{}, Warnings: warnings}, plans.Items, nil
+		Policies: policies.Items, Plans: plans.Items, Claims: claims.Items, Slices: resourceSlices.Items,
+		Ignored: map[string]int{}, Warnings: warnings}, plans.Items, nil
 }
 
 // parseInterleaved parses flags that may come after positional arguments ("why POD -n ns"),

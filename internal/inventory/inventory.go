@@ -40,6 +40,9 @@ type Options struct {
 	EvictEmptyDir bool
 	// EvictUnmanaged allows evicting pods that no controller recreates.
 	EvictUnmanaged bool
+	// DeviceHolders are the devices NVIDIA's DRA driver allocated, by UUID (DRAHolders): such
+	// an instance or GPU is busy, held by its claim's pod, whatever the agent attributed.
+	DeviceHolders map[string]DeviceHolder
 }
 
 // Snapshot is the state of the GPU nodes at one moment.
@@ -260,7 +263,7 @@ func gpusOf(node *corev1.Node, report *v1alpha1.GPUNode, products productCache, 
 				what, age.Round(time.Second), opts.MaxReportAge)
 		}
 	}
-	return readGPUs(node, report, products), ""
+	return readGPUs(node, report, products, opts.DeviceHolders), ""
 }
 
 // NodeTarget is a node's complete target layout for a plan's step: the step's new layouts for
@@ -269,7 +272,7 @@ func gpusOf(node *corev1.Node, report *v1alpha1.GPUNode, products productCache, 
 // the node's mig-parted entry, and checks it against the name the step carries.
 func NodeTarget(node *corev1.Node, report *v1alpha1.GPUNode, changes []v1alpha1.GPUChange) []mig.GPUTarget {
 	var out []mig.GPUTarget
-	for _, g := range readGPUs(node, report, productCache{}) {
+	for _, g := range readGPUs(node, report, productCache{}, nil) {
 		t := mig.GPUTarget{Index: g.Index, MIGEnabled: g.MIGEnabled, Layout: g.Layout()}
 		if i := slices.IndexFunc(changes, func(c v1alpha1.GPUChange) bool { return int(c.Index) == g.Index }); i >= 0 {
 			t.Layout = mig.LayoutOf(changes[i].To)
@@ -281,7 +284,7 @@ func NodeTarget(node *corev1.Node, report *v1alpha1.GPUNode, changes []v1alpha1.
 }
 
 // readGPUs turns the agent's report of a node into GPUs, in index order.
-func readGPUs(node *corev1.Node, report *v1alpha1.GPUNode, products productCache) []*GPU {
+func readGPUs(node *corev1.Node, report *v1alpha1.GPUNode, products productCache, holders map[string]DeviceHolder) []*GPU {
 	var gpus []*GPU
 	for _, s := range report.Status.GPUs {
 		g := &GPU{Index: int(s.Index), ProductName: s.Product, Error: s.Error}
@@ -306,11 +309,19 @@ func readGPUs(node *corev1.Node, report *v1alpha1.GPUNode, products productCache
 				key := types.NamespacedName{Namespace: in.Pod.Namespace, Name: in.Pod.Name}
 				inst.Pod = &key
 				g.Pods = append(g.Pods, key)
+			} else if h, ok := holders[in.UUID]; ok {
+				inst.Busy, inst.Pod = true, h.Pod
+				if h.Pod != nil {
+					g.Pods = append(g.Pods, *h.Pod)
+				}
 			}
 			g.Instances = append(g.Instances, inst)
 		}
 		for _, p := range s.Pods {
 			g.Pods = append(g.Pods, types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
+		}
+		if h, ok := holders[s.UUID]; ok && h.Pod != nil {
+			g.Pods = append(g.Pods, *h.Pod) // a whole GPU the DRA driver allocated
 		}
 		slices.SortFunc(g.Instances, func(a, b Instance) int {
 			return cmp.Or(cmp.Compare(a.Placement.Start, b.Placement.Start), cmp.Compare(a.Profile, b.Profile))

@@ -40,6 +40,9 @@ type Cluster struct {
 	// demand.PendingWithClaims); nil when the caller does not read claims, which leaves pods'
 	// claims unread.
 	Claims []resourcev1.ResourceClaim
+	// Slices are the ResourceSlices NVIDIA's DRA driver publishes, which name the devices its
+	// allocated claims hold (inventory.DRAHolders); nil when not read.
+	Slices []resourcev1.ResourceSlice
 	// Heartbeats are, per node, when its agent last renewed its Lease; nil when unknown.
 	Heartbeats map[string]time.Time
 }
@@ -108,6 +111,7 @@ func NewPass(policy *v1alpha1.GPUPoolPolicy, c *Cluster, now time.Time, opts Opt
 	p.Snapshot = inventory.Build(c.Nodes, c.GPUNodes, c.Pods, c.PDBs, inventory.Options{
 		Now: now, MaxReportAge: opts.MaxReportAge, Heartbeats: c.Heartbeats,
 		EvictEmptyDir: policy.Spec.Disruption.EvictEmptyDir, EvictUnmanaged: policy.Spec.Disruption.EvictUnmanaged,
+		DeviceHolders: inventory.DRAHolders(c.Claims, c.Slices),
 	})
 	p.Pending, _ = demand.PendingWithClaims(c.Pods, c.ClaimLookup(), now, p.MinPendingAge)
 	if !opts.KeepUnplaceable {

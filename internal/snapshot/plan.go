@@ -128,7 +128,7 @@ func (s *Snapshot) Plan(opts Options) (*Report, error) {
 // them: the report says why every pending pod waits, not only the pool's own.
 func (s *Snapshot) planPolicy(p *v1alpha1.GPUPoolPolicy, now time.Time) (*PolicyReport, error) {
 	cluster := &pool.Cluster{Policies: s.Policies, Nodes: s.Nodes, GPUNodes: s.GPUNodes, Pods: s.Pods, PDBs: s.PDBs, Plans: s.Plans,
-		Claims: s.Claims}
+		Claims: s.Claims, Slices: s.Slices}
 	pass, err := pool.NewPass(p, cluster, now, pool.Options{KeepUnplaceable: true})
 	if err != nil {
 		return nil, &Error{Object: "GPUPoolPolicy " + p.Name, Field: "spec.nodeSelector", Message: err.Error()}

@@ -44,6 +44,8 @@ type Snapshot struct {
 	// Claims are the ResourceClaims pods ask through (resource.k8s.io/v1); nil when the input
 	// holds none.
 	Claims []resourcev1.ResourceClaim
+	// Slices are the ResourceSlices DRA drivers publish (resource.k8s.io/v1).
+	Slices []resourcev1.ResourceSlice
 	// Plans are the RepartitionPlans, whose executing steps and failures freeze nodes and count
 	// against the budgets as the controller counts them. Read leaves it empty (a saved file's
 	// plans are history, not work in flight); the CLI fills it from the live cluster.
@@ -117,7 +119,8 @@ var (
 	kindGPUNode  = v1alpha1.GroupVersion.WithKind("GPUNode")
 	kindPolicy   = v1alpha1.GroupVersion.WithKind("GPUPoolPolicy")
 	kindClaim    = resourcev1.SchemeGroupVersion.WithKind("ResourceClaim")
-	plannedKinds = []schema.GroupVersionKind{kindNode, kindPod, kindPDB, kindGPUNode, kindPolicy, kindClaim}
+	kindSlice    = resourcev1.SchemeGroupVersion.WithKind("ResourceSlice")
+	plannedKinds = []schema.GroupVersionKind{kindNode, kindPod, kindPDB, kindGPUNode, kindPolicy, kindClaim, kindSlice}
 )
 
 // Read reads a snapshot from r: a List (kubectl get -o yaml or -o json), a stream of YAML
@@ -408,6 +411,10 @@ func (r *reader) object(data []byte, h *header, where string) error {
 		return add(r, data, h, where, false, &r.snap.Claims,
 			func(o *resourcev1.ResourceClaim) *fieldError { return validateNamespaced(&o.ObjectMeta) },
 			func(o *resourcev1.ResourceClaim) []metav1.Time { return []metav1.Time{o.CreationTimestamp} })
+	case kindSlice:
+		return add(r, data, h, where, false, &r.snap.Slices,
+			func(o *resourcev1.ResourceSlice) *fieldError { return validateName(o.Name) },
+			func(o *resourcev1.ResourceSlice) []metav1.Time { return []metav1.Time{o.CreationTimestamp} })
 	}
 	return nil
 }
