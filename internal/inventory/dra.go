@@ -63,3 +63,40 @@ func DRAHolders(claims []resourcev1.ResourceClaim, slices []resourcev1.ResourceS
 	}
 	return out
 }
+
+// DynamicMIGNodes lists the nodes where NVIDIA's DRA driver runs its DynamicMIG mode, known by
+// what only that mode publishes: partitionable devices that consume shared counters, and the
+// counter sets themselves (cmd/gpu-kubelet-plugin/partitions.go). In that mode the driver
+// creates MIG instances when claims are allocated and, when its plugin starts, destroys every
+// instance no claim holds (driver.go, device_state.go): a layout gpupool carved there would be
+// torn down, and the driver's own would be carved over. Such nodes are never gpupool's to carve.
+func DynamicMIGNodes(slices []resourcev1.ResourceSlice) map[string]bool {
+	var out map[string]bool
+	for i := range slices {
+		s := &slices[i].Spec
+		if s.Driver != draDriver {
+			continue
+		}
+		dynamic := len(s.SharedCounters) > 0
+		for _, d := range s.Devices {
+			dynamic = dynamic || len(d.ConsumesCounters) > 0
+		}
+		if !dynamic {
+			continue
+		}
+		// The pool is the node (driver.go); a counters-only slice (Kubernetes 1.35+) may carry
+		// no nodeName of its own.
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[s.Pool.Name] = true
+		if s.NodeName != nil {
+			out[*s.NodeName] = true
+		}
+	}
+	return out
+}
+
+// dynamicMIGBlocker is the reason a DynamicMIG node is left alone.
+const dynamicMIGBlocker = "NVIDIA's DRA driver runs DynamicMIG here: it carves MIG instances itself and destroys any it did not make " +
+	"when it restarts, so gpupool leaves the node alone (see docs/dra.md)"

@@ -1,6 +1,7 @@
 package inventory_test
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -77,5 +78,48 @@ func TestDRAAllocatedInstancesAreHeld(t *testing.T) {
 	unallocated := resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "pending"}}
 	if h := inventory.DRAHolders([]resourcev1.ResourceClaim{claims[0], unallocated}, []resourcev1.ResourceSlice{other}); len(h) != 0 {
 		t.Errorf("holders %v from another driver's slice", h)
+	}
+}
+
+// A node where NVIDIA's DRA driver runs DynamicMIG is never planned: the driver would destroy
+// a layout gpupool carved there. It is known by what only that mode publishes, partitionable
+// devices consuming shared counters, in a slice of its own or a counters-only slice.
+func TestDynamicMIGNodesAreLeftAlone(t *testing.T) {
+	static := draSlice("gpu.nvidia.com", map[string]string{"gpu-0-mig-1g10gb-19-0": "MIG-1g.10gb-0"})
+	partitionable := draSlice("gpu.nvidia.com", map[string]string{"gpu-0-mig-1g10gb-19-0": ""})
+	partitionable.Spec.Devices[0].ConsumesCounters = []resourcev1.DeviceCounterConsumption{{CounterSet: "gpu-0-counter-set",
+		Counters: map[string]resourcev1.Counter{"memory-slice-0": {}}}}
+	countersOnly := resourcev1.ResourceSlice{Spec: resourcev1.ResourceSliceSpec{Driver: "gpu.nvidia.com",
+		Pool:           resourcev1.ResourcePool{Name: "node-b"},
+		SharedCounters: []resourcev1.CounterSet{{Name: "gpu-0-counter-set", Counters: map[string]resourcev1.Counter{"memory-slice-0": {}}}}}}
+	otherDriver := partitionable.DeepCopy()
+	otherDriver.Spec.Driver, otherDriver.Spec.Pool.Name, otherDriver.Spec.NodeName = "other.example.com", "node-c", ptr.To("node-c")
+	for _, tc := range []struct {
+		name   string
+		slices []resourcev1.ResourceSlice
+		want   []string
+	}{
+		{"static MIG", []resourcev1.ResourceSlice{static}, nil},
+		{"partitionable devices", []resourcev1.ResourceSlice{partitionable}, []string{nodeA}},
+		{"a counters-only slice names the node by its pool", []resourcev1.ResourceSlice{countersOnly}, []string{"node-b"}},
+		{"another driver's partitions", []resourcev1.ResourceSlice{*otherDriver}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := inventory.DynamicMIGNodes(tc.slices)
+			if len(got) != len(tc.want) {
+				t.Fatalf("DynamicMIGNodes = %v, want %v", got, tc.want)
+			}
+			for _, n := range tc.want {
+				if !got[n] {
+					t.Errorf("DynamicMIGNodes = %v, want %v", got, tc.want)
+				}
+			}
+		})
+	}
+	snap := inventory.Build([]corev1.Node{fixture.GPUHost(nodeA, h100Label, nil)},
+		[]v1alpha1.GPUNode{report(nodeA, []v1alpha1.GPUStatus{fixture.MIGGPU(0, h100, fixture.Instance("7g.80gb", 0, 8))})}, nil, nil,
+		inventory.Options{Now: now, DynamicMIGNodes: inventory.DynamicMIGNodes([]resourcev1.ResourceSlice{partitionable})})
+	if b := snap.Nodes[0].Blocker; !strings.Contains(b, "DynamicMIG") || snap.Nodes[0].Unreported {
+		t.Errorf("node blocker %q (unreported %t), want DynamicMIG named and the node still counted as reporting", b, snap.Nodes[0].Unreported)
 	}
 }

@@ -43,6 +43,9 @@ type Options struct {
 	// DeviceHolders are the devices NVIDIA's DRA driver allocated, by UUID (DRAHolders): such
 	// an instance or GPU is busy, held by its claim's pod, whatever the agent attributed.
 	DeviceHolders map[string]DeviceHolder
+	// DynamicMIGNodes are the nodes where NVIDIA's DRA driver carves MIG instances itself
+	// (DynamicMIGNodes): the planner must leave them alone.
+	DynamicMIGNodes map[string]bool
 }
 
 // Snapshot is the state of the GPU nodes at one moment.
@@ -229,6 +232,9 @@ func Build(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []corev1.Pod,
 		})
 		n.GPUs, n.Blocker = gpusOf(obj, reports[n.Name], products, opts)
 		n.Unreported = n.Blocker != ""
+		if n.Blocker == "" && opts.DynamicMIGNodes[n.Name] {
+			n.Blocker = dynamicMIGBlocker
+		}
 		if n.Blocker == "" {
 			n.Blocker = unattributedGPUPods(n)
 		}

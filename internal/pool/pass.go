@@ -111,7 +111,7 @@ func NewPass(policy *v1alpha1.GPUPoolPolicy, c *Cluster, now time.Time, opts Opt
 	p.Snapshot = inventory.Build(c.Nodes, c.GPUNodes, c.Pods, c.PDBs, inventory.Options{
 		Now: now, MaxReportAge: opts.MaxReportAge, Heartbeats: c.Heartbeats,
 		EvictEmptyDir: policy.Spec.Disruption.EvictEmptyDir, EvictUnmanaged: policy.Spec.Disruption.EvictUnmanaged,
-		DeviceHolders: inventory.DRAHolders(c.Claims, c.Slices),
+		DeviceHolders: inventory.DRAHolders(c.Claims, c.Slices), DynamicMIGNodes: inventory.DynamicMIGNodes(c.Slices),
 	})
 	p.Pending, _ = demand.PendingWithClaims(c.Pods, c.ClaimLookup(), now, p.MinPendingAge)
 	if !opts.KeepUnplaceable {
