@@ -333,7 +333,7 @@ func (r *PolicyReconciler) report(ctx context.Context, pass *pool.Pass, cluster 
 	status.Conditions = slices.Clone(policy.Status.Conditions)
 	nodes := poolNodes(pass.Snapshot, pass.Selector)
 	r.setConditions(ctx, policy, &status, cluster, pass.Conflicts, current, res, pass.Pending,
-		pool.Unreported(nodes), pool.MIGTablesMatch(nodes))
+		pool.Unreported(nodes), pool.MIGTablesMatch(nodes), pool.DRASlicesCurrent(nodes))
 	setSpecCondition(policy, &status, problems)
 	if err := r.writeStatus(ctx, policy, status); err != nil {
 		return err
@@ -683,7 +683,7 @@ func (r *PolicyReconciler) writeStatus(ctx context.Context, policy *v1alpha1.GPU
 // by its own function in internal/pool.
 func (r *PolicyReconciler) setConditions(ctx context.Context, policy *v1alpha1.GPUPoolPolicy, status *v1alpha1.GPUPoolPolicyStatus,
 	cluster *pool.Cluster, conflicts map[string]string, current *v1alpha1.RepartitionPlan, res *planner.Result, pending []demand.Request,
-	unreported string, tables pool.Condition) {
+	unreported string, tables, draSlices pool.Condition) {
 	set := func(t string, ok bool, reason, msg string) {
 		s := metav1.ConditionFalse
 		if ok {
@@ -707,6 +707,7 @@ func (r *PolicyReconciler) setConditions(ctx context.Context, policy *v1alpha1.G
 		{v1alpha1.ConditionReconfiguring, pool.Reconfiguring(current, phase)},
 		{v1alpha1.ConditionDegraded, pool.Degraded(unreported, pool.LastFailedPlan(policy, cluster.Plans))},
 		{v1alpha1.ConditionMIGTablesMatch, tables},
+		{v1alpha1.ConditionDRASlicesCurrent, draSlices},
 	} {
 		set(c.kind, c.True, c.Reason, c.Message)
 	}

@@ -27,6 +27,11 @@ const (
 	// plans with either way; the condition makes an error in the built-in table visible. It is
 	// also reported on GPUNodes, by the agent, per GPU.
 	ConditionMIGTablesMatch = "MIGTablesMatch"
+	// ConditionDRASlicesCurrent is False when, on some pool node, the MIG devices NVIDIA's DRA
+	// driver publishes in its ResourceSlices differ from what NVML reports: the driver discovers
+	// MIG devices only when its kubelet plugin starts, so after a re-carve claims cannot use the
+	// new instances until that plugin restarts on the node. The message names the nodes.
+	ConditionDRASlicesCurrent = "DRASlicesCurrent"
 )
 
 // Condition types reported on GPUNode status.

@@ -242,7 +242,7 @@ type GPUPoolPolicyStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Conditions: Ready, DemandSatisfied, AwaitingApproval, Reconfiguring, Degraded,
-	// GPUOperatorConfigured, Conflict, SpecValid and MIGTablesMatch.
+	// GPUOperatorConfigured, Conflict, SpecValid, MIGTablesMatch and DRASlicesCurrent.
 	// +listType=map
 	// +listMapKey=type
 	// +patchStrategy=merge

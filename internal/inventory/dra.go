@@ -1,8 +1,12 @@
 package inventory
 
 import (
+	"fmt"
+
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
 
 // draDriver is NVIDIA's DRA driver's name in ResourceSlices and allocation results
@@ -100,3 +104,63 @@ func DynamicMIGNodes(slices []resourcev1.ResourceSlice) map[string]bool {
 // dynamicMIGBlocker is the reason a DynamicMIG node is left alone.
 const dynamicMIGBlocker = "NVIDIA's DRA driver runs DynamicMIG here: it carves MIG instances itself and destroys any it did not make " +
 	"when it restarts, so gpupool leaves the node alone (see docs/dra.md)"
+
+// DRAPublished lists, per node (the driver's pool), the UUIDs of the MIG devices NVIDIA's DRA
+// driver publishes there; nodes without its slices are absent.
+func DRAPublished(slices []resourcev1.ResourceSlice) map[string]map[string]bool {
+	var out map[string]map[string]bool
+	for i := range slices {
+		s := &slices[i].Spec
+		if s.Driver != draDriver {
+			continue
+		}
+		if out == nil {
+			out = map[string]map[string]bool{}
+		}
+		set := out[s.Pool.Name]
+		if set == nil {
+			set = map[string]bool{}
+			out[s.Pool.Name] = set
+		}
+		for _, d := range s.Devices {
+			t, u := d.Attributes["type"], d.Attributes["uuid"]
+			if t.StringValue != nil && *t.StringValue == "mig" && u.StringValue != nil {
+				set[*u.StringValue] = true
+			}
+		}
+	}
+	return out
+}
+
+// draStale says how the MIG devices NVIDIA's DRA driver publishes for a node differ from the
+// instances the agent's report lists there; "" when they agree or the driver publishes nothing
+// for it. The driver discovers MIG devices only when its kubelet plugin starts (cmd/gpu-kubelet-
+// plugin/nvlib.go), so after a re-carve its slices are stale until the plugin restarts, and
+// claims cannot use the new instances.
+func draStale(report *v1alpha1.GPUNode, published map[string]bool) string {
+	if published == nil || report == nil {
+		return ""
+	}
+	unpublished, gone := 0, 0
+	seen := map[string]bool{}
+	for _, g := range report.Status.GPUs {
+		for _, in := range g.Instances {
+			if in.UUID == "" {
+				continue
+			}
+			seen[in.UUID] = true
+			if !published[in.UUID] {
+				unpublished++
+			}
+		}
+	}
+	for uuid := range published {
+		if !seen[uuid] {
+			gone++
+		}
+	}
+	if unpublished == 0 && gone == 0 {
+		return ""
+	}
+	return fmt.Sprintf("its DRA ResourceSlices miss %d of the MIG instances NVML reports and list %d it does not", unpublished, gone)
+}

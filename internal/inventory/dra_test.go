@@ -123,3 +123,26 @@ func TestDynamicMIGNodesAreLeftAlone(t *testing.T) {
 		t.Errorf("node blocker %q (unreported %t), want DynamicMIG named and the node still counted as reporting", b, snap.Nodes[0].Unreported)
 	}
 }
+
+// After a re-carve NVIDIA's DRA driver keeps publishing the old instances until its kubelet
+// plugin restarts; the node says so, counting both ways.
+func TestDRAStaleSlices(t *testing.T) {
+	gpu := fixture.MIGGPU(0, h100, fixture.Instance("3g.40gb", 0, 4), fixture.Instance("3g.40gb", 4, 4))
+	build := func(slices ...resourcev1.ResourceSlice) *inventory.Node {
+		return inventory.Build([]corev1.Node{fixture.GPUHost(nodeA, h100Label, nil)},
+			[]v1alpha1.GPUNode{report(nodeA, []v1alpha1.GPUStatus{gpu})}, nil, nil,
+			inventory.Options{Now: now, DRAPublished: inventory.DRAPublished(slices)}).Nodes[0]
+	}
+	current := draSlice("gpu.nvidia.com", map[string]string{"gpu-0-mig-3g40gb-2-0": "MIG-3g.40gb-0", "gpu-0-mig-3g40gb-2-4": "MIG-3g.40gb-4"})
+	stale := draSlice("gpu.nvidia.com", map[string]string{"gpu-0-mig-1g10gb-19-0": "MIG-1g.10gb-0", "gpu-0-mig-1g10gb-19-1": "MIG-1g.10gb-1",
+		"gpu-0-mig-1g10gb-19-2": "MIG-1g.10gb-2"})
+	if n := build(current); n.DRAStale != "" {
+		t.Errorf("current slices: DRAStale %q", n.DRAStale)
+	}
+	if n := build(); n.DRAStale != "" {
+		t.Errorf("no DRA driver: DRAStale %q", n.DRAStale)
+	}
+	if n, want := build(stale), "its DRA ResourceSlices miss 2 of the MIG instances NVML reports and list 3 it does not"; n.DRAStale != want {
+		t.Errorf("stale slices: DRAStale %q, want %q", n.DRAStale, want)
+	}
+}

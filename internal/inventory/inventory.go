@@ -46,6 +46,9 @@ type Options struct {
 	// DynamicMIGNodes are the nodes where NVIDIA's DRA driver carves MIG instances itself
 	// (DynamicMIGNodes): the planner must leave them alone.
 	DynamicMIGNodes map[string]bool
+	// DRAPublished are, per node, the MIG devices NVIDIA's DRA driver publishes (DRAPublished);
+	// a node whose slices disagree with its report gets Node.DRAStale.
+	DRAPublished map[string]map[string]bool
 }
 
 // Snapshot is the state of the GPU nodes at one moment.
@@ -73,6 +76,10 @@ type Node struct {
 	Pods []*Pod
 	// Blocker says why the planner must leave the node alone; empty when it may plan it.
 	Blocker string
+	// DRAStale says how the MIG devices NVIDIA's DRA driver publishes for the node differ from
+	// what NVML reports (its kubelet plugin has not restarted since a re-carve); "" when they
+	// agree or the driver is not there.
+	DRAStale string
 	// Unreported is true when the Blocker is the agent's report: missing, NVML not ready, or
 	// older than MaxReportAge. Such nodes are counted in the pool's status, so that a pool whose
 	// agents fall silent says so instead of planning a shrinking set of nodes in silence.
@@ -231,6 +238,7 @@ func Build(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []corev1.Pod,
 			return cmp.Or(cmp.Compare(a.Key.Namespace, b.Key.Namespace), cmp.Compare(a.Key.Name, b.Key.Name))
 		})
 		n.GPUs, n.Blocker = gpusOf(obj, reports[n.Name], products, opts)
+		n.DRAStale = draStale(reports[n.Name], opts.DRAPublished[n.Name])
 		n.Unreported = n.Blocker != ""
 		if n.Blocker == "" && opts.DynamicMIGNodes[n.Name] {
 			n.Blocker = dynamicMIGBlocker

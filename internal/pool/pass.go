@@ -112,6 +112,7 @@ func NewPass(policy *v1alpha1.GPUPoolPolicy, c *Cluster, now time.Time, opts Opt
 		Now: now, MaxReportAge: opts.MaxReportAge, Heartbeats: c.Heartbeats,
 		EvictEmptyDir: policy.Spec.Disruption.EvictEmptyDir, EvictUnmanaged: policy.Spec.Disruption.EvictUnmanaged,
 		DeviceHolders: inventory.DRAHolders(c.Claims, c.Slices), DynamicMIGNodes: inventory.DynamicMIGNodes(c.Slices),
+		DRAPublished: inventory.DRAPublished(c.Slices),
 	})
 	p.Pending, _ = demand.PendingWithClaims(c.Pods, c.ClaimLookup(), now, p.MinPendingAge)
 	if !opts.KeepUnplaceable {

@@ -60,3 +60,34 @@ func more(total, shown int) string {
 	}
 	return ""
 }
+
+// Reasons of the DRASlicesCurrent condition.
+const (
+	ReasonSlicesCurrent = "SlicesCurrent"
+	ReasonSlicesStale   = "SlicesStale"
+)
+
+// DRASlicesCurrent is False when NVIDIA's DRA driver publishes, on some pool node, MIG devices
+// other than those NVML reports (inventory.Node.DRAStale), naming the nodes and what to do:
+// the driver rescans only when its kubelet plugin starts. Nodes are given sorted by name.
+func DRASlicesCurrent(pool []*inventory.Node) Condition {
+	var named []string
+	count := 0
+	for _, n := range pool {
+		if n.DRAStale == "" {
+			continue
+		}
+		count++
+		if len(named) < shownTableNotes {
+			named = append(named, n.Name+": "+n.DRAStale)
+		}
+	}
+	if count == 0 {
+		return Condition{True: true, Reason: ReasonSlicesCurrent,
+			Message: "NVIDIA's DRA driver publishes the MIG instances NVML reports, or does not run in the pool"}
+	}
+	return Condition{Reason: ReasonSlicesStale, Message: fmt.Sprintf(
+		"on %d node(s) NVIDIA's DRA driver publishes other MIG devices than NVML reports, so claims cannot use the current layout "+
+			"until the driver's kubelet plugin restarts there (it discovers MIG devices only at start): %s%s",
+		count, strings.Join(named, "; "), more(count, len(named)))}
+}

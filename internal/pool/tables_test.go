@@ -59,3 +59,15 @@ func TestMIGTablesMatch(t *testing.T) {
 		})
 	}
 }
+
+func TestDRASlicesCurrent(t *testing.T) {
+	nodes := []*inventory.Node{{Name: "a"}, {Name: "b", DRAStale: "its DRA ResourceSlices miss 2 of the MIG instances NVML reports and list 7 it does not"}}
+	if c := pool.DRASlicesCurrent(nodes[:1]); !c.True || c.Reason != pool.ReasonSlicesCurrent {
+		t.Errorf("current: %+v", c)
+	}
+	c := pool.DRASlicesCurrent(nodes)
+	if c.True || c.Reason != pool.ReasonSlicesStale || !strings.Contains(c.Message, "on 1 node(s)") ||
+		!strings.Contains(c.Message, "b: its DRA ResourceSlices miss 2") || !strings.Contains(c.Message, "until the driver's kubelet plugin restarts") {
+		t.Errorf("stale: %+v", c)
+	}
+}
