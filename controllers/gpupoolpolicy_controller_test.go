@@ -160,7 +160,7 @@ func TestPendingDemandBecomesAPlanAndStaleDemandRetiresIt(t *testing.T) {
 			"kubectl annotate repartitionplan " + plan.Name + " gpupool.io/approve=" + plan.Spec.Hash))
 		g.Expect(condition(got, v1.ConditionConflict).Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(condition(got, v1.ConditionDegraded).Status).To(Equal(metav1.ConditionFalse))
-		g.Expect(condition(got, v1.ConditionMIGTablesMatch).Reason).To(Equal(pool.ReasonTablesMatch), "no agent reports a table that differs")
+		g.Expect(condition(got, v1.ConditionMIGTablesMatch).Reason).To(Equal(v1.ReasonTablesMatch), "no agent reports a table that differs")
 		g.Expect(condition(got, v1.ConditionDRASlicesCurrent).Reason).To(Equal(pool.ReasonSlicesCurrent), "no DRA driver in the pool")
 		g.Expect(condition(got, v1.ConditionGPUOperatorConfigured).Reason).To(Equal("GPUOperatorNotFound"))
 	}).WithTimeout(30 * time.Second).Should(Succeed())

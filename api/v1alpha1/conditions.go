@@ -34,6 +34,16 @@ const (
 	ConditionDRASlicesCurrent = "DRASlicesCurrent"
 )
 
+// Reasons of the MIGTablesMatch condition, on GPUNodes (the agent's) and policies alike.
+const (
+	// ReasonTablesMatch: every reported MIG profile table matches the built-in one.
+	ReasonTablesMatch = "TablesMatch"
+	// ReasonDeviceTableDiffers: some GPU's table differs; the message names GPU and profile.
+	ReasonDeviceTableDiffers = "DeviceTableDiffers"
+	// ReasonNoBuiltinTable: some GPU has no built-in table and is planned from its report alone.
+	ReasonNoBuiltinTable = "NoBuiltinTable"
+)
+
 // Condition types reported on GPUNode status.
 const (
 	// ConditionNVMLReady is True when the agent can read the node's GPUs through NVML.

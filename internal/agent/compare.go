@@ -180,14 +180,9 @@ func NewProbeReport(node string, gpus []v1alpha1.GPUStatus) ProbeReport {
 	return r
 }
 
-// Reasons of the GPUNode's MIGTablesMatch condition; the policy's condition of the same type
-// uses the same words (internal/pool).
-const (
-	ReasonTablesMatch        = "TablesMatch"
-	ReasonDeviceTableDiffers = "DeviceTableDiffers"
-	ReasonNoBuiltinTable     = "NoBuiltinTable"
-	ReasonNoProfilesReported = "NoProfilesReported"
-)
+// ReasonNoProfilesReported is the GPUNode's MIGTablesMatch reason when NVML lists no profiles
+// to compare; the others are v1alpha1.Reason*, shared with the policy's condition.
+const ReasonNoProfilesReported = "NoProfilesReported"
 
 // TablesCondition is the GPUNode's MIGTablesMatch condition: each GPU's profile table as
 // NVML reports it against gpupool's built-in table for the product (Compare), naming the GPU
@@ -212,13 +207,13 @@ func TablesCondition(gpus []v1alpha1.GPUStatus) metav1.Condition {
 	}
 	switch {
 	case len(differ) > 0:
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonDeviceTableDiffers
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonDeviceTableDiffers
 		c.Message = "NVML's MIG profile table differs from gpupool's built-in one, and gpupool plans with NVML's: " + strings.Join(differ, "; ")
 	case len(unknown) > 0:
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonNoBuiltinTable
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonNoBuiltinTable
 		c.Message = "no built-in MIG table for " + strings.Join(unknown, ", ") + "; gpupool plans with NVML's table alone"
 	case len(matched) > 0:
-		c.Status, c.Reason = metav1.ConditionTrue, ReasonTablesMatch
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonTablesMatch
 		c.Message = "the MIG profile table of GPU(s) " + strings.Join(matched, ", ") + " matches gpupool's built-in one"
 	default:
 		c.Status, c.Reason = metav1.ConditionUnknown, ReasonNoProfilesReported
@@ -245,20 +240,17 @@ func profileDiffs(c Comparison) []string {
 		case pc.BuiltinName == "":
 			out = append(out, pc.NVMLName+" is offered by NVML, not built in")
 		default:
-			out = append(out, fmt.Sprintf("%s at %s (built in: %s)", pc.NVMLName, starts(pc.NVMLPlacements), starts(pc.BuiltinPlacements)))
+			out = append(out, fmt.Sprintf("%s at %s (built in: %s)", pc.NVMLName, placementsText(pc.NVMLPlacements), placementsText(pc.BuiltinPlacements)))
 		}
 	}
 	return out
 }
 
-// starts renders placements as memory-slice ranges, "0-3,4-7".
-func starts(ps []v1alpha1.SlicePlacement) string {
-	s := make([]string, len(ps))
+// placementsText renders reported placements as mig.PlacementsText does built-in ones.
+func placementsText(ps []v1alpha1.SlicePlacement) string {
+	out := make([]mig.Placement, len(ps))
 	for i, p := range ps {
-		s[i] = strconv.Itoa(int(p.Start))
-		if p.Size > 1 {
-			s[i] += "-" + strconv.Itoa(int(p.Start+p.Size-1))
-		}
+		out[i] = mig.Placement{Start: int(p.Start), Size: int(p.Size)}
 	}
-	return strings.Join(s, ",")
+	return mig.PlacementsText(out)
 }

@@ -241,8 +241,8 @@ func TestCompareFlagsUncorrectedMockTables(t *testing.T) {
 	}
 	// The GPUNode says so, naming each GPU and profile; gpupool plans with what NVML reports.
 	cond := agent.TablesCondition(got)
-	if cond.Status != metav1.ConditionFalse || cond.Reason != agent.ReasonDeviceTableDiffers {
-		t.Errorf("MIGTablesMatch = %s/%s, want False/%s", cond.Status, cond.Reason, agent.ReasonDeviceTableDiffers)
+	if cond.Status != metav1.ConditionFalse || cond.Reason != v1alpha1.ReasonDeviceTableDiffers {
+		t.Errorf("MIGTablesMatch = %s/%s, want False/%s", cond.Status, cond.Reason, v1alpha1.ReasonDeviceTableDiffers)
 	}
 	for _, want := range []string{"GPU 0 (H100-80GB): ", "GPU 1 (H200-141GB): ", "GPU 2 (B200): ", "7g.80gb at 0-6 (built in: 0-7)", "3g.40gb at "} {
 		if !strings.Contains(cond.Message, want) {
@@ -502,14 +502,14 @@ func TestCompareWithoutBuiltinOrProfiles(t *testing.T) {
 func TestTablesCondition(t *testing.T) {
 	s, _ := newServer(t, nvmlmock.Corrected(gpus.H100_SXM5_80GB), nvmlmock.Corrected(gpus.B200_SXM5_180GB))
 	got := mustRead(t, s)
-	if c := agent.TablesCondition(got); c.Status != metav1.ConditionTrue || c.Reason != agent.ReasonTablesMatch || !strings.Contains(c.Message, "GPU(s) 0, 1") {
-		t.Errorf("corrected tables: %+v, want True/%s for GPUs 0 and 1", c, agent.ReasonTablesMatch)
+	if c := agent.TablesCondition(got); c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonTablesMatch || !strings.Contains(c.Message, "GPU(s) 0, 1") {
+		t.Errorf("corrected tables: %+v, want True/%s for GPUs 0 and 1", c, v1alpha1.ReasonTablesMatch)
 	}
 	// A GPU the built-in table lacks is planned from its report alone, and the node says so.
 	unknown := got[0]
 	unknown.Product, unknown.PCIDeviceID = "NVIDIA X96", "0x999910DE"
 	c := agent.TablesCondition([]v1alpha1.GPUStatus{got[1], unknown})
-	if c.Status != metav1.ConditionFalse || c.Reason != agent.ReasonNoBuiltinTable || !strings.Contains(c.Message, "GPU 0 (NVIDIA X96)") {
+	if c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonNoBuiltinTable || !strings.Contains(c.Message, "GPU 0 (NVIDIA X96)") {
 		t.Errorf("unknown GPU: %+v", c)
 	}
 	// MIG disabled: NVML lists no profiles, so there is nothing to compare.

@@ -33,7 +33,7 @@ func TableDiff(builtin, device *Product) []string {
 			what = append(what, fmt.Sprintf("at most %d (built in: %d)", d.MaxCount, b.MaxCount))
 		}
 		if !slices.Equal(d.Placements, b.Placements) {
-			what = append(what, fmt.Sprintf("placements %s (built in: %s)", startsText(d.Placements), startsText(b.Placements)))
+			what = append(what, fmt.Sprintf("placements %s (built in: %s)", PlacementsText(d.Placements), PlacementsText(b.Placements)))
 		}
 		if len(what) > 0 {
 			out = append(out, d.Name+": "+strings.Join(what, ", "))
@@ -48,8 +48,8 @@ func TableDiff(builtin, device *Product) []string {
 	return out
 }
 
-// startsText renders placements as memory-slice ranges, "0-1,2-3" (or "0,2,4" for one-slice ones).
-func startsText(ps []Placement) string {
+// PlacementsText renders placements as memory-slice ranges, "0-1,2-3" (or "0,2,4" for one-slice ones).
+func PlacementsText(ps []Placement) string {
 	s := make([]string, len(ps))
 	for i, p := range ps {
 		s[i] = rangeText(p.Start, p.Size)

@@ -4,14 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
-)
-
-// Reasons of the MIGTablesMatch condition.
-const (
-	ReasonTablesMatch        = "TablesMatch"
-	ReasonDeviceTableDiffers = "DeviceTableDiffers"
-	ReasonNoBuiltinTable     = "NoBuiltinTable"
 )
 
 // shownTableNotes is how many GPUs the MIGTablesMatch message names; the count says the rest.
@@ -43,15 +37,15 @@ func MIGTablesMatch(pool []*inventory.Node) Condition {
 	}
 	switch {
 	case nDiffer > 0:
-		return Condition{Reason: ReasonDeviceTableDiffers, Message: fmt.Sprintf(
+		return Condition{Reason: v1alpha1.ReasonDeviceTableDiffers, Message: fmt.Sprintf(
 			"%d GPU(s) report MIG profile tables that differ from gpupool's built-in table; gpupool plans with what they report: %s%s",
 			nDiffer, strings.Join(differ, "; "), more(nDiffer, len(differ)))}
 	case nUnknown > 0:
-		return Condition{Reason: ReasonNoBuiltinTable, Message: fmt.Sprintf(
+		return Condition{Reason: v1alpha1.ReasonNoBuiltinTable, Message: fmt.Sprintf(
 			"%d GPU(s) have no built-in MIG table and are planned from their agent's report alone: %s%s",
 			nUnknown, strings.Join(unknown, "; "), more(nUnknown, len(unknown)))}
 	}
-	return Condition{True: true, Reason: ReasonTablesMatch, Message: "every MIG profile table the agents report matches the built-in one"}
+	return Condition{True: true, Reason: v1alpha1.ReasonTablesMatch, Message: "every MIG profile table the agents report matches the built-in one"}
 }
 
 func more(total, shown int) string {

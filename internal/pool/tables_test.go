@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/pool"
@@ -30,17 +31,17 @@ func TestMIGTablesMatch(t *testing.T) {
 		wantReason string
 		wantIn     []string
 	}{
-		{name: "empty pool", wantTrue: true, wantReason: pool.ReasonTablesMatch},
+		{name: "empty pool", wantTrue: true, wantReason: v1alpha1.ReasonTablesMatch},
 		{name: "every table matches", pool: []*inventory.Node{node("a", gpu(0, "", false), gpu(1, "", false))},
-			wantTrue: true, wantReason: pool.ReasonTablesMatch},
+			wantTrue: true, wantReason: v1alpha1.ReasonTablesMatch},
 		{name: "one GPU differs", pool: []*inventory.Node{node("a", gpu(0, "", false)), node("b", gpu(0, "", false), gpu(3, diff, false))},
-			wantReason: pool.ReasonDeviceTableDiffers,
+			wantReason: v1alpha1.ReasonDeviceTableDiffers,
 			wantIn:     []string{"1 GPU(s)", "b GPU 3 (H200-141GB): 1g.35gb: at most 3 (built in: 4)", "plans with what they report"}},
 		{name: "a difference outranks an unknown GPU", pool: []*inventory.Node{node("a", gpu(0, "", true)), node("b", gpu(1, diff, false))},
-			wantReason: pool.ReasonDeviceTableDiffers, wantIn: []string{"b GPU 1"}},
+			wantReason: v1alpha1.ReasonDeviceTableDiffers, wantIn: []string{"b GPU 1"}},
 		{name: "unknown GPU", pool: []*inventory.Node{node("a", gpu(0, "", true))},
-			wantReason: pool.ReasonNoBuiltinTable, wantIn: []string{"a GPU 0 (NVIDIA X96)", "report alone"}},
-		{name: "more than are named", pool: many, wantReason: pool.ReasonDeviceTableDiffers,
+			wantReason: v1alpha1.ReasonNoBuiltinTable, wantIn: []string{"a GPU 0 (NVIDIA X96)", "report alone"}},
+		{name: "more than are named", pool: many, wantReason: v1alpha1.ReasonDeviceTableDiffers,
 			wantIn: []string{"5 GPU(s)", "n0 GPU 0", "n2 GPU 0", "; and 2 more"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
