@@ -91,6 +91,10 @@ type PolicyReconciler struct {
 	// DRA driver for MIG devices are then demand too (demand.PendingWithClaims), and the
 	// devices its claims hold are busy (inventory.DRAHolders).
 	readClaims bool
+	// pods reads pods from the informer's store without copying them.
+	pods *podStore
+	// requests remembers the requests of the informer's pods from one pass to the next.
+	requests *demand.RequestCache
 
 	mu sync.Mutex
 	// lastPlan is, per policy, the planner's last result and the plan it proposed, so that
@@ -117,9 +121,11 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.MaxReportAge == 0 {
 		r.MaxReportAge = defaultMaxReportAge
 	}
-	if err := setupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
+	pods, err := newPodStore(context.Background(), mgr.GetCache())
+	if err != nil {
 		return err
 	}
+	r.pods, r.requests = pods, demand.NewRequestCache()
 	all := handler.EnqueueRequestsFromMapFunc(r.allPolicies)
 	b := ctrl.NewControllerManagedBy(mgr).
 		// Unstructured, decoded per object: see policies.go.
@@ -172,7 +178,6 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 	var (
 		nodes    corev1.NodeList
 		gpuNodes v1alpha1.GPUNodeList
-		pods     corev1.PodList
 		pdbs     policyv1.PodDisruptionBudgetList
 		plans    v1alpha1.RepartitionPlanList
 	)
@@ -192,8 +197,9 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 	}
 	// Only pending GPU pods and the pods of GPU nodes matter; the cache's indexes spare a
 	// pass from walking every pod of a large cluster.
-	if err := r.Client.List(ctx, &pods, client.MatchingFields{indexPendingGPU: "true"}, shared); err != nil {
-		return nil, fmt.Errorf("listing pending GPU pods: %w", err)
+	pods, err := r.pods.pendingGPU(nil)
+	if err != nil {
+		return nil, err
 	}
 	reported := map[string]bool{}
 	for _, g := range gpuNodes.Items {
@@ -203,11 +209,9 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 		if !reported[n.Name] && n.Labels[v1alpha1.LabelGPUPresent] != "true" {
 			continue
 		}
-		var onNode corev1.PodList
-		if err := r.Client.List(ctx, &onNode, client.MatchingFields{indexPodNode: n.Name}, shared); err != nil {
-			return nil, fmt.Errorf("listing pods of node %s: %w", n.Name, err)
+		if pods, err = r.pods.onNode(pods, n.Name); err != nil {
+			return nil, err
 		}
-		pods.Items = append(pods.Items, onNode.Items...)
 	}
 	heartbeats, err := r.heartbeats(ctx)
 	if err != nil {
@@ -229,7 +233,7 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 		}
 	}
 	return &pool.Cluster{Policies: policies, Nodes: nodes.Items, GPUNodes: gpuNodes.Items,
-		Pods: pods.Items, PDBs: pdbs.Items, Plans: plans.Items, Claims: claims, Slices: resourceSlices.Items, Heartbeats: heartbeats}, nil
+		Pods: pods, PDBs: pdbs.Items, Plans: plans.Items, Claims: claims, Slices: resourceSlices.Items, Heartbeats: heartbeats}, nil
 }
 
 // heartbeats reads the agents' Leases: per node, when its agent last renewed. A Lease counts
@@ -265,7 +269,8 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, err
 	}
 	now := r.Clock.Now()
-	pass, err := pool.NewPass(policy, cluster, now, pool.Options{MaxReportAge: r.MaxReportAge})
+	r.requests.Rotate()
+	pass, err := pool.NewPass(policy, cluster, now, pool.Options{MaxReportAge: r.MaxReportAge, Requests: r.requests})
 	if err != nil {
 		// pool.Problems reports every selector that does not parse; this is a safety net.
 		return reconcile.Result{}, r.reportUnusable(ctx, policy, reasonInvalidSpec, err.Error())

@@ -22,7 +22,7 @@ func BenchmarkPending(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		reqs, _ := Pending(pods, now, minAge)
+		reqs, _ := Pending(pointers(pods), now, minAge)
 		if len(reqs) != 1000 {
 			b.Fatalf("got %d requests", len(reqs))
 		}

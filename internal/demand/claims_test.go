@@ -131,7 +131,7 @@ func TestPendingWithClaims(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			reqs, skipped := PendingWithClaims([]corev1.Pod{tt.pod}, lookup(tt.claims...), now, minAge)
+			reqs, skipped := PendingWithClaims(pointers([]corev1.Pod{tt.pod}), lookup(tt.claims...), nil, now, minAge)
 			if tt.wantReason != "" {
 				if len(reqs) != 0 || len(skipped) != 1 || !strings.Contains(skipped[0].Reason, tt.wantReason) {
 					t.Fatalf("reqs %+v, skipped %+v; want the pod skipped for %q", reqs, skipped, tt.wantReason)
@@ -157,7 +157,7 @@ func TestPendingWithClaims(t *testing.T) {
 	}
 	// Without a claim lookup (the device plugin only), claims are not read at all.
 	pod := pendingPod("p", cpuOnly, usesClaim("mig", "", "shared"))
-	if reqs, skipped := Pending([]corev1.Pod{pod}, now, minAge); len(reqs)+len(skipped) != 0 {
+	if reqs, skipped := Pending(pointers([]corev1.Pod{pod}), now, minAge); len(reqs)+len(skipped) != 0 {
 		t.Errorf("Pending read claims: %+v %+v", reqs, skipped)
 	}
 }

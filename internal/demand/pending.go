@@ -70,36 +70,38 @@ type Skipped struct {
 // skipped is sorted by namespace, name and reason. A PendingSince in the future (clock skew
 // between the API server and the caller) counts as pending for zero time. pods is not modified,
 // and nothing in the output shares memory with it.
-func Pending(pods []corev1.Pod, now time.Time, minPendingAge time.Duration) (reqs []Request, skipped []Skipped) {
-	return PendingWithClaims(pods, nil, now, minPendingAge)
+func Pending(pods []*corev1.Pod, now time.Time, minPendingAge time.Duration) (reqs []Request, skipped []Skipped) {
+	return PendingWithClaims(pods, nil, nil, now, minPendingAge)
 }
 
 // PendingWithClaims is Pending for pods that may also ask through ResourceClaims of NVIDIA's
 // DRA driver, found with claims (see claimGPUs): a claim for a MIG profile counts as a request
 // for nvidia.com/mig-<profile>, so the pod is demand exactly as if it had asked the device
 // plugin, and a claim gpupool cannot map puts the pod among skipped with the reason. A nil
-// claims ignores claims, as Pending does.
-func PendingWithClaims(pods []corev1.Pod, claims ClaimLookup, now time.Time, minPendingAge time.Duration) (reqs []Request, skipped []Skipped) {
+// claims ignores claims, as Pending does. requests remembers pods' requests across passes; nil
+// computes them.
+func PendingWithClaims(pods []*corev1.Pod, claims ClaimLookup, requests *RequestCache, now time.Time, minPendingAge time.Duration) (reqs []Request, skipped []Skipped) {
 	minPendingAge = max(minPendingAge, 0)
-	for i := range pods {
-		pod := &pods[i]
+	for _, pod := range pods {
 		withClaims := claims != nil && len(pod.Spec.ResourceClaims) > 0
 		if !withClaims && !MentionsGPU(pod) {
 			continue
 		}
-		requests := PodRequests(pod)
+		podRequests := requests.Requests(pod)
 		var problem string
 		if withClaims {
 			var fromClaims corev1.ResourceList
 			fromClaims, problem = claimGPUs(pod, claims)
 			if len(fromClaims) > 0 {
-				if requests == nil {
-					requests = corev1.ResourceList{}
+				// The remembered list is shared: add the claims' devices to a copy.
+				podRequests = podRequests.DeepCopy()
+				if podRequests == nil {
+					podRequests = corev1.ResourceList{}
 				}
-				addResources(requests, fromClaims)
+				addResources(podRequests, fromClaims)
 			}
 		}
-		gpus := gpuRequests(requests)
+		gpus := gpuRequests(podRequests)
 		if len(gpus) == 0 && problem == "" {
 			continue
 		}
@@ -112,7 +114,7 @@ func PendingWithClaims(pods []corev1.Pod, claims ClaimLookup, now time.Time, min
 			skipped = append(skipped, Skipped{Pod: name, Reason: reason})
 			continue
 		}
-		reqs = append(reqs, newRequest(pod, name, since, gpus, requests))
+		reqs = append(reqs, newRequest(pod, name, since, gpus, podRequests))
 	}
 	slices.SortFunc(reqs, compareRequests)
 	slices.SortFunc(skipped, func(a, b Skipped) int {

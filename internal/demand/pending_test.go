@@ -170,7 +170,7 @@ func TestPendingFilters(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			reqs, skipped := Pending([]corev1.Pod{tt.pod}, now, minAge)
+			reqs, skipped := Pending(pointers([]corev1.Pod{tt.pod}), now, minAge)
 			switch {
 			case tt.gpus != nil:
 				if len(skipped) != 0 || len(reqs) != 1 {
@@ -218,7 +218,7 @@ func TestPendingRequestFields(t *testing.T) {
 		p.Spec.Tolerations = tol
 		p.Spec.Overhead = fixture.Resources("memory", "64Mi")
 	})}
-	reqs, _ := Pending(pods, now, minAge)
+	reqs, _ := Pending(pointers(pods), now, minAge)
 	if len(reqs) != 1 {
 		t.Fatalf("got %d requests", len(reqs))
 	}
@@ -242,7 +242,7 @@ func TestPendingRequestFields(t *testing.T) {
 }
 
 func TestPendingNegativeMinAge(t *testing.T) {
-	reqs, skipped := Pending([]corev1.Pod{pendingPod("p", unschedulableFor(-time.Minute))}, now, -time.Hour)
+	reqs, skipped := Pending(pointers([]corev1.Pod{pendingPod("p", unschedulableFor(-time.Minute))}), now, -time.Hour)
 	if len(reqs) != 1 || len(skipped) != 0 {
 		t.Errorf("a negative minPendingAge must act as zero: demand %v, skipped %v", reqs, skipped)
 	}
@@ -261,7 +261,7 @@ func TestPendingOrder(t *testing.T) {
 		pendingPod("gated", withCondition(corev1.ConditionFalse, corev1.PodReasonSchedulingGated)),
 		pendingPod("cpu-only", withMain(fixture.Resources("cpu", "1"), nil)),
 	}
-	reqs, skipped := Pending(pods, now, minAge)
+	reqs, skipped := Pending(pointers(pods), now, minAge)
 	var got []string
 	for _, r := range reqs {
 		got = append(got, r.Pod.String())
@@ -284,7 +284,7 @@ func TestPendingOrder(t *testing.T) {
 func TestPendingDeterministic(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	pods := randomPods(rng, 200)
-	wantReqs, wantSkipped := Pending(pods, now, minAge)
+	wantReqs, wantSkipped := Pending(pointers(pods), now, minAge)
 	if len(wantReqs) == 0 || len(wantSkipped) == 0 {
 		t.Fatalf("the generator should produce both demand and skipped pods: %d, %d", len(wantReqs), len(wantSkipped))
 	}
@@ -292,7 +292,7 @@ func TestPendingDeterministic(t *testing.T) {
 		shuffled := slices.Clone(pods)
 		r := rand.New(rand.NewPCG(seed, 99))
 		r.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-		reqs, skipped := Pending(shuffled, now, minAge)
+		reqs, skipped := Pending(pointers(shuffled), now, minAge)
 		if !sameDemand(reqs, wantReqs) || !slices.Equal(skipped, wantSkipped) {
 			t.Fatalf("permutation %d changed the output", seed)
 		}
@@ -306,7 +306,7 @@ func TestSummarize(t *testing.T) {
 		pendingPod("c", withMain(nil, fixture.Resources("nvidia.com/mig-1g.10gb.me", "3"))),
 		pendingPod("young", unschedulableFor(time.Second)),
 	}
-	reqs, _ := Pending(pods, now, minAge)
+	reqs, _ := Pending(pointers(pods), now, minAge)
 	got := Summarize(reqs)
 	want := []ShapeCount{
 		{Resource: "nvidia.com/gpu", Kind: KindGPU, Pods: 2, Units: 3},
@@ -490,7 +490,7 @@ func FuzzPending(f *testing.F) {
 		for i := range pods {
 			pods[i].DeepCopyInto(&before[i])
 		}
-		reqs, skipped := Pending(pods, now, minPendingAge)
+		reqs, skipped := Pending(pointers(pods), now, minPendingAge)
 		if !equality.Semantic.DeepEqual(before, pods) {
 			t.Fatal("Pending modified its input")
 		}
@@ -565,9 +565,18 @@ func FuzzPending(f *testing.F) {
 
 		shuffled := slices.Clone(pods)
 		rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-		reqs2, skipped2 := Pending(shuffled, now, minPendingAge)
+		reqs2, skipped2 := Pending(pointers(shuffled), now, minPendingAge)
 		if !sameDemand(reqs, reqs2) || !slices.Equal(skipped, skipped2) {
 			t.Error("shuffling the input changed the output")
 		}
 	})
+}
+
+// pointers points at each pod, as the controller's pass hands pods to Pending.
+func pointers(pods []corev1.Pod) []*corev1.Pod {
+	out := make([]*corev1.Pod, len(pods))
+	for i := range pods {
+		out[i] = &pods[i]
+	}
+	return out
 }

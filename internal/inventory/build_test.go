@@ -37,7 +37,7 @@ func TestNodesSortedByName(t *testing.T) {
 				reports = append(reports, report(n, []v1alpha1.GPUStatus{fixture.MIGGPU(0, h100)}))
 				pods = append(pods, pod("on-"+n, onNode(n)))
 			}
-			snap := inventory.Build(nodes, reports, pods, nil, inventory.Options{Now: now})
+			snap := inventory.Build(nodes, reports, fixture.Pointers(pods), nil, inventory.Options{Now: now})
 			var got []string
 			for _, n := range snap.Nodes {
 				got = append(got, n.Name)
@@ -69,7 +69,7 @@ func TestNodePod(t *testing.T) {
 		pod("team/elsewhere", onNode("node-b")),
 	}
 	snap := inventory.Build([]corev1.Node{fixture.GPUHost(nodeA, h100Label, nil), fixture.GPUHost("node-b", h100Label, nil)},
-		[]v1alpha1.GPUNode{report(nodeA, nil), report("node-b", nil)}, pods, nil, inventory.Options{Now: now})
+		[]v1alpha1.GPUNode{report(nodeA, nil), report("node-b", nil)}, fixture.Pointers(pods), nil, inventory.Options{Now: now})
 	n := nodeNamed(t, snap, nodeA)
 
 	wantOrder := []string{"batch/train", "team/infer", "team/web-0", "team/web-1", "team-b/web-0"}
@@ -173,7 +173,7 @@ func TestBuildDoesNotModifyInputs(t *testing.T) {
 			nodes, reports, pods, pdbs := buildInputs()
 			wantNodes, wantReports, wantPods, wantPDBs := deepCopies(nodes, reports, pods, pdbs)
 
-			snap := inventory.Build(nodes, reports, pods, pdbs, tc.opts)
+			snap := inventory.Build(nodes, reports, fixture.Pointers(pods), pdbs, tc.opts)
 			assertUnchanged(t, "after Build", nodes, reports, pods, pdbs, wantNodes, wantReports, wantPods, wantPDBs)
 
 			// The snapshot shares nothing writable with its inputs: the planner may change it.

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"k8s.io/utils/ptr"
+
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 
@@ -145,7 +147,7 @@ func TestEvictionBlockers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opts.Now = now
 			snap := inventory.Build([]corev1.Node{fixture.GPUHost(nodeA, h100Label, nil)}, []v1alpha1.GPUNode{report(nodeA, nil)},
-				[]corev1.Pod{pod("web-0", tc.pod...)}, tc.pdbs, tc.opts)
+				[]*corev1.Pod{ptr.To(pod("web-0", tc.pod...))}, tc.pdbs, tc.opts)
 			p := podOf(t, snap.Nodes[0], "team/web-0")
 			if p.Blocker != tc.blocker {
 				t.Errorf("Blocker = %q\nwant      %q", p.Blocker, tc.blocker)
@@ -188,7 +190,7 @@ func TestDisruptionsAllowed(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := inventory.Build([]corev1.Node{fixture.GPUHost(nodeA, h100Label, nil)}, []v1alpha1.GPUNode{report(nodeA, nil)},
-				[]corev1.Pod{pod("web-0", fixture.Labelled("app", "web"))}, tc.pdbs, inventory.Options{Now: now})
+				[]*corev1.Pod{ptr.To(pod("web-0", fixture.Labelled("app", "web")))}, tc.pdbs, inventory.Options{Now: now})
 			if snap.DisruptionsAllowed == nil {
 				t.Fatal("DisruptionsAllowed is nil")
 			}

@@ -49,6 +49,8 @@ type Options struct {
 	// DRAPublished are, per node, the MIG devices NVIDIA's DRA driver publishes (DRAPublished);
 	// a node whose slices disagree with its report gets Node.DRAStale.
 	DRAPublished map[string]map[string]bool
+	// Requests remembers pods' requests across passes (demand.RequestCache); nil computes them.
+	Requests *demand.RequestCache
 }
 
 // Snapshot is the state of the GPU nodes at one moment.
@@ -203,7 +205,7 @@ func (n *Node) Free(name corev1.ResourceName) int64 {
 // Build assembles a snapshot. Nodes without the agent's report, with a stale report, or with
 // GPU pods the agent has not attributed to a device are included with a Blocker, so that the
 // planner can say why it does not touch them.
-func Build(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []corev1.Pod,
+func Build(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []*corev1.Pod,
 	pdbs []policyv1.PodDisruptionBudget, opts Options) *Snapshot {
 	reports := make(map[string]*v1alpha1.GPUNode, len(gpuNodes))
 	for i := range gpuNodes {
@@ -211,8 +213,7 @@ func Build(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []corev1.Pod,
 	}
 	budgets := newBudgets(pdbs)
 	podsByNode := map[string][]*corev1.Pod{}
-	for i := range pods {
-		p := &pods[i]
+	for _, p := range pods {
 		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
@@ -299,9 +300,12 @@ func NodeTarget(node *corev1.Node, report *v1alpha1.GPUNode, changes []v1alpha1.
 
 // readGPUs turns the agent's report of a node into GPUs, in index order.
 func readGPUs(node *corev1.Node, report *v1alpha1.GPUNode, products productCache, holders map[string]DeviceHolder) []*GPU {
-	var gpus []*GPU
+	gpus := make([]*GPU, 0, len(report.Status.GPUs))
 	for _, s := range report.Status.GPUs {
 		g := &GPU{Index: int(s.Index), ProductName: s.Product, Error: s.Error}
+		if len(s.Instances) > 0 {
+			g.Instances = make([]Instance, 0, len(s.Instances))
+		}
 		if g.ProductName == "" {
 			g.ProductName = node.Labels[v1alpha1.LabelGPUProduct]
 		}
@@ -380,7 +384,7 @@ func newPod(p *corev1.Pod, budgets *budgets, opts Options) *Pod {
 	pod := &Pod{
 		Key:      types.NamespacedName{Namespace: p.Namespace, Name: p.Name},
 		UID:      p.UID,
-		Requests: demand.PodRequests(p),
+		Requests: opts.Requests.Requests(p),
 	}
 	if p.Spec.Priority != nil {
 		pod.Priority = *p.Spec.Priority

@@ -175,7 +175,7 @@ func TestNodeBlockers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := []corev1.Node{fixture.GPUHost(nodeA, h100Label, nil), fixture.GPUHost("node-b", h100Label, nil)}
-			snap := inventory.Build(nodes, tc.reports, tc.pods, nil,
+			snap := inventory.Build(nodes, tc.reports, fixture.Pointers(tc.pods), nil,
 				inventory.Options{Now: now, MaxReportAge: tc.maxAge, Heartbeats: tc.beats})
 			n := nodeNamed(t, snap, nodeA)
 			if n.Blocker != tc.blocker {

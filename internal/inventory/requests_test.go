@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"k8s.io/utils/ptr"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 
@@ -100,7 +102,7 @@ func TestRequestedAndFree(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := []corev1.Node{fixture.GPUHost(nodeA, h100Label, tc.allocatable), fixture.GPUHost("node-b", h100Label, nil)}
 			gpuNodes := []v1alpha1.GPUNode{report(nodeA, nil), report("node-b", nil)}
-			snap := inventory.Build(nodes, gpuNodes, tc.pods, nil, inventory.Options{Now: now})
+			snap := inventory.Build(nodes, gpuNodes, fixture.Pointers(tc.pods), nil, inventory.Options{Now: now})
 			n := nodeNamed(t, snap, nodeA)
 
 			var got []string
@@ -144,7 +146,7 @@ func TestPodPriority(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := inventory.Build([]corev1.Node{fixture.GPUHost(nodeA, h100Label, nil)}, []v1alpha1.GPUNode{report(nodeA, nil)},
-				[]corev1.Pod{pod("p", tc.opts...)}, nil, inventory.Options{Now: now})
+				[]*corev1.Pod{ptr.To(pod("p", tc.opts...))}, nil, inventory.Options{Now: now})
 			if got := podOf(t, snap.Nodes[0], "team/p").Priority; got != tc.want {
 				t.Errorf("Priority = %d, want %d", got, tc.want)
 			}

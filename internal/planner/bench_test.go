@@ -62,8 +62,8 @@ func BenchmarkPlan(b *testing.B) {
 			pol.Spec.Disruption.MaxReconfiguringNodes = ptr.To(intstr.FromString("10%"))
 
 			start := time.Now()
-			snap := inventory.Build(c.nodes, c.gpuNodes, c.pods, c.pdbs, inventory.Options{Now: now})
-			pending, _ := demand.Pending(c.pods, now, 30*time.Second)
+			snap := inventory.Build(c.nodes, c.gpuNodes, fixture.Pointers(c.pods), c.pdbs, inventory.Options{Now: now})
+			pending, _ := demand.Pending(fixture.Pointers(c.pods), now, 30*time.Second)
 			baseline := time.Since(start)
 			in := planner.Input{Snapshot: snap, Pending: pending, Policy: pol, Now: now}
 

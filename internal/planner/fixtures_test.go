@@ -138,8 +138,8 @@ func (c *cluster) pdb(name, label string, allowed int32) *cluster {
 
 // input assembles the planner's input the way the controller does.
 func (c *cluster) input(policy *v1alpha1.GPUPoolPolicy) planner.Input {
-	snap := inventory.Build(c.nodes, c.gpuNodes, c.pods, c.pdbs, inventory.Options{Now: now})
-	pending, _ := demand.Pending(c.pods, now, 30*time.Second)
+	snap := inventory.Build(c.nodes, c.gpuNodes, fixture.Pointers(c.pods), c.pdbs, inventory.Options{Now: now})
+	pending, _ := demand.Pending(fixture.Pointers(c.pods), now, 30*time.Second)
 	return planner.Input{Snapshot: snap, Pending: pending, Policy: policy, Now: now}
 }
 

@@ -71,8 +71,8 @@ func (s *scenario) shuffledInput(r *rand.Rand) planner.Input {
 	r.Shuffle(len(gpuNodes), func(i, j int) { gpuNodes[i], gpuNodes[j] = gpuNodes[j], gpuNodes[i] })
 	r.Shuffle(len(pods), func(i, j int) { pods[i], pods[j] = pods[j], pods[i] })
 	r.Shuffle(len(pdbs), func(i, j int) { pdbs[i], pdbs[j] = pdbs[j], pdbs[i] })
-	snap := inventory.Build(nodes, gpuNodes, pods, pdbs, inventory.Options{Now: now})
-	pending, _ := demand.Pending(pods, now, 30*time.Second)
+	snap := inventory.Build(nodes, gpuNodes, fixture.Pointers(pods), pdbs, inventory.Options{Now: now})
+	pending, _ := demand.Pending(fixture.Pointers(pods), now, 30*time.Second)
 	return planner.Input{Snapshot: snap, Pending: pending, Policy: s.pol, Frozen: s.frozen, InFlightDisrupting: s.inFlight, Now: now}
 }
 

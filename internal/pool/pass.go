@@ -33,9 +33,11 @@ type Cluster struct {
 	Policies []v1alpha1.GPUPoolPolicy
 	Nodes    []corev1.Node
 	GPUNodes []v1alpha1.GPUNode
-	Pods     []corev1.Pod
-	PDBs     []policyv1.PodDisruptionBudget
-	Plans    []v1alpha1.RepartitionPlan
+	// Pods point into the caller's objects (the controller's informer cache): a pass reads
+	// them and never writes into them, so a fleet's pods are never copied for a pass.
+	Pods  []*corev1.Pod
+	PDBs  []policyv1.PodDisruptionBudget
+	Plans []v1alpha1.RepartitionPlan
 	// Claims are the ResourceClaims pending pods may ask through (NVIDIA's DRA driver, see
 	// demand.PendingWithClaims); nil when the caller does not read claims, which leaves pods'
 	// claims unread.
@@ -70,6 +72,9 @@ type Options struct {
 	// KeepUnplaceable keeps pending pods that no node of the pool may host, so that the
 	// planner explains them (NotInPool); the controller leaves them to their own pool.
 	KeepUnplaceable bool
+	// Requests remembers pods' requests across passes over an informer's pods; nil computes
+	// them on every pass.
+	Requests *demand.RequestCache
 }
 
 // InFlight counts the pool's nodes that executing plans are changing now, by budget.
@@ -112,9 +117,9 @@ func NewPass(policy *v1alpha1.GPUPoolPolicy, c *Cluster, now time.Time, opts Opt
 		Now: now, MaxReportAge: opts.MaxReportAge, Heartbeats: c.Heartbeats,
 		EvictEmptyDir: policy.Spec.Disruption.EvictEmptyDir, EvictUnmanaged: policy.Spec.Disruption.EvictUnmanaged,
 		DeviceHolders: inventory.DRAHolders(c.Claims, c.Slices), DynamicMIGNodes: inventory.DynamicMIGNodes(c.Slices),
-		DRAPublished: inventory.DRAPublished(c.Slices),
+		DRAPublished: inventory.DRAPublished(c.Slices), Requests: opts.Requests,
 	})
-	p.Pending, _ = demand.PendingWithClaims(c.Pods, c.ClaimLookup(), now, p.MinPendingAge)
+	p.Pending, _ = demand.PendingWithClaims(c.Pods, c.ClaimLookup(), opts.Requests, now, p.MinPendingAge)
 	if !opts.KeepUnplaceable {
 		p.Pending = placeable(p.Pending, selector, c.Nodes)
 	}

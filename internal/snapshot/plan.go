@@ -127,7 +127,7 @@ func (s *Snapshot) Plan(opts Options) (*Report, error) {
 // except that pending pods no node of the pool may host are kept so that the planner explains
 // them: the report says why every pending pod waits, not only the pool's own.
 func (s *Snapshot) planPolicy(p *v1alpha1.GPUPoolPolicy, now time.Time) (*PolicyReport, error) {
-	cluster := &pool.Cluster{Policies: s.Policies, Nodes: s.Nodes, GPUNodes: s.GPUNodes, Pods: s.Pods, PDBs: s.PDBs, Plans: s.Plans,
+	cluster := &pool.Cluster{Policies: s.Policies, Nodes: s.Nodes, GPUNodes: s.GPUNodes, Pods: s.PodPointers(), PDBs: s.PDBs, Plans: s.Plans,
 		Claims: s.Claims, Slices: s.Slices}
 	pass, err := pool.NewPass(p, cluster, now, pool.Options{KeepUnplaceable: true})
 	if err != nil {
@@ -146,7 +146,7 @@ func (s *Snapshot) planPolicy(p *v1alpha1.GPUPoolPolicy, now time.Time) (*Policy
 		}
 	}
 	pr.Pending = len(pass.Pending) - notInPool
-	_, skipped := demand.PendingWithClaims(s.Pods, cluster.ClaimLookup(), now, pass.MinPendingAge)
+	_, skipped := demand.PendingWithClaims(cluster.Pods, cluster.ClaimLookup(), nil, now, pass.MinPendingAge)
 	bound := map[types.NamespacedName]bool{}
 	for i := range s.Pods {
 		if s.Pods[i].Spec.NodeName != "" {

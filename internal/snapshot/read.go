@@ -59,6 +59,15 @@ type Snapshot struct {
 	Warnings []string
 }
 
+// PodPointers points at the snapshot's pods, as pool.Cluster and inventory.Build take them.
+func (s *Snapshot) PodPointers() []*corev1.Pod {
+	out := make([]*corev1.Pod, len(s.Pods))
+	for i := range s.Pods {
+		out[i] = &s.Pods[i]
+	}
+	return out
+}
+
 // IgnoredCount is how many objects of other kinds the input held.
 func (s *Snapshot) IgnoredCount() int {
 	n := 0

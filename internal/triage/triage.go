@@ -277,7 +277,7 @@ func poolOf(s *snapshot.Snapshot) map[string][]string {
 // matrix is one row per GPU node (a node of a pool, or one with a GPU report): placement
 // and, per resource the pod asks for, free against needed.
 func matrix(s *snapshot.Snapshot, pod *corev1.Pod, pools map[string][]string) []NodeRow {
-	inv := inventory.Build(s.Nodes, s.GPUNodes, s.Pods, s.PDBs, inventory.Options{})
+	inv := inventory.Build(s.Nodes, s.GPUNodes, s.PodPointers(), s.PDBs, inventory.Options{})
 	req := demand.PodRequests(pod)
 	probe := demand.Request{NodeSelector: pod.Spec.NodeSelector, Tolerations: pod.Spec.Tolerations}
 	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
