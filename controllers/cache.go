@@ -1,6 +1,10 @@
 package controllers
 
 import (
+	"slices"
+	"strings"
+	"sync"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -17,21 +21,22 @@ import (
 
 // SlimCache is the cache configuration for the kinds that grow with the fleet.
 func SlimCache() map[client.Object]cache.ByObject {
+	lists := &resourceLists{}
 	return map[client.Object]cache.ByObject{
-		&corev1.Pod{}:  {Transform: slimPod},
+		&corev1.Pod{}:  {Transform: func(obj any) (any, error) { return slimPod(obj, lists) }},
 		&corev1.Node{}: {Transform: slimNode},
 	}
 }
 
 // slimPod keeps of a Pod what the planner, the triage of pending demand and the drain read.
-func slimPod(obj any) (any, error) {
+func slimPod(obj any, lists *resourceLists) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil // a tombstone of a deleted object passes as it is
 	}
 	slimMeta(&p.ManagedFields, p.Annotations)
-	slimContainers(p.Spec.Containers)
-	slimContainers(p.Spec.InitContainers)
+	slimContainers(p.Spec.Containers, lists)
+	slimContainers(p.Spec.InitContainers, lists)
 	p.Spec.EphemeralContainers = nil
 	p.Status.ContainerStatuses, p.Status.InitContainerStatuses, p.Status.EphemeralContainerStatuses = nil, nil, nil
 	p.Status.PodIPs, p.Status.HostIPs, p.Status.Message = nil, nil, ""
@@ -40,10 +45,54 @@ func slimPod(obj any) (any, error) {
 
 // slimContainers keeps a container's name, resources and restart policy (a sidecar's counts
 // for the pod's requests): image, command, environment, ports and probes go.
-func slimContainers(cs []corev1.Container) {
+func slimContainers(cs []corev1.Container, lists *resourceLists) {
 	for i, c := range cs {
+		c.Resources.Requests, c.Resources.Limits = lists.shared(c.Resources.Requests), lists.shared(c.Resources.Limits)
 		cs[i] = corev1.Container{Name: c.Name, Resources: c.Resources, RestartPolicy: c.RestartPolicy}
 	}
+}
+
+// resourceLists hands out one shared map per distinct resource list. A fleet's pods come from
+// few workloads, so most of their containers ask for the same few lists; as decoded, each
+// holds its own map of Quantities (about 1.2 KB a pod, 65 MB at 55,000 pods). Objects in an
+// informer's cache are read-only to every reader (client reads deep-copy them; the pass reads
+// them in place and never writes, pool's TestAPassLeavesItsInputAlone), so sharing is safe.
+// The table is bounded: past maxSharedLists distinct lists it starts afresh, and the lists
+// already handed out stay with their pods.
+type resourceLists struct {
+	mu     sync.Mutex
+	byText map[string]corev1.ResourceList
+}
+
+const maxSharedLists = 4096
+
+func (r *resourceLists) shared(l corev1.ResourceList) corev1.ResourceList {
+	if len(l) == 0 {
+		return l
+	}
+	names := make([]string, 0, len(l))
+	for name := range l {
+		names = append(names, string(name))
+	}
+	slices.Sort(names)
+	var key strings.Builder
+	for _, name := range names {
+		q := l[corev1.ResourceName(name)]
+		key.WriteString(name)
+		key.WriteByte('=')
+		key.WriteString(q.String())
+		key.WriteByte(';')
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.byText[key.String()]; ok {
+		return s
+	}
+	if r.byText == nil || len(r.byText) >= maxSharedLists {
+		r.byText = make(map[string]corev1.ResourceList)
+	}
+	r.byText[key.String()] = l
+	return l
 }
 
 // slimNode keeps of a Node its metadata, spec, allocatable and conditions: the images a

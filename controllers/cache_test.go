@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,7 +29,7 @@ func TestSlimPodKeepsWhatDecisionsRead(t *testing.T) {
 	full.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", Image: "registry.example/app:1"}}
 	full.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 
-	got, err := slimPod(full.DeepCopy())
+	got, err := slimPod(full.DeepCopy(), &resourceLists{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +45,41 @@ func TestSlimPodKeepsWhatDecisionsRead(t *testing.T) {
 	}
 
 	tombstone := cache.DeletedFinalStateUnknown{Key: "team/train", Obj: full.DeepCopy()}
-	if out, err := slimPod(tombstone); err != nil || out != any(tombstone) {
+	if out, err := slimPod(tombstone, &resourceLists{}); err != nil || out != any(tombstone) {
 		t.Errorf("a tombstone must pass unchanged, got %v, %v", out, err)
+	}
+}
+
+// TestSlimPodsShareEqualResourceLists: pods whose containers ask for the same resources hold
+// one map between them; different asks keep their own, with their own values.
+func TestSlimPodsShareEqualResourceLists(t *testing.T) {
+	lists := &resourceLists{}
+	slim := func(p corev1.Pod) *corev1.Pod {
+		t.Helper()
+		out, err := slimPod(&p, lists)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.(*corev1.Pod)
+	}
+	ask := fixture.Requests("cpu", "4", "memory", "8Gi", "nvidia.com/mig-1g.18gb", "1")
+	a := slim(fixture.Pod("team/a", fixture.Running("gpu-1"), ask))
+	b := slim(fixture.Pod("team/b", fixture.Running("gpu-2"), ask))
+	c := slim(fixture.Pod("team/c", fixture.Running("gpu-2"), fixture.Requests("cpu", "4", "memory", "8Gi", "nvidia.com/mig-2g.35gb", "1")))
+	same := func(x, y corev1.ResourceList) bool {
+		return reflect.ValueOf(x).UnsafePointer() == reflect.ValueOf(y).UnsafePointer()
+	}
+	if !same(a.Spec.Containers[0].Resources.Requests, b.Spec.Containers[0].Resources.Requests) {
+		t.Error("two pods asking for the same resources hold two maps")
+	}
+	if same(a.Spec.Containers[0].Resources.Requests, c.Spec.Containers[0].Resources.Requests) {
+		t.Error("pods asking for different resources share a map")
+	}
+	if q := c.Spec.Containers[0].Resources.Requests["nvidia.com/mig-2g.35gb"]; q.Value() != 1 {
+		t.Errorf("the 2g pod's request reads %s, want 1", q.String())
+	}
+	if len(lists.byText) > maxSharedLists {
+		t.Errorf("the table holds %d lists, more than its bound %d", len(lists.byText), maxSharedLists)
 	}
 }
 
