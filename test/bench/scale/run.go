@@ -67,6 +67,8 @@ type Result struct {
 	Nodes, Running, Pending, NewPending int
 	// Budget is the policy's maxDisruptedNodes ("" for the default).
 	Budget string
+	// Period is the agents' heartbeat period.
+	Period time.Duration
 	// Seed is how long writing the fleet took.
 	Seed time.Duration
 	// Baseline and Manager are the processes at rest; the APIServer fields are the API server
@@ -88,6 +90,10 @@ type Result struct {
 	Timeout time.Duration
 	// HeartbeatFailures counts Lease renewals the API server refused or failed.
 	HeartbeatFailures int64
+	// APIServerIdle and APIServerHeartbeats are the API server alone over a window, before any
+	// heartbeat and then with the agents' heartbeats only, no other client: their difference is
+	// what the heartbeats cost it.
+	APIServerIdle, APIServerHeartbeats usage
 }
 
 // Run measures one fleet size.
@@ -98,7 +104,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	logf.SetLogger(logr.Discard())
-	res := &Result{Nodes: cfg.Nodes, Running: cfg.Nodes * cfg.RunningPerNode, Pending: cfg.Nodes, Budget: cfg.Budget,
+	res := &Result{Nodes: cfg.Nodes, Running: cfg.Nodes * cfg.RunningPerNode, Pending: cfg.Nodes, Budget: cfg.Budget, Period: cfg.Period,
 		NewPending: max(10, cfg.Nodes/10), Timeout: cfg.Timeout}
 	if res.Timeout == 0 {
 		res.Timeout = 10 * time.Minute
@@ -160,10 +166,23 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Seed = time.Since(start)
 	progress("written in %s", res.Seed.Round(time.Second))
 
+	// What the heartbeats alone cost the API server: a window with no client at all, then one
+	// with the agents' Leases renewing and nothing else.
+	progress("API server alone: measuring %s idle, then %s with only the heartbeats", cfg.Window, cfg.Window)
+	if res.APIServerIdle, err = apiServerAlone(ctx, cfg, cp); err != nil {
+		return nil, err
+	}
 	beatCtx, stopBeats := context.WithCancel(ctx)
 	defer stopBeats()
 	var failures atomic.Int64
 	go heartbeats(beatCtx, c, cfg.Nodes, cfg.Period, &failures)
+	// A full period first, so that the window sees renewals at their steady rate.
+	if err := sleep(ctx, cfg.Period, func() error { return nil }); err != nil {
+		return nil, err
+	}
+	if res.APIServerHeartbeats, err = apiServerAlone(ctx, cfg, cp); err != nil {
+		return nil, err
+	}
 
 	if err := runBaseline(ctx, cfg, env, cp, barecache, res, progress); err != nil {
 		return nil, err
@@ -173,6 +192,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.HeartbeatFailures = failures.Load()
 	return res, nil
+}
+
+// apiServerAlone measures the API server over one window.
+func apiServerAlone(ctx context.Context, cfg Config, cp measure.ControlPlane) (usage, error) {
+	u, err := watchUsage(ctx, cfg.Window, func() error { return nil }, cp.APIServer)
+	if err != nil {
+		return usage{}, err
+	}
+	return u[0], nil
 }
 
 // runBaseline runs the bare cache: until it has synced, then Settle, then the window.

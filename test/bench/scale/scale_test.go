@@ -26,6 +26,9 @@ func TestRunMeasuresTheManagerBesideTheBaseline(t *testing.T) {
 	if res.FirstPlan == 0 || res.PlanSteps == 0 {
 		t.Errorf("no first plan measured: %s, %d steps", res.FirstPlan, res.PlanSteps)
 	}
+	if res.APIServerIdle.Cores <= 0 || res.APIServerHeartbeats.RSSMedian == 0 {
+		t.Errorf("the API server alone was not measured: idle %+v, heartbeats %+v", res.APIServerIdle, res.APIServerHeartbeats)
+	}
 	if res.NewShapeStatus == 0 {
 		t.Errorf("the new shape never reached the policy's status within %s", res.Timeout)
 	}
@@ -33,7 +36,7 @@ func TestRunMeasuresTheManagerBesideTheBaseline(t *testing.T) {
 	if err := Write(&out, []*Result{res}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"### 12 nodes, 120 running pods, 12 pending", "| RSS, median of 1 s samples (MiB) |", "| manager: start to first plan |"} {
+	for _, want := range []string{"### 12 nodes, 120 running pods, 12 pending", "| RSS, median of 1 s samples (MiB) |", "| manager: start to first plan |", "| heartbeats alone (the difference) |"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report lacks %q:\n%s", want, out.String())
 		}
