@@ -157,18 +157,18 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // allPolicies maps any change in the cluster to every policy: pools are few, and a pod or a
 // node may move demand or capacity into any of them.
 func (r *PolicyReconciler) allPolicies(ctx context.Context, _ client.Object) []reconcile.Request {
-	policies, bad, err := listPolicies(ctx, r.Client)
-	if err != nil {
+	// Every stored policy, undecodable ones too (their condition must be written once, and
+	// kept), so only the names are read: this runs for every event of every pod and node, and
+	// decoding each policy per event was most of the manager's work while a fleet's caches fill.
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(policyGVK.GroupVersion().WithKind(policyGVK.Kind + "List"))
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		logf.FromContext(ctx).Error(err, "listing policies to requeue")
 		return nil
 	}
-	out := make([]reconcile.Request, 0, len(policies)+len(bad))
-	for _, p := range policies {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-	}
-	// Undecodable ones too: their condition must be written once, and kept.
-	for _, b := range bad {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: b.object.GetName()}})
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].GetName()}})
 	}
 	return out
 }
