@@ -606,7 +606,7 @@ func budgetSweep(out *strings.Builder, w workload, budgets []string, nodes []fra
 }
 
 // cmdline is the command that ran, quoted so that it can be pasted into a shell: an empty
-// value (-sweep '') must stay an argument.
+// value (an empty -sweep skips the sweep) must stay an argument.
 func cmdline() string {
 	args := make([]string, 0, len(os.Args)-1)
 	for _, a := range os.Args[1:] {
