@@ -86,8 +86,8 @@ func TestHostAndOperandFaults(t *testing.T) {
 		f.g.Expect(f.observedTime(name)).To(BeTemporally(">", last), "the agent published since the boot before success")
 		f.g.Expect(f.events(name, "AgentStarted")()).NotTo(BeEmpty())
 		f.g.Expect(f.events(name, "MIGConfigRebooting")()).To(ContainElement(ContainSubstring("rebooting the host (down for 2s)")))
-		f.g.Expect(history.of(v1alpha1.LabelMIGConfigState)).To(Equal([]string{"success", "", "pending", "rebooting", "pending", "success"}))
-		f.g.Expect(history.of(deployDevicePlugin)).To(Equal([]string{"true", pausedForMIG, "true"}), "paused through the reboot")
+		f.g.Eventually(func() []string { return history.of(v1alpha1.LabelMIGConfigState) }).Should(Equal([]string{"success", "", "pending", "rebooting", "pending", "success"}))
+		f.g.Eventually(func() []string { return history.of(deployDevicePlugin) }).Should(Equal([]string{"true", pausedForMIG, "true"}), "paused through the reboot")
 		f.g.Eventually(func() map[string]string { return f.node(name).Annotations }).ShouldNot(HaveKey(sim.AnnotationFault),
 			"the fault is consumed")
 
@@ -161,7 +161,7 @@ func TestHostAndOperandFaults(t *testing.T) {
 		f.annotate(name, sim.AnnotationRestartMIGManager, "1")
 		f.g.Eventually(func() mig.Layout { return f.gpus(name)[0].Layout() }).Should(Equal(two3g))
 		f.g.Eventually(f.state(name)).Should(Equal("success"))
-		f.g.Expect(history.of(v1alpha1.LabelMIGConfigState)).To(Equal([]string{"success", "pending", "success"}))
+		f.g.Eventually(func() []string { return history.of(v1alpha1.LabelMIGConfigState) }).Should(Equal([]string{"success", "pending", "success"}))
 		f.g.Expect(f.node(name).Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfig, "gpupool-a"), "the label is untouched")
 	})
 

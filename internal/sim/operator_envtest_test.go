@@ -39,7 +39,7 @@ func TestMIGManagerRefusesInvalidConfig(t *testing.T) {
 		f.g.Eventually(f.state(name)).Should(Equal("failed"), tc.name)
 		f.g.Eventually(f.events(name, "MIGConfigInvalid")).Should(ContainElement(ContainSubstring(tc.want)), tc.name)
 		f.g.Expect(history.of(v1alpha1.LabelMIGConfigState)).NotTo(ContainElement("pending"), tc.name)
-		f.g.Expect(history.of(deployDevicePlugin)).To(Equal([]string{"true"}), tc.name+": nothing paused")
+		f.g.Eventually(func() []string { return history.of(deployDevicePlugin) }).Should(Equal([]string{"true"}), tc.name+": nothing paused")
 		f.g.Expect(f.gpus(name)).To(Equal(before), tc.name)
 		f.unsetConfig(name)
 	}
@@ -79,8 +79,8 @@ func TestMIGManagerAppliesNVIDIAStyleEntries(t *testing.T) {
 	history := f.watchLabels(name, v1alpha1.LabelMIGConfigState, deployDevicePlugin)
 	f.flip(name, "all-1g.18gb")
 	f.g.Eventually(f.state(name)).Should(Equal("success"))
-	f.g.Expect(history.of(v1alpha1.LabelMIGConfigState)).To(Equal([]string{"success", "", "success"}), "already applied: no pending")
-	f.g.Expect(history.of(deployDevicePlugin)).To(Equal([]string{"true"}))
+	f.g.Eventually(func() []string { return history.of(v1alpha1.LabelMIGConfigState) }).Should(Equal([]string{"success", "", "success"}), "already applied: no pending")
+	f.g.Eventually(func() []string { return history.of(deployDevicePlugin) }).Should(Equal([]string{"true"}))
 
 	f.flip(name, "all-balanced")
 	f.g.Eventually(f.state(name)).Should(Equal("success"))

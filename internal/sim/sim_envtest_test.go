@@ -109,8 +109,8 @@ func TestLabelFlipReconfiguresChangedGPUsOnly(t *testing.T) {
 
 	// The watch opened on the initial "success"; the flip dropped the state, then mig-manager
 	// wrote pending and finally success.
-	f.g.Expect(history.of(v1alpha1.LabelMIGConfigState)).To(Equal([]string{"success", "", "pending", "success"}))
-	f.g.Expect(history.of(deployDevicePlugin)).To(Equal([]string{"true", pausedForMIG, "true"}))
+	f.g.Eventually(func() []string { return history.of(v1alpha1.LabelMIGConfigState) }).Should(Equal([]string{"success", "", "pending", "success"}))
+	f.g.Eventually(func() []string { return history.of(deployDevicePlugin) }).Should(Equal([]string{"true", pausedForMIG, "true"}))
 
 	after := f.gpus(name)
 	f.g.Expect(after[0].Layout()).To(Equal(two3g))
@@ -143,7 +143,7 @@ func TestUnknownEntryFails(t *testing.T) {
 	f.flip(name, "gpupool-missing")
 	f.g.Eventually(f.state(name)).Should(Equal("failed"))
 	f.g.Eventually(f.events(name, "MIGConfigInvalid")).Should(ContainElement(ContainSubstring("selected mig-config not present: gpupool-missing")))
-	f.g.Expect(history.of(v1alpha1.LabelMIGConfigState)).To(Equal([]string{"success", "", "failed"}), "refused before pending, as mig-manager validates first")
+	f.g.Eventually(func() []string { return history.of(v1alpha1.LabelMIGConfigState) }).Should(Equal([]string{"success", "", "failed"}), "refused before pending, as mig-manager validates first")
 	f.g.Expect(f.gpus(name)).To(Equal(before))
 	f.g.Expect(f.node(name).Labels).To(HaveKeyWithValue(deployDevicePlugin, "true"), "nothing was paused")
 
