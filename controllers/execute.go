@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	resourcev1 "k8s.io/api/resource/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -278,6 +280,16 @@ func (r *PlanReconciler) observe(ctx context.Context, plan string, policy *v1alp
 	obs.ExclusiveAdvertised = true
 	if timeSliced := step.SharingConfig != nil && step.SharingConfig.Mode == v1alpha1.SharingTimeSlicing; !timeSliced {
 		obs.ExclusiveAdvertised, obs.ExclusiveResources = exclusiveAdvertised(targets, node)
+	}
+	if r.readSlices {
+		var list resourcev1.ResourceSliceList
+		if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, obs, fmt.Errorf("listing ResourceSlices: %w", err)
+		}
+		if published, ok := inventory.DRAPublished(list.Items)[step.Node]; ok {
+			// NVIDIA's DRA driver serves the node's GPUs, not the device plugin.
+			obs.DRADriver, obs.DRAStale = true, inventory.DRAStale(gpuNode, published)
+		}
 	}
 	if step.SharingConfigName != "" {
 		obs.SharingConfig = node.Labels[v1alpha1.LabelDevicePluginConfig]

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,12 +10,14 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
@@ -276,4 +279,81 @@ func TestDrainWaitsForPDBThenProceeds(t *testing.T) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
 		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")))
 	}).WithTimeout(30*time.Second).Should(Succeed(), "drained, then configured")
+}
+
+// draSlice plays NVIDIA's DRA driver: the node's one ResourceSlice lists a MIG device per uuid
+// (the driver publishes what it found when its kubelet plugin last started).
+func draSlice(t *testing.T, env *testenv.Env, node string, uuids ...string) {
+	t.Helper()
+	ctx := context.Background()
+	s := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-gpu.nvidia.com"}}
+	_, err := controllerutil.CreateOrUpdate(ctx, env.Client, s, func() error {
+		s.Spec = resourcev1.ResourceSliceSpec{Driver: "gpu.nvidia.com", NodeName: ptr.To(node),
+			Pool: resourcev1.ResourcePool{Name: node, Generation: s.Spec.Pool.Generation + 1, ResourceSliceCount: 1}}
+		for i, u := range uuids {
+			s.Spec.Devices = append(s.Spec.Devices, resourcev1.Device{Name: fmt.Sprintf("gpu-0-mig-%d", i),
+				Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+					"type": {StringValue: ptr.To("mig")}, "uuid": {StringValue: ptr.To(u)}}})
+		}
+		return nil
+	})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+}
+
+// TestStepOnADRANodeWaitsForItsSlices: on a node whose GPUs NVIDIA's DRA driver serves, the
+// device plugin advertises nothing and the step does not wait for it; it waits until the
+// driver's slices list the instances NVML reports, because claims can be allocated only
+// those, and keeps the node cordoned until then.
+func TestStepOnADRANodeWaitsForItsSlices(t *testing.T) {
+	g := NewWithT(t)
+	env, _ := startPlanController(t)
+	ctx := context.Background()
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	draSlice(t, env, "gpu-1", "MIG-old-0", "MIG-old-1", "MIG-old-2", "MIG-old-3", "MIG-old-4", "MIG-old-5", "MIG-old-6")
+	autoPolicy(t, env)
+	plan := &v1.RepartitionPlan{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool-a-20261202-aaaabbbb"},
+		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Hash: "aaaabbbbccccdddd", Steps: []v1.NodeStep{{
+			Node: "gpu-1", MIGConfigName: "gpupool-0123456789",
+			GPUs: []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 7}, To: v1.ProfileCounts{"3g.71gb": 2}}},
+		}}},
+	}
+	createPlan(t, env, plan)
+	node := &corev1.Node{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
+		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")))
+	}).WithTimeout(30*time.Second).Should(Succeed(), "relabelled")
+
+	// mig-manager succeeds and the agent reads the new instances from NVML.
+	patch := client.MergeFrom(node.DeepCopy())
+	node.Labels[v1.LabelMIGConfigState] = "success"
+	g.Expect(env.Client.Patch(ctx, node, patch)).To(Succeed())
+	report := &v1.GPUNode{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, report)).To(Succeed())
+	report.Status.GPUs[0].Instances = []v1.MIGInstance{
+		{Profile: "3g.71gb", Placement: v1.SlicePlacement{Start: 0, Size: 4}, UUID: "MIG-new-0"},
+		{Profile: "3g.71gb", Placement: v1.SlicePlacement{Start: 4, Size: 4}, UUID: "MIG-new-4"}}
+	report.Status.Conditions = append(report.Status.Conditions, metav1.Condition{Type: v1.ConditionLayoutVerified,
+		Status: metav1.ConditionTrue, Reason: "Matches", LastTransitionTime: metav1.Now(), ObservedGeneration: report.Generation})
+	g.Expect(env.Client.Status().Update(ctx, report)).To(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		got := &v1.RepartitionPlan{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(plan), got)).To(Succeed())
+		g.Expect(got.Status.Nodes).To(HaveLen(1))
+		g.Expect(got.Status.Nodes[0].Message).To(ContainSubstring("waiting for NVIDIA's DRA driver to publish the new MIG devices"))
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
+		g.Expect(node.Spec.Unschedulable).To(BeTrue(), "claims cannot use the new instances yet")
+	}).WithTimeout(30*time.Second).Should(Succeed(), "stale slices hold the step")
+
+	// The kubelet plugin restarts (mig-manager bounced it) and republishes.
+	draSlice(t, env, "gpu-1", "MIG-new-0", "MIG-new-4")
+	g.Eventually(func(g Gomega) {
+		got := &v1.RepartitionPlan{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(plan), got)).To(Succeed())
+		g.Expect(got.Status.Phase).To(Equal(v1.PlanSucceeded))
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
+		g.Expect(node.Spec.Unschedulable).To(BeFalse())
+	}).WithTimeout(30*time.Second).Should(Succeed(), "slices current, then uncordoned, with no device plugin advertising anything")
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -386,7 +387,17 @@ func TestClaimPodsAreDemand(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPolicyController(t)
 	ctx := context.Background()
+	// gpu-1's GPUs are the device plugin's; NVIDIA's DRA driver serves gpu-2's (it publishes a
+	// slice for its pool), and the two never share a GPU.
 	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-2", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	g.Expect(env.Client.Create(ctx, &resourcev1.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu-2-gpu.nvidia.com-x7k2q"},
+		Spec: resourcev1.ResourceSliceSpec{Driver: "gpu.nvidia.com", NodeName: ptr.To("gpu-2"),
+			Pool: resourcev1.ResourcePool{Name: "gpu-2", ResourceSliceCount: 1},
+			Devices: []resourcev1.Device{{Name: "gpu-0-mig-1g18gb-19-0", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+				"type": {StringValue: ptr.To("mig")}, "uuid": {StringValue: ptr.To("MIG-gpu-2-0-0")}, "profile": {StringValue: ptr.To("1g.18gb")}}}}},
+	})).To(Succeed())
 	claimPod := func(name, selector string) {
 		claim := &resourcev1.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu", Namespace: "default"},
@@ -413,10 +424,14 @@ func TestClaimPodsAreDemand(t *testing.T) {
 	claimPod("dra-trainer", "device.attributes['gpu.nvidia.com'].profile == '3g.71gb'")
 	claimPod("dra-sweep", "device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('30Gi'))")
 	pendingPod(t, env, "plugin-trainer", "3g.71gb")
-	g.Expect(env.Client.Create(ctx, poolPolicy("pool-a", map[string]string{"pool": "a"}))).To(Succeed())
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	policy.Spec.Disruption.MaxReconfiguringNodes = ptr.To(intstr.FromString("100%")) // both nodes in one plan
+	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
 
 	plan := onlyPlan(t, env)
 	g.Expect(plan.Spec.Expected.Pods).To(ConsistOf(
 		v1.PodReference{Namespace: "default", Name: "dra-trainer"},
 		v1.PodReference{Namespace: "default", Name: "plugin-trainer"}))
+	// Each on its own kind of node: a 3g carved on gpu-1 serves no claim.
+	g.Expect(plan.Spec.Steps).To(HaveLen(2))
 }

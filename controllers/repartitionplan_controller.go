@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	resourcev1 "k8s.io/api/resource/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,6 +50,10 @@ type PlanReconciler struct {
 	ConfigPropagation time.Duration
 	// Metrics receives plan phases, evictions and node step durations; nil records nothing.
 	Metrics *metrics.Metrics
+
+	// readSlices is set when the API server serves resource.k8s.io/v1: a step on a node whose
+	// GPUs NVIDIA's DRA driver serves then waits for the driver's ResourceSlices.
+	readSlices bool
 }
 
 // SetupWithManager watches plans, and policies for changes of their approval mode.
@@ -56,15 +62,26 @@ func (r *PlanReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.ConfigPropagation = DefaultConfigPropagation
 	}
 	onNode := handler.EnqueueRequestsFromMapFunc(r.plansOnNode)
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.RepartitionPlan{}).
 		// A step waits on its node's labels and on its GPUNode's verification.
 		Watches(&corev1.Node{}, onNode).
 		Watches(&v1alpha1.GPUNode{}, onNode).
 		// A policy's approval mode and planTTL decide its waiting plans.
-		Watches(newPolicyObject(), handler.EnqueueRequestsFromMapFunc(r.plansOfPolicy)).
-		Named("repartitionplan").
-		Complete(quietConflicts{r})
+		Watches(newPolicyObject(), handler.EnqueueRequestsFromMapFunc(r.plansOfPolicy))
+	// As the policy controller: slices are read only where the API server serves them.
+	if _, err := mgr.GetRESTMapper().RESTMapping(resourcev1.SchemeGroupVersion.WithKind("ResourceSlice").GroupKind(), resourcev1.SchemeGroupVersion.Version); err == nil {
+		r.readSlices = true
+		// NVIDIA's DRA driver names its pool after the node (cmd/gpu-kubelet-plugin/driver.go).
+		b = b.Watches(&resourcev1.ResourceSlice{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			s, ok := o.(*resourcev1.ResourceSlice)
+			if !ok || s.Spec.NodeName == nil {
+				return nil
+			}
+			return r.plansOnNode(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: *s.Spec.NodeName}})
+		}))
+	}
+	return b.Named("repartitionplan").Complete(quietConflicts{r})
 }
 
 // plansOfPolicy maps a policy to its plans.

@@ -99,7 +99,7 @@ func TestSamples(t *testing.T) {
 		// plugin, served by one plan, on the node whose idle-looking GPU no allocated claim holds.
 		file:          "dra-claims-h100.yaml",
 		wantServed:    []string{"team-a/train-dra-0-4kq8z", "team-c/infer-big-5f7d8-w2n4x"},
-		wantStepNodes: []string{"h100-node-2"},
+		wantStepNodes: []string{"h100-node-1", "h100-node-2"},
 	}} {
 		t.Run(tc.file, func(t *testing.T) {
 			code, out, errOut := invoke(t, "", "plan", "-f", sample(tc.file), "-o", "json")

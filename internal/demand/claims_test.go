@@ -87,10 +87,16 @@ func TestPendingWithClaims(t *testing.T) {
 		claims: []*resourcev1.ResourceClaim{claim("video", exactly("v", DeviceClassMIG, profileIs("1g.24gb+me.all"), 1))},
 		want:   []GPURequest{{Resource: "nvidia.com/mig-1g.24gb.me.all", Kind: KindMIG, Profile: "1g.24gb+me.all", Count: 1}},
 	}, {
-		name:   "whole GPUs by count, added to what the containers ask the device plugin for",
-		pod:    pendingPod("p", usesClaim("g", "", "two-gpus")),
+		name:   "whole GPUs by count",
+		pod:    pendingPod("p", cpuOnly, usesClaim("g", "", "two-gpus")),
 		claims: []*resourcev1.ResourceClaim{claim("two-gpus", exactly("g", DeviceClassGPU, "", 2))},
-		want:   []GPURequest{{Resource: "nvidia.com/gpu", Kind: KindGPU, Count: 3}},
+		want:   []GPURequest{{Resource: "nvidia.com/gpu", Kind: KindGPU, Count: 2}},
+	}, {
+		// NVIDIA's DRA driver and device plugin never serve the same GPU, so no node has both.
+		name:       "GPUs asked of the device plugin and of claims at once are reported",
+		pod:        pendingPod("p", usesClaim("g", "", "two-gpus")),
+		claims:     []*resourcev1.ResourceClaim{claim("two-gpus", exactly("g", DeviceClassGPU, "", 2))},
+		wantReason: "both through the device plugin and through DRA claims",
 	}, {
 		name:   "an allocated claim is no demand",
 		pod:    pendingPod("p", cpuOnly, usesClaim("mig", "", "done")),
@@ -152,6 +158,9 @@ func TestPendingWithClaims(t *testing.T) {
 			}
 			if _, ok := reqs[0].Requests["cpu"]; !ok {
 				t.Error("the pod's other requests are lost")
+			}
+			if !reqs[0].ViaClaims {
+				t.Error("a pod asking through claims is not marked ViaClaims: a device-plugin node could be carved for it")
 			}
 		})
 	}

@@ -49,6 +49,10 @@ type Request struct {
 	RequiredAffinity *corev1.NodeSelector
 	// Tolerations are the pod's tolerations.
 	Tolerations []corev1.Toleration
+	// ViaClaims is true when the pod's GPUs come through ResourceClaims of NVIDIA's DRA driver:
+	// only a node whose devices the driver publishes can serve it, and a node the device plugin
+	// serves cannot (NVIDIA's driver and device plugin do not share a GPU).
+	ViaClaims bool
 }
 
 // Skipped is a GPU pod that is not demand (yet), with the reason a user reads in the CLI.
@@ -89,10 +93,15 @@ func PendingWithClaims(pods []*corev1.Pod, claims ClaimLookup, requests *Request
 		}
 		podRequests := requests.Requests(pod)
 		var problem string
+		viaClaims := false
 		if withClaims {
 			var fromClaims corev1.ResourceList
 			fromClaims, problem = claimGPUs(pod, claims)
+			if len(fromClaims) > 0 && problem == "" && len(gpuRequests(podRequests)) > 0 {
+				problem = "it asks for GPUs both through the device plugin and through DRA claims, and no node is served by both"
+			}
 			if len(fromClaims) > 0 {
+				viaClaims = true
 				// The remembered list is shared: add the claims' devices to a copy.
 				podRequests = podRequests.DeepCopy()
 				if podRequests == nil {
@@ -114,7 +123,9 @@ func PendingWithClaims(pods []*corev1.Pod, claims ClaimLookup, requests *Request
 			skipped = append(skipped, Skipped{Pod: name, Reason: reason})
 			continue
 		}
-		reqs = append(reqs, newRequest(pod, name, since, gpus, podRequests))
+		r := newRequest(pod, name, since, gpus, podRequests)
+		r.ViaClaims = viaClaims
+		reqs = append(reqs, r)
 	}
 	slices.SortFunc(reqs, compareRequests)
 	slices.SortFunc(skipped, func(a, b Skipped) int {

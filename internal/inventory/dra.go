@@ -101,6 +101,11 @@ func DynamicMIGNodes(slices []resourcev1.ResourceSlice) map[string]bool {
 	return out
 }
 
+// draHolderBlocker is why gpupool does not evict a pod holding a device NVIDIA's DRA driver
+// allocated: its replacement would ask through a new claim, which the planner cannot yet
+// re-land elsewhere (docs/dra.md).
+const draHolderBlocker = "it holds a device NVIDIA's DRA driver allocated to its ResourceClaim, and gpupool does not move claim pods yet"
+
 // dynamicMIGBlocker is the reason a DynamicMIG node is left alone.
 const dynamicMIGBlocker = "NVIDIA's DRA driver runs DynamicMIG here: it carves MIG instances itself and destroys any it did not make " +
 	"when it restarts, so gpupool leaves the node alone (see docs/dra.md)"
@@ -132,12 +137,12 @@ func DRAPublished(slices []resourcev1.ResourceSlice) map[string]map[string]bool 
 	return out
 }
 
-// draStale says how the MIG devices NVIDIA's DRA driver publishes for a node differ from the
+// DRAStale says how the MIG devices NVIDIA's DRA driver publishes for a node differ from the
 // instances the agent's report lists there; "" when they agree or the driver publishes nothing
 // for it. The driver discovers MIG devices only when its kubelet plugin starts (cmd/gpu-kubelet-
 // plugin/nvlib.go), so after a re-carve its slices are stale until the plugin restarts, and
 // claims cannot use the new instances.
-func draStale(report *v1alpha1.GPUNode, published map[string]bool) string {
+func DRAStale(report *v1alpha1.GPUNode, published map[string]bool) string {
 	if published == nil || report == nil {
 		return ""
 	}

@@ -53,9 +53,14 @@ func TestDRAAllocatedInstancesAreHeld(t *testing.T) {
 		allocated("no-pod-yet", "gpu.nvidia.com", "gpu-0-mig-1g10gb-19-1", ""),
 		allocated("other-driver", "nic.example.com", "gpu-0-mig-1g10gb-19-2", "nic-user"),
 	}
+	trainerPod := fixture.Pod("team/trainer", fixture.Running(nodeA), fixture.Requests("cpu", "1"))
 	snap := inventory.Build([]corev1.Node{fixture.GPUHost(nodeA, h100Label, nil)},
-		[]v1alpha1.GPUNode{report(nodeA, []v1alpha1.GPUStatus{gpu})}, nil, nil,
+		[]v1alpha1.GPUNode{report(nodeA, []v1alpha1.GPUStatus{gpu})}, []*corev1.Pod{&trainerPod}, nil,
 		inventory.Options{Now: now, DeviceHolders: inventory.DRAHolders(claims, []resourcev1.ResourceSlice{slice})})
+	// Its claim, not its requests, says what the pod needs: the planner could not re-land it.
+	if p := podOf(t, snap.Nodes[0], "team/trainer"); p.Evictable || !strings.Contains(p.Blocker, "DRA driver allocated") {
+		t.Errorf("the claim's pod: evictable %v, blocker %q; want it kept where it runs", p.Evictable, p.Blocker)
+	}
 	g := snap.Nodes[0].GPUs[0]
 	trainer := types.NamespacedName{Namespace: "team", Name: "trainer"}
 	if in := g.Instances[0]; !in.Busy || in.Pod == nil || *in.Pod != trainer {
@@ -136,11 +141,11 @@ func TestDRAStaleSlices(t *testing.T) {
 	current := draSlice("gpu.nvidia.com", map[string]string{"gpu-0-mig-3g40gb-2-0": "MIG-3g.40gb-0", "gpu-0-mig-3g40gb-2-4": "MIG-3g.40gb-4"})
 	stale := draSlice("gpu.nvidia.com", map[string]string{"gpu-0-mig-1g10gb-19-0": "MIG-1g.10gb-0", "gpu-0-mig-1g10gb-19-1": "MIG-1g.10gb-1",
 		"gpu-0-mig-1g10gb-19-2": "MIG-1g.10gb-2"})
-	if n := build(current); n.DRAStale != "" {
-		t.Errorf("current slices: DRAStale %q", n.DRAStale)
+	if n := build(current); n.DRAStale != "" || !n.DRA {
+		t.Errorf("current slices: DRAStale %q, DRA %v; want agreement on a node the driver serves", n.DRAStale, n.DRA)
 	}
-	if n := build(); n.DRAStale != "" {
-		t.Errorf("no DRA driver: DRAStale %q", n.DRAStale)
+	if n := build(); n.DRAStale != "" || n.DRA {
+		t.Errorf("no DRA driver: DRAStale %q, DRA %v", n.DRAStale, n.DRA)
 	}
 	if n, want := build(stale), "its DRA ResourceSlices miss 2 of the MIG instances NVML reports and list 3 it does not"; n.DRAStale != want {
 		t.Errorf("stale slices: DRAStale %q, want %q", n.DRAStale, want)

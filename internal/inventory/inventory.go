@@ -82,6 +82,10 @@ type Node struct {
 	// what NVML reports (its kubelet plugin has not restarted since a re-carve); "" when they
 	// agree or the driver is not there.
 	DRAStale string
+	// DRA is true when NVIDIA's DRA driver publishes the node's GPUs (ResourceSlices of
+	// gpu.nvidia.com for its pool): pods asking through claims can run there, pods asking the
+	// device plugin cannot.
+	DRA bool
 	// Unreported is true when the Blocker is the agent's report: missing, NVML not ready, or
 	// older than MaxReportAge. Such nodes are counted in the pool's status, so that a pool whose
 	// agents fall silent says so instead of planning a shrinking set of nodes in silence.
@@ -220,6 +224,14 @@ func Build(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []*corev1.Pod,
 		podsByNode[p.Spec.NodeName] = append(podsByNode[p.Spec.NodeName], p)
 	}
 	products := productCache{}
+	// Pods holding a device NVIDIA's DRA driver allocated: their claims, not their requests,
+	// say what they need, so the planner could neither re-land them nor count them right.
+	claimHolders := map[types.NamespacedName]bool{}
+	for _, h := range opts.DeviceHolders {
+		if h.Pod != nil {
+			claimHolders[*h.Pod] = true
+		}
+	}
 
 	snap := &Snapshot{DisruptionsAllowed: budgets.allowed}
 	for i := range nodes {
@@ -232,6 +244,9 @@ func Build(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []*corev1.Pod,
 		}
 		for _, p := range podsByNode[n.Name] {
 			pod := newPod(p, budgets, opts)
+			if pod.Evictable && claimHolders[pod.Key] {
+				pod.Blocker, pod.Evictable = draHolderBlocker, false
+			}
 			addTo(n.Requested, pod.Requests)
 			n.Pods = append(n.Pods, pod)
 		}
@@ -239,7 +254,8 @@ func Build(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []*corev1.Pod,
 			return cmp.Or(cmp.Compare(a.Key.Namespace, b.Key.Namespace), cmp.Compare(a.Key.Name, b.Key.Name))
 		})
 		n.GPUs, n.Blocker = gpusOf(obj, reports[n.Name], products, opts)
-		n.DRAStale = draStale(reports[n.Name], opts.DRAPublished[n.Name])
+		n.DRAStale = DRAStale(reports[n.Name], opts.DRAPublished[n.Name])
+		_, n.DRA = opts.DRAPublished[n.Name]
 		n.Unreported = n.Blocker != ""
 		if n.Blocker == "" && opts.DynamicMIGNodes[n.Name] {
 			n.Blocker = dynamicMIGBlocker

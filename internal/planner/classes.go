@@ -166,6 +166,9 @@ func classKey(r *demand.Request) string {
 		b.WriteString("|tol:")
 		b.WriteString(t.String())
 	}
+	if r.ViaClaims {
+		b.WriteString("|dra")
+	}
 	return b.String()
 }
 

@@ -302,7 +302,9 @@ func (p *planState) landSearch(from *nodeInfo, pod *inventory.Pod, taken *[]spar
 			if tried++; tried > maxLandingTries {
 				break
 			}
-			if !pod.MayRunOn(to.node.Object) {
+			// A moved pod asks the device plugin (claim pods are never moved): a node NVIDIA's
+			// DRA driver serves advertises none of its resources.
+			if to.node.DRA || !pod.MayRunOn(to.node.Object) {
 				continue
 			}
 			st := p.ledger.spare[to.pos]

@@ -326,6 +326,18 @@ func (p *planState) unserved(res *Result, steps map[*nodeInfo]*proposal, spec *v
 	return out
 }
 
+// driverMismatch says why a node cannot host a class for the way its pods ask for GPUs: claims
+// of NVIDIA's DRA driver on a node the device plugin serves, or the reverse; "" when they agree.
+func driverMismatch(c *class, ni *nodeInfo) string {
+	switch {
+	case c.sample.ViaClaims && !ni.node.DRA:
+		return fmt.Sprintf("node %s: the pod asks through DRA claims and NVIDIA's DRA driver publishes no device there", ni.node.Name)
+	case !c.sample.ViaClaims && ni.node.DRA:
+		return fmt.Sprintf("node %s: NVIDIA's DRA driver serves its GPUs and the pod asks the device plugin", ni.node.Name)
+	}
+	return ""
+}
+
 // explain finds the first obstacle between a class and a node, in the order a user would fix
 // them: where it may run, what the GPUs may be carved into, CPU and memory, disruption rules,
 // and finally plain capacity.
@@ -340,14 +352,17 @@ func (p *planState) explain(c *class, res *Result, steps map[*nodeInfo]*proposal
 		if p.eligible(ni, c) {
 			eligible = append(eligible, ni)
 		} else if firstMismatch == "" {
-			_, firstMismatch = c.sample.Matches(ni.node.Object)
+			firstMismatch = driverMismatch(c, ni)
+			if firstMismatch == "" {
+				_, firstMismatch = c.sample.Matches(ni.node.Object)
+			}
 		}
 	}
 	if len(eligible) == 0 {
 		if len(p.nodes) == 0 {
 			return ReasonNotInPool, what + ": the policy's nodeSelector selects no node"
 		}
-		return ReasonNotInPool, fmt.Sprintf("%s: none of the pool's %d nodes matches the pod's node selector, affinity or tolerations (%s)",
+		return ReasonNotInPool, fmt.Sprintf("%s: none of the pool's %d nodes matches the pod's node selector, affinity, tolerations or the way it asks for GPUs (%s)",
 			what, len(p.nodes), firstMismatch)
 	}
 	shaped, shapeWhy := passing(eligible, func(ni *nodeInfo) string { return p.shapeObstacle(c, ni) })

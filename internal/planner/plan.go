@@ -109,7 +109,10 @@ func (p *planState) eligible(ni *nodeInfo, c *class) bool {
 	case -1:
 		return false
 	}
-	ok, _ := c.sample.Matches(ni.node.Object)
+	ok := c.sample.ViaClaims == ni.node.DRA
+	if ok {
+		ok, _ = c.sample.Matches(ni.node.Object)
+	}
 	if ok {
 		ni.eligible[c.id] = 1
 	} else {

@@ -76,6 +76,13 @@ type Observation struct {
 	ExclusiveAdvertised bool
 	// ExclusiveResources names them, for messages.
 	ExclusiveResources string
+	// DRADriver is true when NVIDIA's DRA driver, not the device plugin, serves the node's
+	// GPUs (it publishes ResourceSlices for the node): the new instances are usable once its
+	// slices list them, and ExclusiveAdvertised does not apply.
+	DRADriver bool
+	// DRAStale says how the driver's slices differ from the instances NVML reports; "" when
+	// they agree.
+	DRAStale string
 	// LayoutExpected is true when GPUNode.spec.expectedLayout equals the step's target.
 	LayoutExpected bool
 	// MIGConfig and MIGState are the node's nvidia.com/mig.config and .state labels.
@@ -264,7 +271,20 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 			}
 			return stay(cur, "waiting for the device plugin to advertise "+obs.SharedResource, quickLook)
 		}
-		if obs.Verified == metav1.ConditionTrue && !obs.ExclusiveAdvertised {
+		if obs.Verified == metav1.ConditionTrue && obs.DRADriver && obs.DRAStale != "" {
+			// NVIDIA's DRA driver discovers MIG devices only when its kubelet plugin starts
+			// (dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/nvlib.go); mig-manager restarts it
+			// with each change when its DaemonSet selects nvidia.com/gpu.deploy.client=true
+			// (mig-parted pkg/mig/reconfigure/reconfigure.go, v0.15.0). Until then claims cannot
+			// be allocated the new instances, so the step is not done.
+			if now.Sub(since) >= t.Configure {
+				return failTouched(cur, now, "NVIDIA's DRA driver did not publish the new MIG devices within configureTimeout "+
+					t.Configure.String()+" ("+obs.DRAStale+"): its kubelet plugin rescans only when it starts; restart it on "+step.Node+
+					", and let mig-manager do so with every change by giving its DaemonSet the nodeSelector nvidia.com/gpu.deploy.client=true", obs, t)
+			}
+			return stay(cur, "layout verified; waiting for NVIDIA's DRA driver to publish the new MIG devices ("+obs.DRAStale+")", quickLook)
+		}
+		if obs.Verified == metav1.ConditionTrue && !obs.DRADriver && !obs.ExclusiveAdvertised {
 			// mig-manager restarts the device plugin after a change; until it advertises the new
 			// devices the scheduler cannot use them, so the step is not done.
 			if now.Sub(since) >= t.Configure {

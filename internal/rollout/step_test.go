@@ -492,3 +492,24 @@ func TestVerifiedLayoutWaitsForTheDevicePlugin(t *testing.T) {
 	g.Expect(res.Status.Message).To(ContainSubstring("the device plugin did not advertise nvidia.com/mig-3g.71gb=2"))
 	g.Expect(res.Actions).To(Equal([]rollout.Action{rollout.ActionUncordon}), "the GPUs are whole, so the node reopens")
 }
+
+// TestVerifiedLayoutWaitsForTheDRADriver: on a node NVIDIA's DRA driver serves, the device
+// plugin advertises nothing and is not waited for; the driver's ResourceSlices are, because
+// claims can be allocated only what they list.
+func TestVerifiedLayoutWaitsForTheDRADriver(t *testing.T) {
+	g := NewWithT(t)
+	obs := verified(configured(cordoned(), nodeStep.MIGConfigName, "success"), metav1.ConditionTrue)
+	obs.ExclusiveAdvertised = false
+	obs.DRADriver, obs.DRAStale = true, "its DRA ResourceSlices miss 2 of the MIG instances NVML reports and list 7 it does not"
+	res := rollout.Step(planName, nodeStep, at(v1alpha1.NodeVerifying, false), obs, timeouts, t0.Add(time.Second))
+	g.Expect(res.Status.State).To(Equal(v1alpha1.NodeVerifying))
+	g.Expect(res.Status.Message).To(HavePrefix("layout verified; waiting for NVIDIA's DRA driver to publish the new MIG devices (its DRA ResourceSlices miss 2"))
+
+	res = rollout.Step(planName, nodeStep, at(v1alpha1.NodeVerifying, false), whole(obs), timeouts, t0.Add(timeouts.Configure))
+	g.Expect(res.Status.State).To(Equal(v1alpha1.NodeFailed))
+	g.Expect(res.Status.Message).To(ContainSubstring("nodeSelector nvidia.com/gpu.deploy.client=true"))
+
+	obs.DRAStale = ""
+	res = rollout.Step(planName, nodeStep, at(v1alpha1.NodeVerifying, false), obs, timeouts, t0.Add(time.Second))
+	g.Expect(res.Status.State).To(Equal(v1alpha1.NodeDone), "slices current; the device plugin's allocatable is not the DRA driver's business")
+}

@@ -40,15 +40,22 @@ const (
 
 // Operand deploy labels mig-manager pauses while it changes MIG settings
 // (reconfigure.go shutdownKubernetesGPUClients: device plugin, GPU Feature Discovery, DCGM
-// exporter, DCGM, NVSM). An operand is paused only when its label is set; restoring writes
-// "true".
+// exporter, DCGM, NVSM, and since mig-parted v0.15.0, commit 4224297a, "client": any
+// third-party DaemonSet that selects nvidia.com/gpu.deploy.client=true, such as NVIDIA's DRA
+// kubelet plugin where it is deployed so). An operand is paused only when its label is set and
+// not "false" (maybeSetPaused); restoring writes "true".
 var pausableOperands = []string{
 	labelDeployPrefix + "device-plugin",
 	labelDeployPrefix + "gpu-feature-discovery",
 	labelDeployPrefix + "dcgm-exporter",
 	labelDeployPrefix + "dcgm",
 	labelDeployPrefix + "nvsm",
+	labelDeployClient,
 }
+
+// labelDeployClient is the GPU Operator's label for third-party GPU clients (mig-parted
+// pkg/mig/reconfigure/reconfigure.go gpuClientDeployLabel).
+const labelDeployClient = labelDeployPrefix + "client"
 
 // pausedValue is the deploy label value of a paused operand (reconfigure.go maybeSetPaused).
 const pausedValue = "paused-for-mig-change"
@@ -489,7 +496,7 @@ func (r *reconciler) pauseLabels(n *Node, labels map[string]string, faults Fault
 	}
 	out := map[string]*string{}
 	for _, k := range pausableOperands {
-		if v := labels[k]; v != "" && v != pausedValue {
+		if v := labels[k]; v != "" && v != "false" && v != pausedValue {
 			out[k] = ptrTo(pausedValue)
 		}
 	}

@@ -59,3 +59,32 @@ func TestRestarted(t *testing.T) {
 		t.Error("a restart on a node without nvidia.com/mig.config requested an apply")
 	}
 }
+
+// mig-manager stops every deployed GPU client while it changes MIG settings, third-party ones
+// included (mig-parted v0.15.0, gpuClientDeployLabel: how NVIDIA's DRA kubelet plugin gets to
+// rescan), and leaves alone an operand switched off ("false") or not deployed (no label).
+func TestPauseLabelsStopsEveryDeployedClient(t *testing.T) {
+	labels := map[string]string{
+		labelDevicePluginDeploy:                     "true",
+		labelDeployClient:                           "true",
+		labelDeployPrefix + "dcgm-exporter":         "false",
+		labelDeployPrefix + "mig-manager":           "true",
+		labelDeployPrefix + "gpu-feature-discovery": pausedValue,
+	}
+	paused := (&reconciler{}).pauseLabels(&Node{}, labels, Faults{})
+	got := map[string]string{}
+	for k, v := range paused {
+		got[k] = *v
+	}
+	want := map[string]string{labelDevicePluginDeploy: pausedValue, labelDeployClient: pausedValue}
+	if len(got) != len(want) || got[labelDevicePluginDeploy] != pausedValue || got[labelDeployClient] != pausedValue {
+		t.Fatalf("paused %v, want %v", got, want)
+	}
+	for k, v := range got {
+		labels[k] = v
+	}
+	restored := restoreLabels(labels)
+	if len(restored) != 3 || *restored[labelDeployClient] != "true" || *restored[labelDevicePluginDeploy] != "true" {
+		t.Fatalf("restored %d labels (%v), want the device plugin, GPU Feature Discovery and the client back to true", len(restored), restored)
+	}
+}
