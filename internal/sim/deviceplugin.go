@@ -126,8 +126,8 @@ func (r *reconciler) selectConfig(ctx context.Context, op operatorSettings, labe
 // an Event (a plugin that hangs before it registers with the kubelet says nothing), until the
 // fault is removed.
 func (r *reconciler) devicePlugin(ctx context.Context, n *Node, node *corev1.Node, op operatorSettings, annotated Faults) error {
-	if node.Labels[labelDevicePluginDeploy] == pausedValue {
-		return nil
+	if v := node.Labels[labelDevicePluginDeploy]; v == pausedValue || n.dra {
+		return nil // paused by mig-manager, or not deployed on a node the DRA driver serves
 	}
 	label := node.Labels[labelDevicePluginConfig]
 	log := logf.FromContext(ctx).WithValues("deviceConfig", label)

@@ -66,7 +66,15 @@ type Node struct {
 	// agent says whether the node's agent may run: not while the host reboots, nor under the
 	// agent-down fault.
 	agentState agentSwitch
+
+	// dra is true when NVIDIA's DRA driver serves the node's GPUs instead of the device plugin;
+	// draPlugin is what its simulated kubelet plugin remembers.
+	dra       bool
+	draPlugin draPluginMemory
 }
+
+// DRA says whether NVIDIA's DRA driver serves the node's GPUs.
+func (n *Node) DRA() bool { return n.dra }
 
 // gpuProfile is one GPU-instance profile of a GPU as NVML describes it.
 type gpuProfile struct {
@@ -101,6 +109,10 @@ func NewNode(spec NodeSpec) (*Node, error) {
 		assigned:      map[types.NamespacedName][]device{},
 		faults:        spec.Faults,
 		plugin:        ptrTo(exclusiveRun),
+		dra:           spec.DRA,
+	}
+	if n.dra {
+		n.plugin = nil // no device plugin: nothing is handed out through extended resources
 	}
 	for i := range spec.GPUs {
 		table, err := n.readProfiles(i)

@@ -96,6 +96,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, err
 	}
+	if err := r.draPlugin(ctx, n, node.Labels); err != nil {
+		return ctrl.Result{}, err
+	}
 	if len(starved) > 0 && (result.RequeueAfter == 0 || result.RequeueAfter > r.retryPeriod) {
 		result.RequeueAfter = r.retryPeriod
 	}
@@ -134,6 +137,7 @@ func (r *reconciler) nodeEvents() handler.Funcs {
 			return
 		}
 		n.migManager.labelChanged(o.GetLabels()[labelMIGConfig])
+		n.draPlugin.clientLabelChanged(o.GetLabels()[labelDeployClient])
 		// A restarted mig-manager applies the label's value again; its reconcile logs that.
 		n.migManager.restarted(o.GetAnnotations()[AnnotationRestartMIGManager])
 		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: o.GetName()}})

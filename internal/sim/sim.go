@@ -286,6 +286,12 @@ func NodeObject(n *Node) *corev1.Node {
 	for _, k := range pausableOperands[:4] { // device plugin, GFD, DCGM exporter, DCGM; no NVSM
 		labels[k] = "true"
 	}
+	if n.dra {
+		// The DRA driver instead of the device plugin; its kubelet plugin's DaemonSet selects
+		// the GPU Operator's label for third-party GPU clients, so mig-manager restarts it.
+		labels[labelDevicePluginDeploy] = "false"
+		labels[labelDeployClient] = "true"
+	}
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name:        n.name,
 		Labels:      labels,
@@ -313,11 +319,13 @@ func createNode(ctx context.Context, c client.Client, reader client.Reader, n *N
 	capacity := nodeBaseCapacity.DeepCopy()
 	// A new node has no device-plugin.config label: the plugin starts exclusive, and its
 	// first reconcile corrects what the ClusterPolicy's settings change.
-	devices, err := advertise(gpus, exclusiveRun)
-	if err != nil {
-		return fmt.Errorf("gpusim: node %s: %w", n.name, err)
+	if !n.dra { // where NVIDIA's DRA driver runs, no device plugin advertises anything
+		devices, err := advertise(gpus, exclusiveRun)
+		if err != nil {
+			return fmt.Errorf("gpusim: node %s: %w", n.name, err)
+		}
+		maps.Copy(capacity, capacityOf(devices))
 	}
-	maps.Copy(capacity, capacityOf(devices))
 	obj.Status.Capacity = capacity
 	obj.Status.Allocatable = capacity.DeepCopy()
 	if err := c.Create(ctx, obj, client.FieldOwner(FieldManager)); err != nil {

@@ -99,12 +99,17 @@ type NodeSpec struct {
 	InitialConfig string
 	// Faults are the node's programmatic fault knobs from the start.
 	Faults Faults
+	// DRA puts NVIDIA's DRA driver on the node instead of the device plugin: its kubelet
+	// plugin publishes the node's devices in a ResourceSlice (dra.go), and the device plugin
+	// is not deployed there (nvidia.com/gpu.deploy.device-plugin=false).
+	DRA bool
 }
 
 // ParseNodeSpecs reads gpusim's --nodes value: comma-separated groups
 //
-//	[<count>x]<model>:<gpus>[:<preset>]
+//	[<count>x]<model>:<gpus>[:<preset>[:dra]]
 //
+// ":dra" serves the group's GPUs through NVIDIA's DRA driver instead of the device plugin.
 // e.g. "2xh200:8:all-1g,a100-80gb:4" is two H200 nodes with eight GPUs in all-1g and one
 // A100-80GB node with four GPUs, MIG disabled. Nodes are named sim-<model alias>-<n>, n
 // counting from 0 per model across groups.
@@ -127,8 +132,12 @@ func ParseNodeSpecs(s string) ([]NodeSpec, error) {
 			}
 		}
 		parts := strings.Split(body, ":")
+		dra := len(parts) == 4 && parts[3] == "dra"
+		if dra {
+			parts = parts[:3]
+		}
 		if len(parts) < 2 || len(parts) > 3 {
-			return nil, fmt.Errorf("node group %q: want [<count>x]<model>:<gpus>[:<preset>]", group)
+			return nil, fmt.Errorf("node group %q: want [<count>x]<model>:<gpus>[:<preset>[:dra]]", group)
 		}
 		model, err := LookupModel(parts[0])
 		if err != nil {
@@ -152,6 +161,7 @@ func ParseNodeSpecs(s string) ([]NodeSpec, error) {
 				Model:         model.Name,
 				GPUs:          gpus,
 				InitialConfig: preset,
+				DRA:           dra,
 			})
 			perModel[alias]++
 		}

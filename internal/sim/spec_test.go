@@ -11,7 +11,7 @@ import (
 // --nodes groups expand to uniquely named nodes, numbered per model across groups, and
 // malformed groups are refused with the group named.
 func TestParseNodeSpecs(t *testing.T) {
-	got, err := ParseNodeSpecs("2xh200:8:all-1g, a100-80gb:4,H200-141GB:2:all-7g")
+	got, err := ParseNodeSpecs("2xh200:8:all-1g, a100-80gb:4,H200-141GB:2:all-7g,h200:2:all-1g:dra")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,11 +20,12 @@ func TestParseNodeSpecs(t *testing.T) {
 		{Name: "sim-h200-1", Model: "H200-141GB", GPUs: 8, InitialConfig: PresetAll1g},
 		{Name: "sim-a100-80gb-0", Model: "A100-80GB", GPUs: 4, InitialConfig: PresetAllDisabled},
 		{Name: "sim-h200-2", Model: "H200-141GB", GPUs: 2, InitialConfig: PresetAll7g},
+		{Name: "sim-h200-3", Model: "H200-141GB", GPUs: 2, InitialConfig: PresetAll1g, DRA: true},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseNodeSpecs = %+v\nwant %+v", got, want)
 	}
-	for _, bad := range []string{"", "h200", "h200:0", "h200:x", "0xh200:1", "v100:1", "h200:1:all-9g", "h200:1:all-1g:extra"} {
+	for _, bad := range []string{"", "h200", "h200:0", "h200:x", "0xh200:1", "v100:1", "h200:1:all-9g", "h200:1:all-1g:extra", "h200:1:all-1g:dra:x"} {
 		if specs, err := ParseNodeSpecs(bad); err == nil {
 			t.Errorf("ParseNodeSpecs(%q) = %+v, want an error", bad, specs)
 		}

@@ -47,9 +47,15 @@ var scenarioNodes = []struct {
 	{"mps", 1},
 	{"leader", 1},
 	{"triage", 2},
+	// One device-plugin node; the scenario's second node is the DRA node (see BeforeSuite).
+	{"dra", 1},
 	// Last: its second node is the one node that starts all-7g (see BeforeSuite).
 	{"move", 2},
 }
+
+// draScenario gets, beside its own node, the one node NVIDIA's DRA driver serves (gpusim's
+// ":dra"), which gpusim names after all the others.
+const draScenario = "dra"
 
 var (
 	// cluster is the one simulated cluster every scenario shares.
@@ -109,11 +115,12 @@ var _ = BeforeSuite(func() {
 	for _, s := range scenarioNodes {
 		total += s.nodes
 	}
-	By(fmt.Sprintf("starting one simulated cluster with %d H200 nodes of 2 GPUs each, all-1g but the last, all-7g", total))
+	By(fmt.Sprintf("starting one simulated cluster with %d H200 nodes of 2 GPUs each, all-1g but the last, all-7g, "+
+		"and one all-1g node that NVIDIA's DRA driver serves", total))
 	started = time.Now()
 	cluster, err = simcluster.Start(suiteCtx, simcluster.Options{BinDir: binDir,
 		Manager: filepath.Join(bins, "manager"), GPUSim: filepath.Join(bins, "gpusim"),
-		Nodes: fmt.Sprintf("%dxh200:2:all-1g,1xh200:2:all-7g", total-1), Progress: GinkgoWriter})
+		Nodes: fmt.Sprintf("%dxh200:2:all-1g,1xh200:2:all-7g,1xh200:2:all-1g:dra", total-1), Progress: GinkgoWriter})
 	Expect(err).NotTo(HaveOccurred())
 	fmt.Fprintf(GinkgoWriter, "cluster up in %s; logs in %s/logs\n", time.Since(started).Round(time.Millisecond), cluster.Dir)
 	k8s = cluster.Client
@@ -121,19 +128,22 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 
 	By("giving each scenario its own nodes")
+	give := func(scenario, name string) {
+		node := &corev1.Node{}
+		Expect(k8s.Get(suiteCtx, client.ObjectKey{Name: name}, node)).To(Succeed())
+		patch := client.MergeFrom(node.DeepCopy())
+		node.Labels[scenarioLabel] = scenario
+		Expect(k8s.Patch(suiteCtx, node, patch)).To(Succeed())
+		nodesOf[scenario] = append(nodesOf[scenario], name)
+	}
 	n := 0
 	for _, s := range scenarioNodes {
 		for range s.nodes {
-			name := fmt.Sprintf("sim-h200-%d", n)
+			give(s.name, fmt.Sprintf("sim-h200-%d", n))
 			n++
-			node := &corev1.Node{}
-			Expect(k8s.Get(suiteCtx, client.ObjectKey{Name: name}, node)).To(Succeed())
-			patch := client.MergeFrom(node.DeepCopy())
-			node.Labels[scenarioLabel] = s.name
-			Expect(k8s.Patch(suiteCtx, node, patch)).To(Succeed())
-			nodesOf[s.name] = append(nodesOf[s.name], name)
 		}
 	}
+	give(draScenario, fmt.Sprintf("sim-h200-%d", n))
 })
 
 var _ = ReportAfterEach(func(report SpecReport) {
