@@ -108,6 +108,17 @@ func autoPolicy(t *testing.T, env *testenv.Env) {
 	NewWithT(t).Expect(env.Client.Create(context.Background(), policy)).To(Succeed())
 }
 
+// carve3gPlan is a plan of policy pool-a that carves GPU 0 of gpu-1 from all-1g into two 3g.71gb.
+func carve3gPlan(name string) *v1.RepartitionPlan {
+	return &v1.RepartitionPlan{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Hash: "aaaabbbbccccdddd", Steps: []v1.NodeStep{{
+			Node: "gpu-1", MIGConfigName: "gpupool-0123456789",
+			GPUs: []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 7}, To: v1.ProfileCounts{"3g.71gb": 2}}},
+		}}},
+	}
+}
+
 // TestApprovedPlanRunsToCompletion guards the execution order on one node: cordon, config
 // entry and expected layout, relabel, then wait for mig-manager's success AND the agent's
 // verification before uncordoning. The test plays mig-manager and the agent.
@@ -117,13 +128,7 @@ func TestApprovedPlanRunsToCompletion(t *testing.T) {
 	ctx := context.Background()
 	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
 	autoPolicy(t, env)
-	plan := &v1.RepartitionPlan{
-		ObjectMeta: metav1.ObjectMeta{Name: "pool-a-20261129-aaaabbbb"},
-		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Hash: "aaaabbbbccccdddd", Steps: []v1.NodeStep{{
-			Node: "gpu-1", MIGConfigName: "gpupool-0123456789",
-			GPUs: []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 7}, To: v1.ProfileCounts{"3g.71gb": 2}}},
-		}}},
-	}
+	plan := carve3gPlan("pool-a-20261129-aaaabbbb")
 	createPlan(t, env, plan)
 
 	node := &corev1.Node{}
@@ -311,13 +316,7 @@ func TestStepOnADRANodeWaitsForItsSlices(t *testing.T) {
 	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
 	draSlice(t, env, "gpu-1", "MIG-old-0", "MIG-old-1", "MIG-old-2", "MIG-old-3", "MIG-old-4", "MIG-old-5", "MIG-old-6")
 	autoPolicy(t, env)
-	plan := &v1.RepartitionPlan{
-		ObjectMeta: metav1.ObjectMeta{Name: "pool-a-20261202-aaaabbbb"},
-		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Hash: "aaaabbbbccccdddd", Steps: []v1.NodeStep{{
-			Node: "gpu-1", MIGConfigName: "gpupool-0123456789",
-			GPUs: []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 7}, To: v1.ProfileCounts{"3g.71gb": 2}}},
-		}}},
-	}
+	plan := carve3gPlan("pool-a-20261202-aaaabbbb")
 	createPlan(t, env, plan)
 	node := &corev1.Node{}
 	g.Eventually(func(g Gomega) {

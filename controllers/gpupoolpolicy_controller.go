@@ -343,6 +343,9 @@ func (r *PolicyReconciler) report(ctx context.Context, pass *pool.Pass, cluster 
 	if err := r.writeStatus(ctx, policy, status); err != nil {
 		return err
 	}
+	if err := r.reportDRASlices(ctx, nodes, cluster.GPUNodes); err != nil {
+		return err
+	}
 	r.Metrics.ObservePolicy(policy.Name, observation(policy, status, pass.Pending, res))
 	logf.FromContext(ctx).V(1).Info("observed pool", "nodes", status.Pool.Nodes, "pending", status.PendingPods,
 		"plan", status.CurrentPlan)

@@ -435,3 +435,46 @@ func TestClaimPodsAreDemand(t *testing.T) {
 	// Each on its own kind of node: a 3g carved on gpu-1 serves no claim.
 	g.Expect(plan.Spec.Steps).To(HaveLen(2))
 }
+
+// TestGPUNodeSaysWhetherDRASlicesAreCurrent: on a node NVIDIA's DRA driver serves, the
+// manager says on its GPUNode whether the driver publishes the instances NVML reports, beside
+// the agent's own conditions, which it never touches.
+func TestGPUNodeSaysWhetherDRASlicesAreCurrent(t *testing.T) {
+	g := NewWithT(t)
+	env, _ := startPolicyController(t)
+	ctx := context.Background()
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	slice := &resourcev1.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu-1-gpu.nvidia.com"},
+		Spec: resourcev1.ResourceSliceSpec{Driver: "gpu.nvidia.com", NodeName: ptr.To("gpu-1"),
+			Pool: resourcev1.ResourcePool{Name: "gpu-1", ResourceSliceCount: 1},
+			Devices: []resourcev1.Device{{Name: "gpu-0-mig-1g18gb-19-0", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+				"type": {StringValue: ptr.To("mig")}, "uuid": {StringValue: ptr.To("MIG-gone")}}}}},
+	}
+	g.Expect(env.Client.Create(ctx, slice)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, poolPolicy("pool-a", map[string]string{"pool": "a"}))).To(Succeed())
+
+	conditionOf := func(g Gomega, t string) *metav1.Condition {
+		report := &v1.GPUNode{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, report)).To(Succeed())
+		return meta.FindStatusCondition(report.Status.Conditions, t)
+	}
+	g.Eventually(func(g Gomega) {
+		c := conditionOf(g, v1.ConditionDRASlicesCurrent)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Message).To(ContainSubstring("list 1 it does not"))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Expect(conditionOf(g, v1.ConditionNVMLReady)).NotTo(BeNil(), "the agent's conditions stay")
+
+	// The driver's plugin restarts and publishes what NVML reports (here: no instance has a UUID).
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(slice), slice)).To(Succeed())
+	slice.Spec.Devices = nil
+	g.Expect(env.Client.Update(ctx, slice)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		c := conditionOf(g, v1.ConditionDRASlicesCurrent)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Expect(conditionOf(g, v1.ConditionNVMLReady)).NotTo(BeNil(), "the agent's conditions stay")
+}

@@ -30,7 +30,8 @@ const (
 	// ConditionDRASlicesCurrent is False when, on some pool node, the MIG devices NVIDIA's DRA
 	// driver publishes in its ResourceSlices differ from what NVML reports: the driver discovers
 	// MIG devices only when its kubelet plugin starts, so after a re-carve claims cannot use the
-	// new instances until that plugin restarts on the node. The message names the nodes.
+	// new instances until that plugin restarts on the node. The policy's names the nodes; the
+	// manager also sets it on each such node's GPUNode.
 	ConditionDRASlicesCurrent = "DRASlicesCurrent"
 )
 

@@ -130,7 +130,8 @@ type GPUNodeStatus struct {
 	// ObservedTime is when the agent last read NVML.
 	// +optional
 	ObservedTime *metav1.Time `json:"observedTime,omitempty"`
-	// Conditions: NVMLReady, LayoutVerified and MIGTablesMatch (written by the agent).
+	// Conditions: NVMLReady, LayoutVerified and MIGTablesMatch (written by the agent), and
+	// DRASlicesCurrent where NVIDIA's DRA driver runs (written by the manager).
 	// +listType=map
 	// +listMapKey=type
 	// +patchStrategy=merge
