@@ -56,13 +56,27 @@ func selectedProfile(expr string) (string, bool) {
 // several or other selectors), make problem say so: the pod is then reported, never guessed
 // at. Requests of classes that are not NVIDIA's GPU classes are some other device and ignored.
 func claimGPUs(pod *corev1.Pod, claims ClaimLookup) (gpus corev1.ResourceList, problem string) {
+	return claimGPUsOf(pod, claims, false)
+}
+
+// ClaimGPUs is what a pod asks NVIDIA's DRA driver for through all its claims, allocated or
+// not, in the device plugin's resource names, for describing the pod (triage); problem says
+// why a claim cannot be mapped. A nil claims reads none.
+func ClaimGPUs(pod *corev1.Pod, claims ClaimLookup) (gpus corev1.ResourceList, problem string) {
+	if claims == nil {
+		return nil, ""
+	}
+	return claimGPUsOf(pod, claims, true)
+}
+
+func claimGPUsOf(pod *corev1.Pod, claims ClaimLookup, allocatedToo bool) (gpus corev1.ResourceList, problem string) {
 	for _, ref := range pod.Spec.ResourceClaims {
 		name, ok := claimName(pod, ref)
 		if !ok {
 			continue
 		}
 		claim := claims(pod.Namespace, name)
-		if claim == nil || claim.Status.Allocation != nil {
+		if claim == nil || (claim.Status.Allocation != nil && !allocatedToo) {
 			continue
 		}
 		for _, req := range claim.Spec.Devices.Requests {

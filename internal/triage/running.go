@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpupool/gpupool/internal/inventory"
+
 	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -22,7 +24,7 @@ var cudaOOM = regexp.MustCompile(`(?i)CUDA out of memory|cudaErrorMemoryAllocati
 // containers report CUDA out-of-memory, which repartitioning does not fix.
 func explainRunning(s *snapshot.Snapshot, pod *corev1.Pod, v *Verdict) {
 	held := heldDevices(s, pod)
-	wanted := wantedProfiles(pod)
+	wanted := wantedProfiles(s, pod)
 	v.Layer, v.Blocking = LayerRunning, "none"
 	switch {
 	case len(held) == 0:
@@ -58,10 +60,17 @@ func heldDevices(s *snapshot.Snapshot, pod *corev1.Pod) []string {
 		return nil
 	}
 	ref := v1alpha1.PodReference{Namespace: pod.Namespace, Name: pod.Name}
+	// Devices NVIDIA's DRA driver allocated to the pod's claims: the agent attributes only the
+	// device plugin's.
+	claimed := inventory.DRAHolders(s.Claims, s.Slices)
+	heldByClaim := func(uuid string) bool {
+		h, ok := claimed[uuid]
+		return ok && h.Pod != nil && h.Pod.Namespace == pod.Namespace && h.Pod.Name == pod.Name
+	}
 	var out []string
 	for _, gpu := range s.GPUNodes[i].Status.GPUs {
 		for _, inst := range gpu.Instances {
-			if inst.Pod != nil && *inst.Pod == ref {
+			if (inst.Pod != nil && *inst.Pod == ref) || (inst.UUID != "" && heldByClaim(inst.UUID)) {
 				out = append(out, inst.Profile)
 			}
 		}
@@ -74,9 +83,10 @@ func heldDevices(s *snapshot.Snapshot, pod *corev1.Pod) []string {
 
 // wantedProfiles are the MIG profiles the pod asks for; empty when it asks for whole or shared
 // GPUs, whose holding the agent reports by GPU.
-func wantedProfiles(pod *corev1.Pod) []string {
+func wantedProfiles(s *snapshot.Snapshot, pod *corev1.Pod) []string {
 	var out []string
-	for name := range demand.PodRequests(pod) {
+	req, _, _ := requestsOf(s, pod)
+	for name := range req {
 		if kind, profile, ok := demand.Classify(name); ok && kind == demand.KindMIG {
 			out = append(out, profile)
 		}

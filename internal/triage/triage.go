@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpupool/gpupool/internal/pool"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
@@ -118,7 +120,7 @@ func Explain(s *snapshot.Snapshot, rep *snapshot.Report, plans []v1alpha1.Repart
 		return nil, fmt.Errorf("pod %s not found: check the name and namespace (-n)", key)
 	}
 	pod := &s.Pods[i]
-	v := &Verdict{Pod: key, Phase: pod.Status.Phase, Asks: asks(pod)}
+	v := &Verdict{Pod: key, Phase: pod.Status.Phase, Asks: asks(s, pod)}
 	if v.Asks == "" {
 		return nil, fmt.Errorf("pod %s asks for no NVIDIA GPU resource (nvidia.com/gpu, nvidia.com/mig-*), so gpupool has nothing to say about it", key)
 	}
@@ -131,15 +133,39 @@ func Explain(s *snapshot.Snapshot, rep *snapshot.Report, plans []v1alpha1.Repart
 }
 
 // asks writes the pod's GPU requests, e.g. "1 x nvidia.com/mig-3g.71gb".
-func asks(pod *corev1.Pod) string {
+func asks(s *snapshot.Snapshot, pod *corev1.Pod) string {
 	var out []string
-	req := demand.PodRequests(pod)
+	req, viaClaims, problem := requestsOf(s, pod)
 	for _, name := range sortedNames(req) {
 		if _, _, ok := demand.Classify(name); ok {
 			out = append(out, fmt.Sprintf("%d x %s", demand.Quantity(req, name), name))
 		}
 	}
+	switch {
+	case len(out) > 0 && viaClaims:
+		return strings.Join(out, ", ") + " (through ResourceClaims of NVIDIA's DRA driver)"
+	case len(out) == 0 && problem != "":
+		return "GPUs through a ResourceClaim gpupool cannot map (" + problem + ")"
+	}
 	return strings.Join(out, ", ")
+}
+
+// requestsOf is everything the pod needs on one node, the GPUs its ResourceClaims ask NVIDIA's
+// DRA driver for included (in the device plugin's names, as the planner counts them), with
+// whether any came through claims and why a claim cannot be mapped.
+func requestsOf(s *snapshot.Snapshot, pod *corev1.Pod) (req corev1.ResourceList, viaClaims bool, problem string) {
+	req = demand.PodRequests(pod)
+	claimed, problem := demand.ClaimGPUs(pod, (&pool.Cluster{Claims: s.Claims}).ClaimLookup())
+	if len(claimed) == 0 {
+		return req, false, problem
+	}
+	req = req.DeepCopy()
+	for name, q := range claimed {
+		sum := req[name]
+		sum.Add(q)
+		req[name] = sum
+	}
+	return req, true, problem
 }
 
 func sortedNames(l corev1.ResourceList) []corev1.ResourceName {
@@ -277,8 +303,9 @@ func poolOf(s *snapshot.Snapshot) map[string][]string {
 // matrix is one row per GPU node (a node of a pool, or one with a GPU report): placement
 // and, per resource the pod asks for, free against needed.
 func matrix(s *snapshot.Snapshot, pod *corev1.Pod, pools map[string][]string) []NodeRow {
-	inv := inventory.Build(s.Nodes, s.GPUNodes, s.PodPointers(), s.PDBs, inventory.Options{})
-	req := demand.PodRequests(pod)
+	inv := inventory.Build(s.Nodes, s.GPUNodes, s.PodPointers(), s.PDBs, inventory.Options{
+		DeviceHolders: inventory.DRAHolders(s.Claims, s.Slices), DRAPublished: inventory.DRAPublished(s.Slices)})
+	req, _, _ := requestsOf(s, pod)
 	probe := demand.Request{NodeSelector: pod.Spec.NodeSelector, Tolerations: pod.Spec.Tolerations}
 	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
 		probe.RequiredAffinity = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution

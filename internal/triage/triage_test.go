@@ -195,3 +195,26 @@ func TestUnknownPodAndNonGPUPod(t *testing.T) {
 		t.Errorf("pod without GPUs: %v", err)
 	}
 }
+
+// TestClaimPods: a pod that asks NVIDIA's DRA driver through a ResourceClaim is explained as a
+// device-plugin pod is: what it asks for (in the device plugin's names, saying it comes
+// through claims), the matrix counting it, and, once running, the device its claim holds,
+// which the agent does not attribute.
+func TestClaimPods(t *testing.T) {
+	s := load(t, "dra-claims-h100.yaml")
+	v := explain(t, s, nil, "team-a", "train-dra-0-4kq8z")
+	if !strings.Contains(v.Asks, "1 x nvidia.com/mig-3g.40gb (through ResourceClaims of NVIDIA's DRA driver)") {
+		t.Errorf("pending claim pod asks %q", v.Asks)
+	}
+	if v.Layer == triage.LayerRunning || len(v.Nodes) == 0 {
+		t.Errorf("pending claim pod: layer %s, %d matrix rows", v.Layer, len(v.Nodes))
+	}
+	v = explain(t, s, nil, "team-a", "notebook-dra-0")
+	if v.Layer != triage.LayerRunning || !strings.Contains(v.Reason, "holds 1g.10gb, as it asked") {
+		t.Errorf("running claim pod: layer %s, reason %q", v.Layer, v.Reason)
+	}
+	v = explain(t, s, nil, "team-d", "sweep-0-j7t3r")
+	if !strings.Contains(v.Asks, "GPUs through a ResourceClaim gpupool cannot map") {
+		t.Errorf("unmappable claim pod asks %q", v.Asks)
+	}
+}
