@@ -139,6 +139,10 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 		if !observedTime(Default, node).Equal(before) {
 			Fail("the agent published after the reboot before the test held it down: raise the reboot duration")
 		}
+		// The step follows mig-manager's label at its next reconcile: wait for it, then hold.
+		Eventually(func(g Gomega) {
+			g.Expect(stepStatus(getPlan(g, plan.Name), node).Message).To(ContainSubstring("after a reboot; waiting for the agent's first report since"))
+		}).WithTimeout(10*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
 		Consistently(func(g Gomega) {
 			st := stepStatus(getPlan(g, plan.Name), node)
 			g.Expect(st.State).To(Equal(v1alpha1.NodeConfiguring))

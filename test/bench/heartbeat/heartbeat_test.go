@@ -24,8 +24,10 @@ func TestRunComparesTheTwoHeartbeats(t *testing.T) {
 	}
 	status, lease := rep.Rows[0], rep.Rows[1]
 	for _, r := range rep.Rows {
-		if r.Beats < 10 || r.Requests < int64(r.Beats) {
-			t.Errorf("%s: %d beats and %d requests: every agent must beat and each beat write", r.Mode, r.Beats, r.Requests)
+		// An agent writes when a period has passed since its last write; on a loaded machine a
+		// visit can come a little early and skip, so nine beats in ten must write, not all.
+		if r.Beats < 10 || r.Requests*10 < int64(r.Beats)*9 {
+			t.Errorf("%s: %d beats and %d requests: every agent must beat and (nearly) each beat write", r.Mode, r.Beats, r.Requests)
 		}
 	}
 	if rep.StatusSize < 10_000 {
