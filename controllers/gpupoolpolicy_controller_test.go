@@ -426,7 +426,18 @@ func TestClaimPodsAreDemand(t *testing.T) {
 	pendingPod(t, env, "plugin-trainer", "3g.71gb")
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	policy.Spec.Disruption.MaxReconfiguringNodes = ptr.To(intstr.FromString("100%")) // both nodes in one plan
+	// Paused until the pass sees both pods pending: the cache may show a pod's Unschedulable
+	// status a moment after the pod, and a plan made in between would serve one pod only.
+	policy.Spec.Planning.Paused = true
 	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		got := &v1.GPUPoolPolicy{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
+		g.Expect(got.Status.PendingPods).To(Equal(int32(2)))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), policy)).To(Succeed())
+	policy.Spec.Planning.Paused = false
+	g.Expect(env.Client.Update(ctx, policy)).To(Succeed())
 
 	plan := onlyPlan(t, env)
 	g.Expect(plan.Spec.Expected.Pods).To(ConsistOf(
