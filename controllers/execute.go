@@ -228,13 +228,12 @@ func (r *PlanReconciler) observe(ctx context.Context, plan string, policy *v1alp
 	obs.MIGConfig = node.Labels[v1alpha1.LabelMIGConfig]
 	obs.MIGState, _ = nvidia.MIGConfigState(node)
 	for _, e := range step.Evictions {
-		pod := &corev1.Pod{}
-		err := r.Client.Get(ctx, types.NamespacedName{Namespace: e.Namespace, Name: e.Name}, pod)
+		pod, err := r.pods.Get(types.NamespacedName{Namespace: e.Namespace, Name: e.Name})
 		switch {
-		case apierrors.IsNotFound(err):
 		case err != nil:
 			return nil, obs, fmt.Errorf("reading pod %s/%s: %w", e.Namespace, e.Name, err)
-		case string(pod.UID) != e.UID || pod.Spec.NodeName != step.Node:
+		case pod == nil:
+		case string(pod.UID) != e.UID || pod.NodeName != step.Node:
 			// Not the pod the plan recorded: it is gone, and its replacement is not evicted.
 		default:
 			obs.PodsLeft++
@@ -444,7 +443,7 @@ func (r *PlanReconciler) act(ctx context.Context, plan *v1alpha1.RepartitionPlan
 			key := types.NamespacedName{Namespace: e.Namespace, Name: e.Name}
 			pods, uids[key] = append(pods, key), types.UID(e.UID)
 		}
-		res, err := drain.Pass(ctx, r.Client, step.Node, pods, drain.Options{UIDs: uids, Rules: evictionRules(policy)})
+		res, err := drain.Pass(ctx, r.Client, step.Node, pods, drain.Options{UIDs: uids, Rules: evictionRules(policy), Reader: r.APIReader})
 		if err != nil {
 			return "", err
 		}

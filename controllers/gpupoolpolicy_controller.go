@@ -91,10 +91,8 @@ type PolicyReconciler struct {
 	// DRA driver for MIG devices are then demand too (demand.PendingWithClaims), and the
 	// devices its claims hold are busy (inventory.DRAHolders).
 	readClaims bool
-	// pods reads pods from the informer's store without copying them.
-	pods *podStore
-	// requests remembers the requests of the informer's pods from one pass to the next.
-	requests *demand.RequestCache
+	// pods reads the informer's pod records without copying them.
+	pods *PodStore
 
 	mu sync.Mutex
 	// lastPlan is, per policy, the planner's last result and the plan it proposed, so that
@@ -121,11 +119,11 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.MaxReportAge == 0 {
 		r.MaxReportAge = defaultMaxReportAge
 	}
-	pods, err := newPodStore(context.Background(), mgr.GetCache())
+	pods, err := NewPodStore(context.Background(), mgr.GetCache())
 	if err != nil {
 		return err
 	}
-	r.pods, r.requests = pods, demand.NewRequestCache()
+	r.pods = pods
 	all := handler.EnqueueRequestsFromMapFunc(r.allPolicies)
 	b := ctrl.NewControllerManagedBy(mgr).
 		// Unstructured, decoded per object: see policies.go.
@@ -269,8 +267,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, err
 	}
 	now := r.Clock.Now()
-	r.requests.Rotate()
-	pass, err := pool.NewPass(policy, cluster, now, pool.Options{MaxReportAge: r.MaxReportAge, Requests: r.requests})
+	pass, err := pool.NewPass(policy, cluster, now, pool.Options{MaxReportAge: r.MaxReportAge})
 	if err != nil {
 		// pool.Problems reports every selector that does not parse; this is a safety net.
 		return reconcile.Result{}, r.reportUnusable(ctx, policy, reasonInvalidSpec, err.Error())

@@ -39,9 +39,12 @@ const ConditionApproved = "Approved"
 // mig-manager and the agent's verification, uncordon. Every state lives in the plan's status,
 // so any replica resumes where another stopped; every transition is an Event.
 type PlanReconciler struct {
-	Client   client.Client
-	Clock    clock.Clock
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads from the API server itself: the drain reads each pod there just before
+	// evicting it. The manager's when nil.
+	APIReader client.Reader
+	Clock     clock.Clock
+	Recorder  events.EventRecorder
 	// Namespace holds gpupool's ConfigMaps: the GPU Operator's namespace, where the operator
 	// mounts them into its mig-manager and device-plugin DaemonSets.
 	Namespace string
@@ -54,6 +57,8 @@ type PlanReconciler struct {
 	// readSlices is set when the API server serves resource.k8s.io/v1: a step on a node whose
 	// GPUs NVIDIA's DRA driver serves then waits for the driver's ResourceSlices.
 	readSlices bool
+	// pods reads the informer's pod records.
+	pods *PodStore
 }
 
 // SetupWithManager watches plans, and policies for changes of their approval mode.
@@ -61,6 +66,14 @@ func (r *PlanReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.ConfigPropagation == 0 {
 		r.ConfigPropagation = DefaultConfigPropagation
 	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	pods, err := NewPodStore(context.Background(), mgr.GetCache())
+	if err != nil {
+		return err
+	}
+	r.pods = pods
 	onNode := handler.EnqueueRequestsFromMapFunc(r.plansOnNode)
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.RepartitionPlan{}).
@@ -340,26 +353,23 @@ func (r *PlanReconciler) revalidate(ctx context.Context, plan *v1alpha1.Repartit
 	}
 	refs = append(refs, plan.Spec.Expected.Pods...)
 	for _, ref := range refs {
-		pod := &corev1.Pod{}
-		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, pod)
-		switch {
-		case err == nil:
-			if pod.DeletionTimestamp.IsZero() {
-				fact := rollout.PodFact{Node: pod.Spec.NodeName, MIG: map[string]int64{},
-					DoNotDisrupt: pod.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true"}
-				for name, q := range demand.PodRequests(pod) {
-					switch kind, profile, isGPU := demand.Classify(name); {
-					case isGPU && kind == demand.KindMIG:
-						fact.MIG[profile] += q.Value()
-					case isGPU && kind == demand.KindGPU:
-						fact.WholeGPUs += q.Value()
-					}
-				}
-				facts.Pods[ref.Namespace+"/"+ref.Name] = fact
-			}
-		case !apierrors.IsNotFound(err):
+		pod, err := r.pods.Get(types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name})
+		if err != nil {
 			return "", fmt.Errorf("reading pod %s/%s: %w", ref.Namespace, ref.Name, err)
 		}
+		if pod == nil || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		fact := rollout.PodFact{Node: pod.NodeName, MIG: map[string]int64{}, DoNotDisrupt: pod.DoNotDisrupt}
+		for name, q := range pod.Requests {
+			switch kind, profile, isGPU := demand.Classify(name); {
+			case isGPU && kind == demand.KindMIG:
+				fact.MIG[profile] += q.Value()
+			case isGPU && kind == demand.KindGPU:
+				fact.WholeGPUs += q.Value()
+			}
+		}
+		facts.Pods[ref.Namespace+"/"+ref.Name] = fact
 	}
 	return rollout.Revalidate(plan, facts), nil
 }

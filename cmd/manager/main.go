@@ -250,9 +250,10 @@ func operatorNamespace(ctx context.Context, cfg *rest.Config, scheme *runtime.Sc
 
 // byObject restricts the cache per kind: gpupool reads and writes only its own ConfigMaps, in
 // the GPU Operator's namespace, and reads only the agents' heartbeat Leases, in theirs (RBAC
-// grants no more); Pods and Nodes are slimmed as they enter it.
+// grants no more); Nodes are slimmed as they enter it, and Pods become records
+// (controllers.NewPodStore).
 func byObject(configNamespace, agentNamespace string) map[client.Object]cache.ByObject {
-	// Pods and Nodes, which grow with the fleet, are kept only in the fields decisions read.
+	// Nodes, which grow with the fleet, are kept only in the fields decisions read.
 	out := controllers.SlimCache()
 	out[&corev1.ConfigMap{}] = cache.ByObject{Namespaces: map[string]cache.Config{configNamespace: {}}}
 	if agentNamespace != "" {

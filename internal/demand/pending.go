@@ -82,16 +82,16 @@ func Pending(pods []*corev1.Pod, now time.Time, minPendingAge time.Duration) (re
 // DRA driver, found with claims (see claimGPUs): a claim for a MIG profile counts as a request
 // for nvidia.com/mig-<profile>, so the pod is demand exactly as if it had asked the device
 // plugin, and a claim gpupool cannot map puts the pod among skipped with the reason. A nil
-// claims ignores claims, as Pending does. requests remembers pods' requests across passes; nil
-// computes them.
-func PendingWithClaims(pods []*corev1.Pod, claims ClaimLookup, requests *RequestCache, now time.Time, minPendingAge time.Duration) (reqs []Request, skipped []Skipped) {
+// claims ignores claims, as Pending does. requests gives each pod's requests where the caller
+// has them already (the manager's pod records); nil computes them with PodRequests.
+func PendingWithClaims(pods []*corev1.Pod, claims ClaimLookup, requests RequestsOf, now time.Time, minPendingAge time.Duration) (reqs []Request, skipped []Skipped) {
 	minPendingAge = max(minPendingAge, 0)
 	for _, pod := range pods {
 		withClaims := claims != nil && len(pod.Spec.ResourceClaims) > 0
 		if !withClaims && !MentionsGPU(pod) {
 			continue
 		}
-		podRequests := requests.Requests(pod)
+		podRequests := requests.of(pod)
 		var problem string
 		viaClaims := false
 		if withClaims {
@@ -135,6 +135,17 @@ func PendingWithClaims(pods []*corev1.Pod, claims ClaimLookup, requests *Request
 			strings.Compare(a.Reason, b.Reason))
 	})
 	return reqs, skipped
+}
+
+// RequestsOf gives a pod's requests as PodRequests counts them, from what the caller already
+// computed. The list is shared: read it, never write into it.
+type RequestsOf func(*corev1.Pod) corev1.ResourceList
+
+func (f RequestsOf) of(pod *corev1.Pod) corev1.ResourceList {
+	if f == nil {
+		return PodRequests(pod)
+	}
+	return f(pod)
 }
 
 func compareRequests(a, b Request) int {

@@ -65,6 +65,10 @@ type Options struct {
 	// every pod just before its eviction. The plan controller cancels a step whose pods break
 	// them before it asks for a pass; this is defence in depth for the moment in between.
 	Rules inventory.EvictionRules
+	// Reader reads each pod just before its eviction: the API server itself (a manager's
+	// APIReader), so that an eviction is never decided on a cache that lags, and because the
+	// manager's cache keeps pods only as records. nil reads through the pass's client.
+	Reader client.Reader
 }
 
 // PodResult is the outcome of one pass for one listed pod.
@@ -198,8 +202,12 @@ func Pass(ctx context.Context, c client.Client, node string, pods []types.Namesp
 // passPod decides and, if needed, evicts one pod.
 func passPod(ctx context.Context, c client.Client, node string, key types.NamespacedName, opts Options) PodResult {
 	res := PodResult{Pod: key}
+	var reader client.Reader = c
+	if opts.Reader != nil {
+		reader = opts.Reader
+	}
 	pod := &corev1.Pod{}
-	if err := c.Get(ctx, key, pod); err != nil {
+	if err := reader.Get(ctx, key, pod); err != nil {
 		if apierrors.IsNotFound(err) {
 			res.Outcome = Gone
 			return res
@@ -226,7 +234,7 @@ func passPod(ctx context.Context, c client.Client, node string, key types.Namesp
 		res.Outcome, res.Message = Refused, why
 		return res
 	}
-	if why := inventory.SafetyBlocker(pod, opts.Rules); why != "" {
+	if why := inventory.PodSafetyBlocker(pod, opts.Rules); why != "" {
 		res.Outcome, res.Message = Refused, why
 		return res
 	}

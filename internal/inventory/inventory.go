@@ -22,6 +22,7 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/podrecord"
 )
 
 // Options are the policy settings and clock that decide what Build reports.
@@ -49,8 +50,6 @@ type Options struct {
 	// DRAPublished are, per node, the MIG devices NVIDIA's DRA driver publishes (DRAPublished);
 	// a node whose slices disagree with its report gets Node.DRAStale.
 	DRAPublished map[string]map[string]bool
-	// Requests remembers pods' requests across passes (demand.RequestCache); nil computes them.
-	Requests *demand.RequestCache
 }
 
 // Snapshot is the state of the GPU nodes at one moment.
@@ -211,17 +210,23 @@ func (n *Node) Free(name corev1.ResourceName) int64 {
 // planner can say why it does not touch them.
 func Build(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []*corev1.Pod,
 	pdbs []policyv1.PodDisruptionBudget, opts Options) *Snapshot {
+	return BuildFromRecords(nodes, gpuNodes, podrecord.FromPods(pods), pdbs, opts)
+}
+
+// BuildFromRecords is Build over pods as the manager's informer keeps them.
+func BuildFromRecords(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []*podrecord.Record,
+	pdbs []policyv1.PodDisruptionBudget, opts Options) *Snapshot {
 	reports := make(map[string]*v1alpha1.GPUNode, len(gpuNodes))
 	for i := range gpuNodes {
 		reports[gpuNodes[i].Name] = &gpuNodes[i]
 	}
 	budgets := newBudgets(pdbs)
-	podsByNode := map[string][]*corev1.Pod{}
+	podsByNode := map[string][]*podrecord.Record{}
 	for _, p := range pods {
-		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if !p.Bound() {
 			continue
 		}
-		podsByNode[p.Spec.NodeName] = append(podsByNode[p.Spec.NodeName], p)
+		podsByNode[p.NodeName] = append(podsByNode[p.NodeName], p)
 	}
 	products := productCache{}
 	// Pods holding a device NVIDIA's DRA driver allocated: their claims, not their requests,
@@ -396,18 +401,15 @@ func unattributedGPUPods(n *Node) string {
 	return fmt.Sprintf("the agent has not yet reported which GPU %s uses", strings.Join(missing, ", "))
 }
 
-func newPod(p *corev1.Pod, budgets *budgets, opts Options) *Pod {
+func newPod(p *podrecord.Record, budgets *budgets, opts Options) *Pod {
 	pod := &Pod{
-		Key:      types.NamespacedName{Namespace: p.Namespace, Name: p.Name},
-		UID:      p.UID,
-		Requests: opts.Requests.Requests(p),
-	}
-	if p.Spec.Priority != nil {
-		pod.Priority = *p.Spec.Priority
-	}
-	pod.NodeSelector, pod.Tolerations = p.Spec.NodeSelector, p.Spec.Tolerations
-	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil {
-		pod.RequiredAffinity = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+		Key:              types.NamespacedName{Namespace: p.Namespace, Name: p.Name},
+		UID:              p.UID,
+		Requests:         p.Requests,
+		Priority:         p.Priority,
+		NodeSelector:     p.NodeSelector,
+		RequiredAffinity: p.RequiredAffinity,
+		Tolerations:      p.Tolerations,
 	}
 	pod.PDBs = budgets.covering(p)
 	pod.Blocker = evictionBlocker(p, pod.PDBs, budgets, opts)
@@ -417,11 +419,10 @@ func newPod(p *corev1.Pod, budgets *budgets, opts Options) *Pod {
 
 // evictionBlocker says why gpupool must not evict the pod, following kubectl drain's defaults
 // and gpupool's do-not-disrupt annotation.
-func evictionBlocker(p *corev1.Pod, pdbs []string, budgets *budgets, opts Options) string {
+func evictionBlocker(p *podrecord.Record, pdbs []string, budgets *budgets, opts Options) string {
 	// In kubectl drain's order: do-not-disrupt and mirror pods are named as such even while
 	// they terminate.
-	_, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]
-	if p.DeletionTimestamp != nil && !mirror && p.Annotations[v1alpha1.AnnotationDoNotDisrupt] != "true" {
+	if p.DeletionTimestamp != nil && !p.Mirror && !p.DoNotDisrupt {
 		return "already terminating"
 	}
 	if why := SafetyBlocker(p, EvictionRules{EvictEmptyDir: opts.EvictEmptyDir, EvictUnmanaged: opts.EvictUnmanaged}); why != "" {
@@ -475,7 +476,7 @@ func newBudgets(pdbs []policyv1.PodDisruptionBudget) *budgets {
 	return b
 }
 
-func (b *budgets) covering(p *corev1.Pod) []string {
+func (b *budgets) covering(p *podrecord.Record) []string {
 	var keys []string
 	set := labels.Set(p.Labels)
 	for _, s := range b.byNamespace[p.Namespace] {
@@ -587,27 +588,24 @@ type EvictionRules struct {
 // the plan controller uses it again just before evicting, so a pod that became unsafe since
 // planning (or that a forged plan names) is never evicted. The rules follow kubectl drain's
 // defaults (mirror and DaemonSet pods, unmanaged pods, emptyDir data) and gpupool's
-// do-not-disrupt annotation.
-func SafetyBlocker(p *corev1.Pod, rules EvictionRules) string {
-	if p.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
+// do-not-disrupt annotation. PodSafetyBlocker is the same for a whole Pod.
+func SafetyBlocker(p *podrecord.Record, rules EvictionRules) string {
+	switch {
+	case p.DoNotDisrupt:
 		return "annotated " + v1alpha1.AnnotationDoNotDisrupt
-	}
-	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+	case p.Mirror:
 		return "a static (mirror) pod"
-	}
-	owner := metav1.GetControllerOf(p)
-	if owner != nil && owner.Kind == "DaemonSet" {
+	case p.Controller == "DaemonSet":
 		return "a DaemonSet pod"
-	}
-	if owner == nil && !rules.EvictUnmanaged {
+	case p.Controller == "" && !rules.EvictUnmanaged:
 		return "not managed by a controller, so nothing would recreate it (policy evictUnmanaged is false)"
-	}
-	if !rules.EvictEmptyDir {
-		for _, v := range p.Spec.Volumes {
-			if v.EmptyDir != nil {
-				return fmt.Sprintf("uses emptyDir volume %q whose data eviction would lose (policy evictEmptyDir is false)", v.Name)
-			}
-		}
+	case p.EmptyDirVolume != "" && !rules.EvictEmptyDir:
+		return fmt.Sprintf("uses emptyDir volume %q whose data eviction would lose (policy evictEmptyDir is false)", p.EmptyDirVolume)
 	}
 	return ""
+}
+
+// PodSafetyBlocker is SafetyBlocker for a pod read whole, as the drain reads it before evicting.
+func PodSafetyBlocker(p *corev1.Pod, rules EvictionRules) string {
+	return SafetyBlocker(podrecord.New(p, nil), rules)
 }

@@ -10,16 +10,16 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/fixture"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/planner"
+	"github.com/gpupool/gpupool/internal/podrecord"
 )
 
 // scaleFleet is the fleet of `make bench-scale` (test/bench/scale): H200 nodes of 8 GPUs carved
 // 1g.18gb:7, 10 running pods per node each holding one instance so that every GPU holds one,
 // one pending 3g.71gb pod per node, one policy over all of them.
-func scaleFleet(b *testing.B, nodes int) (*v1alpha1.GPUPoolPolicy, *Cluster) {
+func scaleFleet(b *testing.B, nodes int) (*v1alpha1.GPUPoolPolicy, *Cluster, []*corev1.Pod) {
 	const product = "NVIDIA-H200"
 	p, ok := mig.LookupProduct(product)
 	if !ok {
@@ -60,26 +60,30 @@ func scaleFleet(b *testing.B, nodes int) (*v1alpha1.GPUPoolPolicy, *Cluster) {
 		pods = append(pods, fixture.Pod(fmt.Sprintf("ml/pend-%05d", n), fixture.Unschedulable(t0.Add(-10*time.Minute)),
 			fixture.Requests("cpu", "2", mig.ResourceName("3g.71gb"), "1")))
 	}
-	c.Pods = fixture.Pointers(pods)
-	return &c.Policies[0], c
+	c.Pods = podrecord.FromPods(fixture.Pointers(pods))
+	return &c.Policies[0], c, fixture.Pointers(pods)
 }
 
 // BenchmarkPass measures what the controller pays on every pass of a fleet's policy, at 1,000
-// and 5,000 nodes: assembling the pass (inventory.Build over every node, report and pod, and
-// demand's pending pods) and planning it. "assemble, requests computed" is the baseline
-// without the controller's demand.RequestCache; "time/computed" is assembly with it against that. Allocations per op are the numbers to watch: the
-// manager's memory at rest is the informer cache plus the garbage collector's headroom over
-// what a pass allocates. "plan/pass" compares the planner with the pass assembly, measured in
-// the same process on the same objects.
+// and 5,000 nodes: assembling the pass (inventory.BuildFromRecords over every node, report and
+// pod, and demand's pending pods) and planning it. "assemble, records per pass" is the
+// baseline: the pods' records (their requests above all) made again on every pass, as a
+// controller that caches whole Pods would; "assemble" reads records made once, as the
+// manager's informer keeps them, and "time/per-pass" compares the two. Allocations per op are
+// the numbers to watch: the manager's memory at rest is the informer cache plus the garbage
+// collector's headroom over what a pass allocates. "plan/pass" compares the planner with the
+// pass assembly, measured in the same process on the same objects.
 func BenchmarkPass(b *testing.B) {
 	for _, nodes := range []int{1000, 5000} {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
-			policy, c := scaleFleet(b, nodes)
-			assemble := func(b *testing.B, opts Options) time.Duration {
+			policy, c, pods := scaleFleet(b, nodes)
+			opts := Options{MaxReportAge: 2 * time.Minute}
+			assemble := func(b *testing.B, records func() []*podrecord.Record) time.Duration {
 				b.ReportAllocs()
 				for b.Loop() {
-					opts.Requests.Rotate()
-					pass, err := NewPass(policy, c, t0, opts)
+					cluster := *c
+					cluster.Pods = records()
+					pass, err := NewPass(policy, &cluster, t0, opts)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -89,24 +93,18 @@ func BenchmarkPass(b *testing.B) {
 				}
 				return b.Elapsed() / time.Duration(b.N)
 			}
-			var computed, assembly time.Duration
-			b.Run("assemble, requests computed", func(b *testing.B) {
-				computed = assemble(b, Options{MaxReportAge: 2 * time.Minute})
+			var perPass, assembly time.Duration
+			b.Run("assemble, records per pass", func(b *testing.B) {
+				perPass = assemble(b, func() []*podrecord.Record { return podrecord.FromPods(pods) })
 			})
-			// As the controller assembles: pods' requests remembered from the pass before.
 			b.Run("assemble", func(b *testing.B) {
-				requests := demand.NewRequestCache()
-				if _, err := NewPass(policy, c, t0, Options{MaxReportAge: 2 * time.Minute, Requests: requests}); err != nil {
-					b.Fatal(err)
-				}
-				b.ResetTimer()
-				assembly = assemble(b, Options{MaxReportAge: 2 * time.Minute, Requests: requests})
-				if computed > 0 {
-					b.ReportMetric(float64(assembly)/float64(computed), "time/computed")
+				assembly = assemble(b, func() []*podrecord.Record { return c.Pods })
+				if perPass > 0 {
+					b.ReportMetric(float64(assembly)/float64(perPass), "time/per-pass")
 				}
 			})
 			b.Run("plan", func(b *testing.B) {
-				pass, err := NewPass(policy, c, t0, Options{MaxReportAge: 2 * time.Minute})
+				pass, err := NewPass(policy, c, t0, opts)
 				if err != nil {
 					b.Fatal(err)
 				}

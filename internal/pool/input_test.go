@@ -13,6 +13,7 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/fixture"
 	"github.com/gpupool/gpupool/internal/planner"
+	"github.com/gpupool/gpupool/internal/podrecord"
 )
 
 // TestAPassLeavesItsInputAlone guards what lets the controller hand a pass the informer
@@ -33,12 +34,12 @@ func TestAPassLeavesItsInputAlone(t *testing.T) {
 			fixture.Report("gpu-1", fixture.MIGGPU(0, h100, held, fixture.Instance("1g.10gb", 1, 1)), fixture.WholeGPU(1, h100)),
 			fixture.Report("gpu-2", fixture.MIGGPU(0, h100, fixture.Instance("7g.80gb", 0, 8))),
 		},
-		Pods: fixture.Pointers([]corev1.Pod{
+		Pods: podrecord.FromPods(fixture.Pointers([]corev1.Pod{
 			fixture.Pod("team/infer", fixture.Running("gpu-1"), fixture.Requests("cpu", "1", "nvidia.com/mig-1g.10gb", "1")),
 			fixture.Pod("team/train", fixture.Unschedulable(fixture.Now.Add(-time.Hour)), fixture.Requests("nvidia.com/mig-3g.40gb", "1")),
 			fixture.Pod("team/big", fixture.Unschedulable(fixture.Now.Add(-time.Hour)),
 				fixture.Requests("nvidia.com/gpu", "2"), fixture.WithInit("setup", "cpu", "2")),
-		}),
+		})),
 		PDBs:       []policyv1.PodDisruptionBudget{fixture.PDB("team/infer", "infer", 1)},
 		Heartbeats: map[string]time.Time{"gpu-1": fixture.Now},
 	}

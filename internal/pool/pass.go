@@ -18,6 +18,7 @@ import (
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/planner"
+	"github.com/gpupool/gpupool/internal/podrecord"
 )
 
 // Defaults of spec.planning, as the CRD markers default them; objects that no API server
@@ -33,9 +34,10 @@ type Cluster struct {
 	Policies []v1alpha1.GPUPoolPolicy
 	Nodes    []corev1.Node
 	GPUNodes []v1alpha1.GPUNode
-	// Pods point into the caller's objects (the controller's informer cache): a pass reads
-	// them and never writes into them, so a fleet's pods are never copied for a pass.
-	Pods  []*corev1.Pod
+	// Pods are the pods as the manager's informer keeps them (podrecord.FromPods makes them
+	// from Pods): a pass reads them and never writes into them, so a fleet's pods are never
+	// copied for a pass.
+	Pods  []*podrecord.Record
 	PDBs  []policyv1.PodDisruptionBudget
 	Plans []v1alpha1.RepartitionPlan
 	// Claims are the ResourceClaims pending pods may ask through (NVIDIA's DRA driver, see
@@ -47,6 +49,25 @@ type Cluster struct {
 	Slices []resourcev1.ResourceSlice
 	// Heartbeats are, per node, when its agent last renewed its Lease; nil when unknown.
 	Heartbeats map[string]time.Time
+}
+
+// Unbound are the pods not bound to a node that may ask for GPUs, with their records'
+// requests, for demand.PendingWithClaims.
+func (c *Cluster) Unbound() ([]*corev1.Pod, demand.RequestsOf) {
+	var pods []*corev1.Pod
+	requests := map[*corev1.Pod]corev1.ResourceList{}
+	for _, r := range c.Pods {
+		if r.Unbound != nil {
+			pods = append(pods, r.Unbound)
+			requests[r.Unbound] = r.Requests
+		}
+	}
+	return pods, func(p *corev1.Pod) corev1.ResourceList {
+		if l, ok := requests[p]; ok {
+			return l
+		}
+		return demand.PodRequests(p)
+	}
 }
 
 // ClaimLookup finds the cluster's ResourceClaims by namespace and name; nil when the cluster
@@ -72,9 +93,6 @@ type Options struct {
 	// KeepUnplaceable keeps pending pods that no node of the pool may host, so that the
 	// planner explains them (NotInPool); the controller leaves them to their own pool.
 	KeepUnplaceable bool
-	// Requests remembers pods' requests across passes over an informer's pods; nil computes
-	// them on every pass.
-	Requests *demand.RequestCache
 }
 
 // InFlight counts the pool's nodes that executing plans are changing now, by budget.
@@ -113,13 +131,14 @@ func NewPass(policy *v1alpha1.GPUPoolPolicy, c *Cluster, now time.Time, opts Opt
 		Window:        DurationOr(policy.Spec.Planning.StabilizationWindow, DefaultStabilizationWindow)}
 	p.Conflicts = conflictingNodes(policy, selector, c)
 	p.Frozen, p.InFlight = frozenNodes(policy, c, p.Conflicts, p.Window, now)
-	p.Snapshot = inventory.Build(c.Nodes, c.GPUNodes, c.Pods, c.PDBs, inventory.Options{
+	p.Snapshot = inventory.BuildFromRecords(c.Nodes, c.GPUNodes, c.Pods, c.PDBs, inventory.Options{
 		Now: now, MaxReportAge: opts.MaxReportAge, Heartbeats: c.Heartbeats,
 		EvictEmptyDir: policy.Spec.Disruption.EvictEmptyDir, EvictUnmanaged: policy.Spec.Disruption.EvictUnmanaged,
 		DeviceHolders: inventory.DRAHolders(c.Claims, c.Slices), DynamicMIGNodes: inventory.DynamicMIGNodes(c.Slices),
-		DRAPublished: inventory.DRAPublished(c.Slices), Requests: opts.Requests,
+		DRAPublished: inventory.DRAPublished(c.Slices),
 	})
-	p.Pending, _ = demand.PendingWithClaims(c.Pods, c.ClaimLookup(), opts.Requests, now, p.MinPendingAge)
+	unbound, requests := c.Unbound()
+	p.Pending, _ = demand.PendingWithClaims(unbound, c.ClaimLookup(), requests, now, p.MinPendingAge)
 	if !opts.KeepUnplaceable {
 		p.Pending = placeable(p.Pending, selector, c.Nodes)
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/podrecord"
 )
 
 func poolNode(name, pool string) corev1.Node {
@@ -56,13 +57,13 @@ func TestNewPass(t *testing.T) {
 		name: "nothing in flight: every pool node plannable, only the pool's placeable pods",
 		cluster: Cluster{Policies: []v1alpha1.GPUPoolPolicy{policyFor("a", "a")},
 			Nodes: []corev1.Node{poolNode("a-1", "a"), poolNode("b-1", "b")},
-			Pods:  []*corev1.Pod{ptr.To(pendingPod("mine", nil)), ptr.To(pendingPod("theirs", map[string]string{"pool": "b"}))}},
+			Pods:  podrecord.FromPods([]*corev1.Pod{ptr.To(pendingPod("mine", nil)), ptr.To(pendingPod("theirs", map[string]string{"pool": "b"}))})},
 		wantFrozen: map[string]string{}, wantPending: []string{"mine"},
 	}, {
 		name: "KeepUnplaceable keeps the other pool's pod for the planner to explain",
 		cluster: Cluster{Policies: []v1alpha1.GPUPoolPolicy{policyFor("a", "a")},
 			Nodes: []corev1.Node{poolNode("a-1", "a"), poolNode("b-1", "b")},
-			Pods:  []*corev1.Pod{ptr.To(pendingPod("mine", nil)), ptr.To(pendingPod("theirs", map[string]string{"pool": "b"}))}},
+			Pods:  podrecord.FromPods([]*corev1.Pod{ptr.To(pendingPod("mine", nil)), ptr.To(pendingPod("theirs", map[string]string{"pool": "b"}))})},
 		opts:       Options{KeepUnplaceable: true},
 		wantFrozen: map[string]string{}, wantPending: []string{"mine", "theirs"},
 	}, {

@@ -12,6 +12,7 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/planner"
+	"github.com/gpupool/gpupool/internal/podrecord"
 	"github.com/gpupool/gpupool/internal/pool"
 )
 
@@ -127,7 +128,7 @@ func (s *Snapshot) Plan(opts Options) (*Report, error) {
 // except that pending pods no node of the pool may host are kept so that the planner explains
 // them: the report says why every pending pod waits, not only the pool's own.
 func (s *Snapshot) planPolicy(p *v1alpha1.GPUPoolPolicy, now time.Time) (*PolicyReport, error) {
-	cluster := &pool.Cluster{Policies: s.Policies, Nodes: s.Nodes, GPUNodes: s.GPUNodes, Pods: s.PodPointers(), PDBs: s.PDBs, Plans: s.Plans,
+	cluster := &pool.Cluster{Policies: s.Policies, Nodes: s.Nodes, GPUNodes: s.GPUNodes, Pods: podrecord.FromPods(s.PodPointers()), PDBs: s.PDBs, Plans: s.Plans,
 		Claims: s.Claims, Slices: s.Slices}
 	pass, err := pool.NewPass(p, cluster, now, pool.Options{KeepUnplaceable: true})
 	if err != nil {
@@ -146,7 +147,8 @@ func (s *Snapshot) planPolicy(p *v1alpha1.GPUPoolPolicy, now time.Time) (*Policy
 		}
 	}
 	pr.Pending = len(pass.Pending) - notInPool
-	_, skipped := demand.PendingWithClaims(cluster.Pods, cluster.ClaimLookup(), nil, now, pass.MinPendingAge)
+	unbound, requests := cluster.Unbound()
+	_, skipped := demand.PendingWithClaims(unbound, cluster.ClaimLookup(), requests, now, pass.MinPendingAge)
 	bound := map[types.NamespacedName]bool{}
 	for i := range s.Pods {
 		if s.Pods[i].Spec.NodeName != "" {
