@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -488,4 +489,48 @@ func TestGPUNodeSaysWhetherDRASlicesAreCurrent(t *testing.T) {
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Expect(conditionOf(g, v1.ConditionNVMLReady)).NotTo(BeNil(), "the agent's conditions stay")
+}
+
+// TestAPoolAtRestIsNotPassedAgain guards the manager's cost at rest (issue 21): with no event
+// and nothing that time changes, the policy's periodic recheck makes no pass; a report growing
+// stale with no event, and then a new pod, each make one.
+func TestAPoolAtRestIsNotPassedAgain(t *testing.T) {
+	g := NewWithT(t)
+	env := startEnv(t)
+	clock := clocktesting.NewFakeClock(time.Now())
+	_, reg := startManager(t, env, clock, true)
+	ctx := context.Background()
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	pendingPod(t, env, "trainer", "3g.71gb")
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	// Rechecked every second (minPendingAge 0), so that the test sees several.
+	policy.Spec.Planning.MinPendingAge = &metav1.Duration{}
+	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	onlyPlan(t, env)
+
+	passes := func(kind string) float64 {
+		return sample(t, reg, "gpupool_policy_passes_total", map[string]string{"policy": "pool-a", "pass": kind})
+	}
+	// At rest once a recheck finds nothing changed.
+	g.Eventually(func() float64 { return passes("unchanged") }).WithTimeout(30 * time.Second).Should(BeNumerically(">=", 1))
+	complete, unchanged := passes("complete"), passes("unchanged")
+	g.Eventually(func() float64 { return passes("unchanged") }).WithTimeout(30*time.Second).Should(BeNumerically(">=", unchanged+3),
+		"the recheck keeps coming")
+	g.Expect(passes("complete")).To(Equal(complete), "a recheck with nothing changed made a pass")
+
+	// Time alone: the report grows older than maxReportAge, and the node leaves planning.
+	clock.Step(3 * time.Minute) // the manager's default maxReportAge is 2 minutes
+	g.Eventually(func(g Gomega) {
+		g.Expect(passes("complete")).To(BeNumerically(">", complete))
+		got := &v1.GPUPoolPolicy{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
+		g.Expect(got.Status.Pool.UnreportedNodes).To(Equal(int32(1)))
+	}).WithTimeout(30*time.Second).Should(Succeed(), "a report that went stale with no event was not noticed")
+
+	// An event: new demand.
+	g.Eventually(func() float64 { return passes("unchanged") }).WithTimeout(30 * time.Second).Should(BeNumerically(">", unchanged+3))
+	complete = passes("complete")
+	pendingPod(t, env, "second", "3g.71gb")
+	g.Eventually(func() float64 { return passes("complete") }).WithTimeout(30*time.Second).Should(BeNumerically(">", complete),
+		"a new pending pod made no pass")
 }

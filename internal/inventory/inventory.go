@@ -286,20 +286,30 @@ func gpusOf(node *corev1.Node, report *v1alpha1.GPUNode, products productCache, 
 		}
 		return nil, msg
 	}
-	if opts.MaxReportAge > 0 {
-		if report.Status.ObservedTime == nil {
-			return nil, "the GPUNode report has no observedTime"
-		}
-		seen, what := report.Status.ObservedTime.Time, "GPUNode report"
-		if beat, ok := opts.Heartbeats[node.Name]; ok && beat.After(seen) {
-			seen, what = beat, "agent's heartbeat Lease"
-		}
-		if age := opts.Now.Sub(seen); age > opts.MaxReportAge {
-			return nil, fmt.Sprintf("the %s is %s old (limit %s): is the agent healthy?",
-				what, age.Round(time.Second), opts.MaxReportAge)
-		}
+	if why := Stale(report, opts.Heartbeats, opts.Now, opts.MaxReportAge); why != "" {
+		return nil, why
 	}
 	return readGPUs(node, report, products, opts.DeviceHolders), ""
+}
+
+// Stale says why the report is too old to plan with at now: neither its observedTime nor its
+// node's heartbeat (heartbeats, by node name) is within maxAge. "" when it is fresh, or when
+// maxAge is zero (offline what-if on a saved snapshot keeps every report).
+func Stale(report *v1alpha1.GPUNode, heartbeats map[string]time.Time, now time.Time, maxAge time.Duration) string {
+	if maxAge <= 0 {
+		return ""
+	}
+	if report.Status.ObservedTime == nil {
+		return "the GPUNode report has no observedTime"
+	}
+	seen, what := report.Status.ObservedTime.Time, "GPUNode report"
+	if beat, ok := heartbeats[report.Name]; ok && beat.After(seen) {
+		seen, what = beat, "agent's heartbeat Lease"
+	}
+	if age := now.Sub(seen); age > maxAge {
+		return fmt.Sprintf("the %s is %s old (limit %s): is the agent healthy?", what, age.Round(time.Second), maxAge)
+	}
+	return ""
 }
 
 // NodeTarget is a node's complete target layout for a plan's step: the step's new layouts for

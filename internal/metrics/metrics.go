@@ -37,6 +37,7 @@ const (
 	NodeStepStateTimestamp   = "gpupool_node_step_state_timestamp_seconds"
 	Evictions                = "gpupool_evictions_total"
 	ReconfigureSeconds       = "gpupool_reconfigure_seconds"
+	PolicyPasses             = "gpupool_policy_passes_total"
 )
 
 // Metrics holds gpupool's collectors. The zero value is not usable; a nil *Metrics records
@@ -56,6 +57,7 @@ type Metrics struct {
 	stepState          *prometheus.GaugeVec
 	evictions          *prometheus.CounterVec
 	reconfigureSeconds *prometheus.HistogramVec
+	policyPasses       *prometheus.CounterVec
 }
 
 // Series is one exported metric: its name and the labels its series carry (a histogram's
@@ -99,6 +101,7 @@ var (
 	policyPlanState   = []string{"policy", "plan", "node", "state"}
 	policyOutcome     = []string{"policy", "outcome"}
 	policyResult      = []string{"policy", "result"}
+	policyPass        = []string{"policy", "pass"}
 )
 
 func newCollectors() *Metrics {
@@ -146,13 +149,18 @@ func newCollectors() *Metrics {
 			// From a quick idle re-carve to a drain that waits on PodDisruptionBudgets.
 			Buckets: prometheus.ExponentialBuckets(5, 2, 10),
 		}, policyResult),
+		policyPasses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: PolicyPasses,
+			Help: "Reconciles of a policy: complete (the pool read, planned and its status written) or unchanged " +
+				"(no event and nothing time changes since the last complete pass, so none was made).",
+		}, policyPass),
 	}
 }
 
 func (m *Metrics) all() []prometheus.Collector {
 	return []prometheus.Collector{m.pendingPods, m.unservedPods, m.strandedSlices, m.feasibleNodes, m.eligibleNodes,
 		m.feasibleNodesRatio, m.unreportedNodes, m.policyTimeout, m.planPhase, m.planDuration, m.stepStarted,
-		m.stepState, m.evictions, m.reconfigureSeconds}
+		m.stepState, m.evictions, m.reconfigureSeconds, m.policyPasses}
 }
 
 // exported describes the collectors newCollectors makes; a test holds the two together.
@@ -171,6 +179,7 @@ var exported = []Series{
 	{NodeStepStateTimestamp, "gauge", policyPlanState},
 	{Evictions, "counter", policyOutcome},
 	{ReconfigureSeconds, "histogram", policyResult},
+	{PolicyPasses, "counter", policyPass},
 }
 
 // PolicyObservation is what one pass of the policy controller saw of a pool.
@@ -194,7 +203,7 @@ func (m *Metrics) ObservePolicy(policy string, obs PolicyObservation) {
 	if m == nil {
 		return
 	}
-	m.ForgetPolicy(policy)
+	m.forgetPool(policy)
 	st := obs.Status
 	for _, d := range st.Demand {
 		m.pendingPods.WithLabelValues(policy, d.Resource).Set(float64(d.PendingPods))
@@ -217,11 +226,17 @@ func (m *Metrics) ObservePolicy(policy string, obs PolicyObservation) {
 	m.policyTimeout.WithLabelValues(policy, "configure").Set(obs.ConfigureTimeout.Seconds())
 }
 
-// ForgetPolicy removes a policy's pool series.
+// ForgetPolicy removes a deleted policy's series.
 func (m *Metrics) ForgetPolicy(policy string) {
 	if m == nil {
 		return
 	}
+	m.forgetPool(policy)
+	m.policyPasses.DeletePartialMatch(prometheus.Labels{"policy": policy})
+}
+
+// forgetPool removes a policy's pool series.
+func (m *Metrics) forgetPool(policy string) {
 	for _, v := range []*prometheus.GaugeVec{m.pendingPods, m.unservedPods, m.strandedSlices, m.feasibleNodes,
 		m.eligibleNodes, m.feasibleNodesRatio, m.unreportedNodes, m.policyTimeout} {
 		v.DeletePartialMatch(prometheus.Labels{"policy": policy})
@@ -288,6 +303,18 @@ func (m *Metrics) CountEvictions(policy, outcome string, n int) {
 		return
 	}
 	m.evictions.WithLabelValues(policy, outcome).Add(float64(n))
+}
+
+// CountPass counts one reconcile of a policy: complete, or skipped as unchanged.
+func (m *Metrics) CountPass(policy string, complete bool) {
+	if m == nil {
+		return
+	}
+	pass := "unchanged"
+	if complete {
+		pass = "complete"
+	}
+	m.policyPasses.WithLabelValues(policy, pass).Inc()
 }
 
 // ObserveNodeStep records how long a node was out of service for a step that finished.

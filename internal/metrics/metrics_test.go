@@ -215,6 +215,7 @@ func TestExportedDescribesEveryCollector(t *testing.T) {
 	m.ObservePlanEnd("p", v1alpha1.PlanSucceeded, time.Minute)
 	m.CountEvictions("p", "Evicted", 1)
 	m.ObserveNodeStep("p", v1alpha1.NodeDone, time.Minute)
+	m.CountPass("p", true)
 
 	labels, types := gathered(t, reg)
 	want := map[string][]string{}

@@ -115,6 +115,9 @@ func Dashboard() (dashboard.Dashboard, error) { //nolint:staticcheck // the clas
 		WithPanel(panel("Unreported nodes",
 			"Nodes left out of planning because their agent's report is missing, cannot read NVML, or is stale.", "short", false,
 			target{"sum by (policy) (gpupool_unreported_nodes" + sel + ")", "{{policy}}"})).
+		WithPanel(panel("Policy passes",
+			"Reconciles per second: complete passes (pool read, planned, status written) and unchanged ones (nothing happened since the last complete pass, so none was made). Complete passes at rest mean something keeps changing.", "short", true,
+			target{"sum by (pass) (rate(gpupool_policy_passes_total" + sel + "[$__rate_interval]))", "{{pass}}"})).
 		Build()
 	if err != nil {
 		return d, err
