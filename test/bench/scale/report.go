@@ -41,8 +41,8 @@ func Write(w io.Writer, results []*Result) error {
 		ew.printf("\n| latency | measured |\n|---|---:|\n")
 		ew.printf("| bare cache: start to caches synced | %s |\n", r.BaselineSynced.Round(100*time.Millisecond))
 		ew.printf("| manager: start to first plan | %s (%d steps, %d KiB of JSON) |\n", r.FirstPlan.Round(100*time.Millisecond), r.PlanSteps, r.PlanBytes/1024)
-		ew.printf("| %d pods of a new shape: to the policy's status.demand | %s |\n", r.NewPending, latency(r.NewShapeStatus, r.Timeout))
-		ew.printf("| %d pods of a new shape: to a plan expecting one | %s |\n", r.NewPending, latency(r.NewShapePlan, r.Timeout))
+		ew.printf("| a new shape (%d pods, timed from the first): to the policy's status.demand | %s |\n", r.NewPending, latency(r.NewShapeStatus, r.Timeout))
+		ew.printf("| a new shape (%d pods, timed from the first): to a plan expecting one | %s |\n", r.NewPending, latency(r.NewShapePlan, r.Timeout))
 		if r.HeartbeatFailures > 0 {
 			ew.printf("\n%d Lease renewals failed.\n", r.HeartbeatFailures)
 		}

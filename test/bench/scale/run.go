@@ -292,19 +292,32 @@ func runManager(ctx context.Context, cfg Config, env *testenv.Env, s *seeder, cp
 		return err
 	}
 	if cfg.Manager == "" {
+		// Where the manager's CPU goes at rest, heartbeats arriving: go tool pprof -top. As
+		// long as the window.
+		seconds := max(1, int(cfg.Window.Seconds()))
+		cpu := filepath.Join(cfg.Dir, fmt.Sprintf("manager-cpu-%d.pprof", cfg.Nodes))
+		if err := fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, seconds), cpu); err != nil {
+			return err
+		}
+		progress("manager: CPU profile of %ds at rest in %s", seconds, cpu)
 		// Where the manager's memory goes at rest: go tool pprof -top -sample_index=inuse_space.
+		// gc=1 collects first, so the profile holds what is live, not the last pass's garbage.
 		path := filepath.Join(cfg.Dir, fmt.Sprintf("manager-heap-%d.pprof", cfg.Nodes))
-		if err := fetch(ctx, "http://"+pprofAddr+"/debug/pprof/heap", path); err != nil {
+		if err := fetch(ctx, "http://"+pprofAddr+"/debug/pprof/heap?gc=1", path); err != nil {
 			return err
 		}
 		progress("manager: heap profile at rest in %s", path)
 	}
 
 	progress("manager: %d pods of a new shape, %s, arrive", res.NewPending, newProfile)
-	if err := s.pending(ctx, "new", newProfile, res.NewPending); err != nil {
+	// The shape arrives with its first pod; the rest of the burst is written while the manager
+	// works, as a 500-replica job's pods reach a real cluster.
+	if err := s.pending(ctx, "new", newProfile, 1); err != nil {
 		return err
 	}
 	arrived := time.Now()
+	rest := make(chan error, 1)
+	go func() { rest <- s.pendingFrom(ctx, "new", newProfile, 1, res.NewPending) }()
 	newResource := mig.ResourceName(newProfile)
 	err = poll(ctx, 500*time.Millisecond, res.Timeout, p.alive, func() (bool, error) {
 		if res.NewShapeStatus == 0 {
@@ -332,8 +345,12 @@ func runManager(ctx context.Context, cfg Config, env *testenv.Env, s *seeder, cp
 		}
 		return res.NewShapeStatus > 0 && res.NewShapePlan > 0, nil
 	})
+	written := <-rest
 	if err != nil && !errorsIsTimeout(err) {
 		return err
+	}
+	if written != nil {
+		return fmt.Errorf("writing the new shape's pods: %w", written)
 	}
 	return nil
 }

@@ -219,9 +219,14 @@ func (s *seeder) pod(ctx context.Context, name, node, profile string, since time
 // pending writes n pending pods asking for profile, named prefix-<i>, unschedulable since an
 // hour ago (older than any minPendingAge).
 func (s *seeder) pending(ctx context.Context, prefix, profile string, n int) error {
+	return s.pendingFrom(ctx, prefix, profile, 0, n)
+}
+
+// pendingFrom writes the pending pods prefix-from to prefix-(to-1).
+func (s *seeder) pendingFrom(ctx context.Context, prefix, profile string, from, to int) error {
 	since := time.Now().Add(-time.Hour)
-	return parallel(ctx, n, s.workers, func(ctx context.Context, i int) error {
-		return s.pod(ctx, fmt.Sprintf("%s-%d", prefix, i), "", profile, since)
+	return parallel(ctx, to-from, s.workers, func(ctx context.Context, i int) error {
+		return s.pod(ctx, fmt.Sprintf("%s-%d", prefix, from+i), "", profile, since)
 	})
 }
 

@@ -22,7 +22,10 @@ func main() {
 	running := flag.Int("running", 10, "running pods per node")
 	budget := flag.String("budget", "", "the policy's maxDisruptedNodes, e.g. 10% (default: the API's, 1 node)")
 	period := flag.Duration("period", 30*time.Second, "the agents' heartbeat period")
-	settle := flag.Duration("settle", 30*time.Second, "how long each process runs before it is measured")
+	// At rest means past the policy's stabilization window (2 minutes by default), when a plan
+	// under review is no longer remembered, and past the Go runtime's periodic collection (2
+	// minutes), which sets the heap's goal from the cache rather than from the last pass.
+	settle := flag.Duration("settle", 150*time.Second, "how long each process runs, after its first plan, before it is measured at rest")
 	window := flag.Duration("window", 60*time.Second, "how long each process is measured at rest")
 	workers := flag.Int("workers", 32, "requests in flight while writing the fleet")
 	manager := flag.String("manager", "", "a manager binary to measure, e.g. an older build to compare (default: build the checkout's)")
