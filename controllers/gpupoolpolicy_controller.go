@@ -116,7 +116,9 @@ type passInputs struct {
 	generation int64
 	events     int64
 	facts      pool.TimeFacts
-	at         time.Time
+	// young is the plan under review inside the stabilization window, "" when none.
+	young string
+	at    time.Time
 }
 
 // fullPassInterval bounds how long a policy goes without a complete pass when nothing seems to
@@ -300,8 +302,13 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	now := r.Clock.Now()
 	minPendingAge := pool.DurationOr(policy.Spec.Planning.MinPendingAge, pool.DefaultMinPendingAge)
+	window := pool.DurationOr(policy.Spec.Planning.StabilizationWindow, pool.DefaultStabilizationWindow)
 	inputs := passInputs{generation: policy.Generation, events: events,
-		facts: pool.TimeFactsOf(cluster, now, minPendingAge, r.MaxReportAge), at: now}
+		facts: pool.TimeFactsOf(policy, cluster, now, r.MaxReportAge), at: now}
+	// A plan under review leaves the window with time alone, and the planner then looks again.
+	if young := youngAwaitingPlan(policy, pool.OwnPlans(policy, cluster.Plans), now, window); young != nil {
+		inputs.young = young.Name
+	}
 	if r.unchanged(policy.Name, inputs) {
 		// Nothing changed but the time, and not what time changes: the pass would repeat the
 		// last one. Check again when a pending pod may have come of age.
@@ -355,7 +362,7 @@ func (r *PolicyReconciler) unchanged(policy string, in passInputs) bool {
 	defer r.mu.Unlock()
 	last, ok := r.lastInputs[policy]
 	return ok && last.generation == in.generation && last.events == in.events && last.facts.Equal(in.facts) &&
-		in.at.Sub(last.at) < fullPassInterval
+		last.young == in.young && in.at.Sub(last.at) < fullPassInterval
 }
 
 // noteInputs remembers what the policy's complete pass started from.

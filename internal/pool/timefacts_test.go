@@ -33,7 +33,9 @@ func TestTimeFactsFollowTheClock(t *testing.T) {
 			fixture.Pod("team/running", fixture.Running("fresh"), fixture.Requests("nvidia.com/gpu", "1")),
 		})),
 	}
-	const minPendingAge, maxReportAge = 30 * time.Second, 2 * time.Minute
+	const maxReportAge = 2 * time.Minute
+	policy := policyFor("a", "a")
+	policy.Spec.Planning.MinPendingAge = &metav1.Duration{Duration: 30 * time.Second}
 	cases := []struct {
 		at           time.Time
 		stale        []string
@@ -47,7 +49,7 @@ func TestTimeFactsFollowTheClock(t *testing.T) {
 	}
 	var before TimeFacts
 	for i, tc := range cases {
-		got := TimeFactsOf(c, tc.at, minPendingAge, maxReportAge)
+		got := TimeFactsOf(&policy, c, tc.at, maxReportAge)
 		want := TimeFacts{Stale: tc.stale, Pending: tc.pending}
 		if !got.Equal(want) {
 			t.Errorf("at %s: got %+v, want %+v", tc.at.Sub(t0), got, want)
@@ -57,7 +59,7 @@ func TestTimeFactsFollowTheClock(t *testing.T) {
 		}
 		before = got
 	}
-	if got := TimeFactsOf(c, t0.Add(time.Hour), minPendingAge, 0); len(got.Stale) != 0 {
+	if got := TimeFactsOf(&policy, c, t0.Add(time.Hour), 0); len(got.Stale) != 0 {
 		t.Errorf("with no maxReportAge no report is stale, got %v", got.Stale)
 	}
 }
