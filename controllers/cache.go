@@ -3,7 +3,6 @@ package controllers
 import (
 	"fmt"
 	"strings"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/intern"
 	"github.com/gpupool/gpupool/internal/podrecord"
 )
 
@@ -31,7 +31,7 @@ import (
 func SlimCache() map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
 		&corev1.Node{}:      {Transform: slimNode},
-		&v1alpha1.GPUNode{}: {Transform: shareProfileTables(&profileTables{})},
+		&v1alpha1.GPUNode{}: {Transform: shareProfileTables(intern.NewTable[[]v1alpha1.GPUInstanceProfile](maxProfileTables))},
 	}
 }
 
@@ -40,7 +40,7 @@ func SlimCache() map[client.Object]cache.ByObject {
 // node), and every GPU of one model and driver reports the same table: reports hold one copy
 // per distinct table. Objects in an informer's cache are read-only (the pass reads them in
 // place, and every other read deep-copies them), so sharing is safe.
-func shareProfileTables(tables *profileTables) toolscache.TransformFunc {
+func shareProfileTables(tables *intern.Table[[]v1alpha1.GPUInstanceProfile]) toolscache.TransformFunc {
 	return func(obj any) (any, error) {
 		g, ok := obj.(*v1alpha1.GPUNode)
 		if !ok {
@@ -49,25 +49,20 @@ func shareProfileTables(tables *profileTables) toolscache.TransformFunc {
 		// A transform of its own replaces the cache's default, which strips managedFields.
 		g.ManagedFields = nil
 		for i := range g.Status.GPUs {
-			g.Status.GPUs[i].Profiles = tables.shared(g.Status.GPUs[i].Profiles)
+			if table := g.Status.GPUs[i].Profiles; len(table) > 0 {
+				g.Status.GPUs[i].Profiles = tables.Share(profileTableKey(table), table)
+			}
 		}
 		return g, nil
 	}
 }
 
-// profileTables hands out one shared copy of each distinct profile table, and starts afresh
-// past maxProfileTables distinct tables (the tables handed out stay with their reports).
-type profileTables struct {
-	mu     sync.Mutex
-	byText map[string][]v1alpha1.GPUInstanceProfile
-}
-
+// maxProfileTables bounds the distinct profile tables shared (a model, a driver and a MIG
+// mode make one; a fleet has a few).
 const maxProfileTables = 256
 
-func (t *profileTables) shared(table []v1alpha1.GPUInstanceProfile) []v1alpha1.GPUInstanceProfile {
-	if len(table) == 0 {
-		return table
-	}
+// profileTableKey identifies a profile table by every field it holds.
+func profileTableKey(table []v1alpha1.GPUInstanceProfile) string {
 	var key strings.Builder
 	for _, p := range table {
 		fmt.Fprintf(&key, "%d|%q|%d|%d|%d|", p.ID, p.Name, p.MemoryMiB, p.Slices, p.MaxCount)
@@ -76,16 +71,7 @@ func (t *profileTables) shared(table []v1alpha1.GPUInstanceProfile) []v1alpha1.G
 		}
 		key.WriteByte(';')
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if have, ok := t.byText[key.String()]; ok {
-		return have
-	}
-	if t.byText == nil || len(t.byText) >= maxProfileTables {
-		t.byText = map[string][]v1alpha1.GPUInstanceProfile{}
-	}
-	t.byText[key.String()] = table
-	return table
+	return key.String()
 }
 
 // recordPod is the pod informer's transform: the cache holds each pod as a podrecord.Record,

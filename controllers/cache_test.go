@@ -13,6 +13,7 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/fixture"
+	"github.com/gpupool/gpupool/internal/intern"
 	"github.com/gpupool/gpupool/internal/podrecord"
 )
 
@@ -128,7 +129,7 @@ func TestSlimNodeKeepsWhatDecisionsRead(t *testing.T) {
 // MIG profile table hold one copy of it, a different table keeps its own values, and
 // managedFields go as the cache's default transform would have dropped them.
 func TestReportsShareEqualProfileTables(t *testing.T) {
-	transform := shareProfileTables(&profileTables{})
+	transform := shareProfileTables(intern.NewTable[[]v1alpha1.GPUInstanceProfile](maxProfileTables))
 	table := func(maxCount int32) []v1alpha1.GPUInstanceProfile {
 		return []v1alpha1.GPUInstanceProfile{
 			{ID: 19, Name: "1g.18gb", MemoryMiB: 16384, Slices: 1, MaxCount: maxCount, Placements: []v1alpha1.SlicePlacement{{Start: 0, Size: 1}}},

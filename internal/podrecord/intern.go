@@ -8,6 +8,8 @@ import (
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpupool/gpupool/internal/intern"
 )
 
 // Interner hands out one shared copy of equal strings, label maps, toleration lists and
@@ -16,18 +18,28 @@ import (
 // requests, most of which repeat across thousands of pods. What an Interner hands out is
 // read-only to every holder.
 //
-// The tables are bounded: past maxShared distinct values of one kind a table starts afresh,
-// and the values already handed out stay with their records. Strings go through the unique
-// package, whose table forgets what nobody holds. A nil Interner shares nothing. It is safe
-// for concurrent use.
+// The tables are bounded (intern.Table): past maxShared distinct values of one kind a table
+// starts afresh, and the values already handed out stay with their records. Strings go through
+// the unique package, whose table forgets what nobody holds. A nil Interner shares nothing.
+// It is safe for concurrent use.
 type Interner struct {
-	mu          sync.Mutex
-	labels      map[string]map[string]string
-	tolerations map[string][]corev1.Toleration
-	resources   map[string]corev1.ResourceList
+	once        sync.Once
+	labels      *intern.Table[map[string]string]
+	tolerations *intern.Table[[]corev1.Toleration]
+	resources   *intern.Table[corev1.ResourceList]
 }
 
 const maxShared = 4096
+
+// tables makes the tables on first use, so that the zero Interner is ready.
+func (in *Interner) tables() *Interner {
+	in.once.Do(func() {
+		in.labels = intern.NewTable[map[string]string](maxShared)
+		in.tolerations = intern.NewTable[[]corev1.Toleration](maxShared)
+		in.resources = intern.NewTable[corev1.ResourceList](maxShared)
+	})
+	return in
+}
 
 // String is s, as a copy shared with every equal string interned.
 func (in *Interner) String(s string) string {
@@ -52,7 +64,7 @@ func (in *Interner) Labels(m map[string]string) map[string]string {
 		writeField(&b, k)
 		writeField(&b, m[k])
 	}
-	return share(in, &in.labels, b.String(), m)
+	return in.tables().labels.Share(b.String(), m)
 }
 
 // Tolerations is ts, or an equal list handed out before.
@@ -72,7 +84,7 @@ func (in *Interner) Tolerations(ts []corev1.Toleration) []corev1.Toleration {
 			writeField(&b, "-")
 		}
 	}
-	return share(in, &in.tolerations, b.String(), ts)
+	return in.tables().tolerations.Share(b.String(), ts)
 }
 
 // Resources is l, or an equal list handed out before. Quantities compare by their canonical
@@ -92,7 +104,7 @@ func (in *Interner) Resources(l corev1.ResourceList) corev1.ResourceList {
 		writeField(&b, name)
 		writeField(&b, q.String())
 	}
-	return share(in, &in.resources, b.String(), l)
+	return in.tables().resources.Share(b.String(), l)
 }
 
 // writeField appends s with its length, so no two different lists make the same key.
@@ -100,17 +112,4 @@ func writeField(b *strings.Builder, s string) {
 	b.WriteString(strconv.Itoa(len(s)))
 	b.WriteByte(':')
 	b.WriteString(s)
-}
-
-func share[V any](in *Interner, table *map[string]V, key string, v V) V {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if have, ok := (*table)[key]; ok {
-		return have
-	}
-	if *table == nil || len(*table) >= maxShared {
-		*table = make(map[string]V)
-	}
-	(*table)[key] = v
-	return v
 }

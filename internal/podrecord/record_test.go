@@ -181,8 +181,8 @@ func TestInternerTablesAreBounded(t *testing.T) {
 		in.Labels(map[string]string{"app": fmt.Sprint(i)})
 		in.Resources(fixture.Resources("cpu", fmt.Sprint(i+1)))
 	}
-	if len(in.labels) > maxShared || len(in.resources) > maxShared {
-		t.Errorf("tables hold %d label sets and %d resource lists, more than %d", len(in.labels), len(in.resources), maxShared)
+	if in.labels.Len() > maxShared || in.resources.Len() > maxShared {
+		t.Errorf("tables hold %d label sets and %d resource lists, more than %d", in.labels.Len(), in.resources.Len(), maxShared)
 	}
 	if first["app"] != "0" {
 		t.Errorf("a label set handed out before the table started afresh reads %v", first)
