@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -12,15 +13,18 @@ import (
 // TimeFacts are the parts of a pass's input that time alone changes, with no object changing:
 // which reports have grown too old to plan with, which pending pods have waited past
 // minPendingAge, and which nodes are frozen (a failed node's backoff and a changed node's
-// stabilization window both end with time). A controller that has seen no event since its last pass, and finds these
-// unchanged, would make the same pass again; computing them costs a fraction of a pass (no
-// inventory, no planner), so it checks them instead of planning on a timer.
+// stabilization window both end with time). A controller that has seen no event since its
+// last pass, and finds these unchanged, would make the same pass again; computing them costs a
+// fraction of a pass (no inventory, no planner), so it checks them instead of planning on a
+// timer.
 type TimeFacts struct {
 	// Stale are the reports too old to plan with, by node name, sorted.
 	Stale []string
 	// Pending are the pods that count as pending demand now ("namespace/name"), sorted.
 	Pending []string
-	// Frozen are the nodes the planner must leave alone now, with why, sorted.
+	// Frozen are the nodes the planner must leave alone now, sorted. Names only: a reason
+	// such as "changed 40s ago" moves every second while what may be planned does not, and a
+	// node changes reason only through an event (its plan's status).
 	Frozen []string
 }
 
@@ -44,10 +48,7 @@ func TimeFactsOf(policy *v1alpha1.GPUPoolPolicy, c *Cluster, now time.Time, maxR
 	if selector, err := policy.Spec.NodeSelector.AsSelector(); err == nil {
 		window := DurationOr(policy.Spec.Planning.StabilizationWindow, DefaultStabilizationWindow)
 		frozen, _ := frozenNodes(policy, c, conflictingNodes(policy, selector, c), window, now)
-		for node, why := range frozen {
-			f.Frozen = append(f.Frozen, node+": "+why)
-		}
-		slices.Sort(f.Frozen)
+		f.Frozen = slices.Sorted(maps.Keys(frozen))
 	}
 	return f
 }

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -61,5 +62,49 @@ func TestTimeFactsFollowTheClock(t *testing.T) {
 	}
 	if got := TimeFactsOf(&policy, c, t0.Add(time.Hour), 0); len(got.Stale) != 0 {
 		t.Errorf("with no maxReportAge no report is stale, got %v", got.Stale)
+	}
+}
+
+// TestFrozenNodesThawWithTime: a node changed by a plan is frozen for the stabilization window
+// and a node whose step failed for its backoff; both thaw with no object changing, which
+// TimeFacts must show (the recheck of a pool at rest passes again then), while the seconds
+// ticking inside the window must not (they change nothing the planner may do).
+func TestFrozenNodesThawWithTime(t *testing.T) {
+	t0 := fixture.Now
+	at := func(d time.Duration) *metav1.Time { return ptr.To(metav1.NewTime(t0.Add(d))) }
+	changed := planOn("a-changed", "a", v1alpha1.PlanSucceeded, v1alpha1.NodeStep{Node: "a-1"})
+	changed.Status.Nodes = []v1alpha1.NodeStepStatus{{Node: "a-1", State: v1alpha1.NodeDone, LastTransitionTime: at(0)}}
+	failed := planOn("a-failed", "a", v1alpha1.PlanFailed, v1alpha1.NodeStep{Node: "a-2"})
+	failed.Status.Nodes = []v1alpha1.NodeStepStatus{{Node: "a-2", State: v1alpha1.NodeFailed, LastTransitionTime: at(0)}}
+	c := &Cluster{Plans: []v1alpha1.RepartitionPlan{changed, failed}}
+	policy := policyFor("a", "a")
+	policy.Spec.Planning.StabilizationWindow = &metav1.Duration{Duration: 2 * time.Minute}
+	// One failure waits max(window, 1m) = 2m; the window also ends 2m after the change. The
+	// failed node's second failure would double it: a third plan, failing a minute later.
+	refailed := planOn("a-refailed", "a", v1alpha1.PlanFailed, v1alpha1.NodeStep{Node: "a-2"})
+	refailed.Status.Nodes = []v1alpha1.NodeStepStatus{{Node: "a-2", State: v1alpha1.NodeFailed, LastTransitionTime: at(time.Minute)}}
+	c.Plans = append(c.Plans, refailed)
+	cases := []struct {
+		at           time.Duration
+		frozen       []string
+		sameAsBefore bool
+	}{
+		{at: 10 * time.Second, frozen: []string{"a-1", "a-2"}},
+		{at: 50 * time.Second, frozen: []string{"a-1", "a-2"}, sameAsBefore: true},
+		// The window is over for a-1; a-2's two failures wait 4m from the last, until 5m.
+		{at: 3 * time.Minute, frozen: []string{"a-2"}},
+		{at: 4 * time.Minute, frozen: []string{"a-2"}, sameAsBefore: true},
+		{at: 6 * time.Minute, frozen: nil},
+	}
+	var before TimeFacts
+	for i, tc := range cases {
+		got := TimeFactsOf(&policy, c, t0.Add(tc.at), 0)
+		if !slices.Equal(got.Frozen, tc.frozen) {
+			t.Errorf("at %s: frozen %v, want %v", tc.at, got.Frozen, tc.frozen)
+		}
+		if i > 0 && got.Equal(before) != tc.sameAsBefore {
+			t.Errorf("at %s: equal to the facts before = %v, want %v", tc.at, got.Equal(before), tc.sameAsBefore)
+		}
+		before = got
 	}
 }
