@@ -155,6 +155,10 @@ func (p *planState) stateWith(ni *nodeInfo, ch choice, away []landing, buf *stat
 	if !ok {
 		return st, false
 	}
+	if buf != nil {
+		// Keep what displaced grows to for the next call, as freedInto keeps the rest.
+		defer func() { buf.displaced = st.displaced }()
+	}
 	for _, key := range st.evicted {
 		if movedAway(away, key) {
 			ni.release(&st, key)
@@ -198,7 +202,7 @@ func (p *planState) land(from *nodeInfo, keys []types.NamespacedName, partial bo
 	if p.ledger == nil || len(keys) == 0 {
 		return nil, len(keys) == 0
 	}
-	var out []landing
+	out := make([]landing, 0, len(keys))
 	// taken is what this call's own landings have used, per node: a copy of the spare.
 	taken := p.takenBuf[:0]
 	defer func() { p.takenBuf = taken[:0] }()
@@ -216,10 +220,77 @@ func (p *planState) land(from *nodeInfo, keys []types.NamespacedName, partial bo
 	return out, true
 }
 
-// landOrCarve lands every pod in keys, in spare capacity where there is room and otherwise in
-// room that carves on other nodes make, one GPU each.
-func (p *planState) landOrCarve(from *nodeInfo, keys []types.NamespacedName, pdbUse map[string]int32) ([]landing, []*carve, bool) {
-	if ls, ok := p.land(from, keys, false); ok {
+// landKey names one landing search of evaluateInto: the node the pods leave, the GPUs the
+// choice changes (their pods, in GPU order, are the evicted list), which of the evicted pods
+// are searched for (bits by position in that list), whether a partial answer will do, and the
+// ledger searched.
+type landKey struct {
+	node          *nodeInfo
+	changed, pods uint64
+	partial       bool
+	version       int
+}
+
+type landResult struct {
+	landings []landing
+	ok       bool
+}
+
+// maxLandMemo bounds the searches remembered; past it the memory starts afresh.
+const maxLandMemo = 4096
+
+// landRemembered is land(ni, keys, partial) for keys among the pods that choice ch evicts,
+// remembered. A node's search tries every catalog layout on the same runs of GPUs, and each
+// try evicts the same pods: where they land depends on which GPUs change, not on what they
+// become, so on a large pool of busy GPUs the search would otherwise look for the same
+// landings once per layout, most of a plan's cost. The landings returned are shared: callers
+// must not write into them (appending copies them: their capacity is their length).
+func (p *planState) landRemembered(ni *nodeInfo, ch choice, evicted, keys []types.NamespacedName, partial bool) ([]landing, bool) {
+	key, ok := landKeyOf(ni, ch, evicted, keys, partial, p.ledgerVersion)
+	if !ok {
+		return p.land(ni, keys, partial)
+	}
+	if r, ok := p.landMemo[key]; ok {
+		return r.landings, r.ok
+	}
+	landings, found := p.land(ni, keys, partial)
+	landings = slices.Clip(landings)
+	if p.landMemo == nil || len(p.landMemo) >= maxLandMemo {
+		p.landMemo = make(map[landKey]landResult)
+	}
+	p.landMemo[key] = landResult{landings: landings, ok: found}
+	return landings, found
+}
+
+// landKeyOf is the key of a search for keys, an ordered subset of evicted; ok is false when
+// the search cannot be named in 64 bits or keys are not such a subset, and is then not
+// remembered.
+func landKeyOf(ni *nodeInfo, ch choice, evicted, keys []types.NamespacedName, partial bool, version int) (landKey, bool) {
+	if len(ch) > 64 || len(evicted) > 64 {
+		return landKey{}, false
+	}
+	k := landKey{node: ni, partial: partial, version: version}
+	for i, o := range ch {
+		if o != keep {
+			k.changed |= 1 << i
+		}
+	}
+	j := 0
+	for i, e := range evicted {
+		if j < len(keys) && keys[j] == e {
+			k.pods |= 1 << i
+			j++
+		}
+	}
+	return k, j == len(keys)
+}
+
+// landOrCarve lands every pod in keys, which choice ch evicts with the others of evicted, in
+// spare capacity where there is room and otherwise in room that carves on other nodes make,
+// one GPU each.
+func (p *planState) landOrCarve(from *nodeInfo, ch choice, evicted, keys []types.NamespacedName,
+	pdbUse map[string]int32) ([]landing, []*carve, bool) {
+	if ls, ok := p.landRemembered(from, ch, evicted, keys, false); ok {
 		return ls, nil, true
 	}
 	if !p.thorough() {
@@ -229,7 +300,7 @@ func (p *planState) landOrCarve(from *nodeInfo, keys []types.NamespacedName, pdb
 	}
 	// Spare capacity first and carves for the rest; failing that, carves for all, which may
 	// re-carve a node whose spare alone was too small.
-	spare, _ := p.land(from, keys, true)
+	spare, _ := p.landRemembered(from, ch, evicted, keys, true)
 	for _, ls := range [][]landing{spare, nil} {
 		var rest []*inventory.Pod
 		for _, key := range keys {
@@ -282,7 +353,7 @@ func (p *planState) landOne(from *nodeInfo, pod *inventory.Pod, taken *[]spareCo
 func (p *planState) landSearch(from *nodeInfo, pod *inventory.Pod, taken *[]spareCopy) (landing, bool) {
 	vec := from.podVec[pod.Key]
 	for _, pi := range p.landingProducts {
-		per, whole, ok := gpuNeeds(pod, pi)
+		per, whole, ok := p.landingNeeds(pod, pi)
 		if !ok || (whole == 0 && !slices.ContainsFunc(per, func(n int) bool { return n > 0 })) {
 			continue
 		}
@@ -316,14 +387,50 @@ func (p *planState) landSearch(from *nodeInfo, pod *inventory.Pod, taken *[]spar
 				continue
 			}
 			if i < 0 {
-				*taken = append(*taken, spareCopy{node: to, st: state{free: slices.Clone(st.free), whole: st.whole, vec: slices.Clone(st.vec)}})
-				st = &(*taken)[len(*taken)-1].st
+				// The copy reuses the slices of an earlier call's copy where there is one.
+				n := len(*taken)
+				if n < cap(*taken) {
+					*taken = (*taken)[:n+1]
+				} else {
+					*taken = append(*taken, spareCopy{})
+				}
+				c := &(*taken)[n]
+				c.node = to
+				c.st.free, c.st.vec, c.st.whole = append(c.st.free[:0], st.free...), append(c.st.vec[:0], st.vec...), st.whole
+				st = &c.st
 			}
 			st.takeNeed(per, whole, vec, 1)
 			return landing{pod: pod.Key, from: from, to: to, need: podNeed{perProfile: per, whole: whole}, vec: vec}, true
 		}
 	}
 	return landing{}, false
+}
+
+// podProduct keys landingNeeds.
+type podProduct struct {
+	pod  *inventory.Pod
+	prod *productInfo
+}
+
+type gpuNeed struct {
+	perProfile []int
+	whole      int
+	ok         bool
+}
+
+// landingNeeds is gpuNeeds remembered: the same evicted pods are looked at for every candidate
+// change of their node. The counts returned are shared and read-only.
+func (p *planState) landingNeeds(pod *inventory.Pod, pi *productInfo) ([]int, int, bool) {
+	key := podProduct{pod: pod, prod: pi}
+	if n, ok := p.landingNeed[key]; ok {
+		return n.perProfile, n.whole, n.ok
+	}
+	per, whole, ok := gpuNeeds(pod, pi)
+	if p.landingNeed == nil || len(p.landingNeed) >= maxLandMemo {
+		p.landingNeed = make(map[podProduct]gpuNeed)
+	}
+	p.landingNeed[key] = gpuNeed{perProfile: per, whole: whole, ok: ok}
+	return per, whole, ok
 }
 
 // takeNeed takes (sign 1) or gives back (-1) what one pod needs: instances per profile

@@ -49,6 +49,10 @@ type planState struct {
 	takenBuf    []spareCopy
 	awayScratch state
 	awayServed  []int
+	// landMemo remembers evaluateInto's landing searches (landRemembered), landingNeed what
+	// evicted pods need of each product (landingNeeds).
+	landMemo    map[landKey]landResult
+	landingNeed map[podProduct]gpuNeed
 	// accepted counts the proposals accepted so far, to order steps that depend on each other.
 	accepted int
 	// disruptLeft and reconfigureLeft are what the greedy has left of the two budgets; a
@@ -574,6 +578,7 @@ func (p *planState) proposeAll(version int) []*proposal {
 		worker := *p
 		worker.scratch, worker.evictedBuf, worker.wantedBuf = state{}, nil, nil
 		worker.takenBuf, worker.awayScratch, worker.awayServed, worker.landFailed = nil, state{}, nil, nil
+		worker.landMemo, worker.landingNeed = nil, nil
 		wg.Go(func() {
 			for i := w; i < len(p.nodes); i += workers {
 				out[i] = worker.propose(p.nodes[i], version)
@@ -1004,7 +1009,7 @@ func (p *planState) evaluateInto(ni *nodeInfo, ch choice, served []int, pr *prop
 		return false
 	}
 	if len(st.displaced) > 0 {
-		if pr.landings, pr.carves, ok = p.landOrCarve(ni, st.displaced, pdbUse); !ok {
+		if pr.landings, pr.carves, ok = p.landOrCarve(ni, ch, st.evicted, st.displaced, pdbUse); !ok {
 			return false
 		}
 	}
@@ -1013,7 +1018,7 @@ func (p *planState) evaluateInto(ni *nodeInfo, ch choice, served []int, pr *prop
 	if !p.moves || len(evicted) == 0 || p.saturated(ni, pr) {
 		return true
 	}
-	away, _ := p.land(ni, evicted, true)
+	away, _ := p.landRemembered(ni, ch, evicted, evicted, true)
 	if len(away) <= len(pr.landings) {
 		return true
 	}

@@ -33,7 +33,12 @@ func scaleFleet(b *testing.B, nodes int) (*v1alpha1.GPUPoolPolicy, *Cluster, []*
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The scale bench's policy: its catalog lets the planner choose among four profiles, and
+	// plans wait for a human.
 	policy := policyFor("fleet", "a")
+	policy.Spec.Catalog = []v1alpha1.CatalogEntry{{Product: product,
+		MIGProfiles: []v1alpha1.MIGProfileName{"1g.18gb", "2g.35gb", "3g.71gb", "7g.141gb"}}}
+	policy.Spec.Disruption.Approval = v1alpha1.ApprovalManual
 	c := &Cluster{Policies: []v1alpha1.GPUPoolPolicy{policy}, Heartbeats: map[string]time.Time{}}
 	var pods []corev1.Pod
 	for n := range nodes {
