@@ -88,6 +88,12 @@ type PolicyReconciler struct {
 	AgentNamespace string
 	// Metrics receives each pool's demand and stranded slices; nil records nothing.
 	Metrics *metrics.Metrics
+	// EventCoalescing is how long the cluster's events (pods, nodes, reports, budgets) gather
+	// before the pass they start; 0 starts it at once. See DefaultEventCoalescing.
+	EventCoalescing time.Duration
+	// ReturnMemoryAfter is how long after its last pass the controller hands the memory its
+	// passes used back to the operating system (memoryReturner); 0 leaves it to the runtime.
+	ReturnMemoryAfter time.Duration
 
 	// readClaims is set when the API server serves resource.k8s.io/v1: pods that ask NVIDIA's
 	// DRA driver for MIG devices are then demand too (demand.PendingWithClaims), and the
@@ -95,6 +101,8 @@ type PolicyReconciler struct {
 	readClaims bool
 	// pods reads the informer's pod records without copying them.
 	pods *PodStore
+	// memory is told of every complete pass; see memoryReturner.
+	memory *memoryReturner
 	// events counts the watched changes that can alter a pass (those past their predicates):
 	// a pass remembers the count it started from, and a later reconcile that finds the same
 	// count and the same TimeFacts skips the pass it would repeat.
@@ -145,12 +153,19 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.MaxReportAge == 0 {
 		r.MaxReportAge = defaultMaxReportAge
 	}
+	delayed, ok := r.Clock.(clock.WithDelayedExecution)
+	if !ok {
+		delayed = clock.RealClock{}
+	}
+	r.memory = newMemoryReturner(delayed, r.ReturnMemoryAfter)
 	pods, err := NewPodStore(context.Background(), mgr.GetCache())
 	if err != nil {
 		return err
 	}
 	r.pods = pods
-	all := handler.EnqueueRequestsFromMapFunc(r.allPolicies)
+	// Policy and plan changes (a person's edits and approvals) are acted on at once; the
+	// cluster's own events gather for EventCoalescing first.
+	all := coalesced(handler.EnqueueRequestsFromMapFunc(r.allPolicies), r.EventCoalescing)
 	b := ctrl.NewControllerManagedBy(mgr).
 		// Unstructured, decoded per object: see policies.go.
 		For(newPolicyObject()).
@@ -161,7 +176,7 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return true
 		}))).
 		// A policy's selector decides its neighbours' conflicts too.
-		Watches(newPolicyObject(), all).
+		Watches(newPolicyObject(), handler.EnqueueRequestsFromMapFunc(r.allPolicies)).
 		Watches(&corev1.Node{}, all).
 		Watches(&corev1.Pod{}, all).
 		// A report rewritten only to say the agent is alive changes no plan (agents without a Lease).
@@ -296,6 +311,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	// Read before the cluster: an event after this point makes the next reconcile pass again.
 	events := r.events.Load()
+	took := passClock{start: r.Clock.Now(), clock: r.Clock}
 	cluster, err := r.read(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -315,7 +331,9 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		r.Metrics.CountPass(policy.Name, false)
 		return reconcile.Result{RequeueAfter: recheckAfter(minPendingAge)}, nil
 	}
+	took.lap("read")
 	pass, err := pool.NewPass(policy, cluster, now, pool.Options{MaxReportAge: r.MaxReportAge})
+	took.lap("assemble")
 	if err != nil {
 		// pool.Problems reports every selector that does not parse; this is a safety net.
 		return reconcile.Result{}, r.reportUnusable(ctx, policy, reasonInvalidSpec, err.Error())
@@ -328,11 +346,13 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 			return reconcile.Result{RequeueAfter: policyRecheckInterval},
 				r.reportUnusable(ctx, policy, reasonPlanningFailed, fmt.Sprintf("the planner cannot plan for this policy: %v", err))
 		}
+		took.lap("planner")
 	}
 	current, err := r.propose(ctx, policy, pass.Own, res, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	took.lap("propose")
 	r.remember(policy, current, res, frozenKey(pass.Frozen), pass.Pending)
 	if err := r.collectPlans(ctx, policy, pass.Own); err != nil {
 		return reconcile.Result{}, err
@@ -340,8 +360,14 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.report(ctx, pass, cluster, current, res, problems); err != nil {
 		return reconcile.Result{}, err
 	}
+	took.lap("report")
 	r.noteInputs(policy.Name, inputs)
 	r.Metrics.CountPass(policy.Name, true)
+	r.Metrics.ObservePass(policy.Name, took.total())
+	r.memory.passed()
+	// Where a slow pass spends its time, for whoever asks why new demand waited.
+	logf.FromContext(ctx).V(1).Info("pass complete", append(took.keysAndValues(), "nodes", len(pass.Snapshot.Nodes),
+		"pending", len(pass.Pending), "plan", planNameOf(current))...)
 	// Time alone moves pods past minPendingAge, reports past maxReportAge and plans out of the
 	// window.
 	after := recheckAfter(pass.MinPendingAge)
@@ -349,6 +375,39 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		after = min(after, max(time.Second, young.CreationTimestamp.Add(pass.Window).Sub(now)))
 	}
 	return reconcile.Result{RequeueAfter: after}, nil
+}
+
+// passClock times the phases of one pass.
+type passClock struct {
+	clock clock.Clock
+	start time.Time
+	last  time.Time
+	laps  []any
+}
+
+// lap ends the phase named name.
+func (t *passClock) lap(name string) {
+	now := t.clock.Now()
+	if t.last.IsZero() {
+		t.last = t.start
+	}
+	t.laps = append(t.laps, name, now.Sub(t.last).Round(time.Millisecond).String())
+	t.last = now
+}
+
+// total is the time from the pass's start to its last lap.
+func (t *passClock) total() time.Duration { return t.last.Sub(t.start) }
+
+// keysAndValues are the total and each phase, for a log line.
+func (t *passClock) keysAndValues() []any {
+	return append([]any{"took", t.total().Round(time.Millisecond).String()}, t.laps...)
+}
+
+func planNameOf(p *v1alpha1.RepartitionPlan) string {
+	if p == nil {
+		return ""
+	}
+	return p.Name
 }
 
 // recheckAfter is when to look again at what time alone changes.
@@ -419,8 +478,6 @@ func (r *PolicyReconciler) report(ctx context.Context, pass *pool.Pass, cluster 
 		return err
 	}
 	r.Metrics.ObservePolicy(policy.Name, observation(policy, status, pass.Pending, res))
-	logf.FromContext(ctx).V(1).Info("observed pool", "nodes", status.Pool.Nodes, "pending", status.PendingPods,
-		"plan", status.CurrentPlan)
 	return nil
 }
 

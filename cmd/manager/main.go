@@ -49,6 +49,7 @@ type options struct {
 	leaderElectionNamespace string
 	enableHTTP2             bool
 	configPropagation       time.Duration
+	eventCoalescing         time.Duration
 }
 
 func main() {
@@ -77,6 +78,8 @@ func main() {
 		"Serve the metrics endpoint over HTTP/2 (off by default: CVE-2023-44487 and CVE-2023-39325).")
 	flag.DurationVar(&opts.configPropagation, "config-propagation", controllers.DefaultConfigPropagation,
 		"Wait between writing the mig-parted ConfigMap and relabelling a node, so the kubelet can refresh mig-manager's mounted copy.")
+	flag.DurationVar(&opts.eventCoalescing, "event-coalescing", controllers.DefaultEventCoalescing,
+		"How long the cluster's events (pods, nodes, GPU reports) gather before the policy pass they start, so that a burst makes one pass; 0 passes at once.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -197,7 +200,8 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 	}
 	policies := &controllers.PolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock.RealClock{},
 		ConfigNamespace: configNamespace, AgentNamespace: opts.agentNamespace,
-		Recorder: mgr.GetEventRecorder("gpupool-policy-controller"), Metrics: m}
+		Recorder: mgr.GetEventRecorder("gpupool-policy-controller"), Metrics: m, EventCoalescing: opts.eventCoalescing,
+		ReturnMemoryAfter: controllers.DefaultReturnMemoryAfter}
 	if err := policies.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the policy controller: %w", err)
 	}

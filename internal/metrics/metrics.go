@@ -38,6 +38,7 @@ const (
 	Evictions                = "gpupool_evictions_total"
 	ReconfigureSeconds       = "gpupool_reconfigure_seconds"
 	PolicyPasses             = "gpupool_policy_passes_total"
+	PolicyPassSeconds        = "gpupool_policy_pass_seconds"
 )
 
 // Metrics holds gpupool's collectors. The zero value is not usable; a nil *Metrics records
@@ -58,6 +59,7 @@ type Metrics struct {
 	evictions          *prometheus.CounterVec
 	reconfigureSeconds *prometheus.HistogramVec
 	policyPasses       *prometheus.CounterVec
+	policyPassSeconds  *prometheus.HistogramVec
 }
 
 // Series is one exported metric: its name and the labels its series carry (a histogram's
@@ -154,13 +156,20 @@ func newCollectors() *Metrics {
 			Help: "Reconciles of a policy: complete (the pool read, planned and its status written) or unchanged " +
 				"(no event and nothing time changes since the last complete pass, so none was made).",
 		}, policyPass),
+		policyPassSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: PolicyPassSeconds,
+			Help: "Time a complete pass over a policy's pool took, from reading the cache to writing its status: " +
+				"new demand waits for the pass under way and then its own.",
+			// From a small pool (milliseconds) to thousands of nodes on a busy machine (seconds).
+			Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 10),
+		}, policyOnly),
 	}
 }
 
 func (m *Metrics) all() []prometheus.Collector {
 	return []prometheus.Collector{m.pendingPods, m.unservedPods, m.strandedSlices, m.feasibleNodes, m.eligibleNodes,
 		m.feasibleNodesRatio, m.unreportedNodes, m.policyTimeout, m.planPhase, m.planDuration, m.stepStarted,
-		m.stepState, m.evictions, m.reconfigureSeconds, m.policyPasses}
+		m.stepState, m.evictions, m.reconfigureSeconds, m.policyPasses, m.policyPassSeconds}
 }
 
 // exported describes the collectors newCollectors makes; a test holds the two together.
@@ -180,6 +189,7 @@ var exported = []Series{
 	{Evictions, "counter", policyOutcome},
 	{ReconfigureSeconds, "histogram", policyResult},
 	{PolicyPasses, "counter", policyPass},
+	{PolicyPassSeconds, "histogram", policyOnly},
 }
 
 // PolicyObservation is what one pass of the policy controller saw of a pool.
@@ -233,6 +243,7 @@ func (m *Metrics) ForgetPolicy(policy string) {
 	}
 	m.forgetPool(policy)
 	m.policyPasses.DeletePartialMatch(prometheus.Labels{"policy": policy})
+	m.policyPassSeconds.DeletePartialMatch(prometheus.Labels{"policy": policy})
 }
 
 // forgetPool removes a policy's pool series.
@@ -315,6 +326,14 @@ func (m *Metrics) CountPass(policy string, complete bool) {
 		pass = "complete"
 	}
 	m.policyPasses.WithLabelValues(policy, pass).Inc()
+}
+
+// ObservePass records how long a complete pass over a policy's pool took.
+func (m *Metrics) ObservePass(policy string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.policyPassSeconds.WithLabelValues(policy).Observe(took.Seconds())
 }
 
 // ObserveNodeStep records how long a node was out of service for a step that finished.

@@ -74,9 +74,12 @@ gpupool_eligible_nodes{policy="pool-a",shape="nvidia.com/mig-3g.71gb"} 4
 	g.Expect(testutil.CollectAndCount(reg, "gpupool_stranded_slices")).To(Equal(0))
 
 	g.Expect(testutil.CollectAndCount(reg, "gpupool_unserved_pods")).To(Equal(0), "no pod is unserved any more")
+	m.CountPass("pool-a", true)
+	m.ObservePass("pool-a", time.Second)
 	m.ForgetPolicy("pool-a")
 	g.Expect(testutil.CollectAndCount(reg, "gpupool_pending_pods", "gpupool_feasible_nodes_ratio", "gpupool_unreported_nodes",
-		"gpupool_feasible_nodes", "gpupool_eligible_nodes", "gpupool_policy_timeout_seconds")).To(BeZero())
+		"gpupool_feasible_nodes", "gpupool_eligible_nodes", "gpupool_policy_timeout_seconds",
+		"gpupool_policy_passes_total", "gpupool_policy_pass_seconds")).To(BeZero())
 }
 
 // TestPlanPhaseIsOneHot guards that exactly one phase of a plan reads 1, that the phase it
@@ -216,6 +219,7 @@ func TestExportedDescribesEveryCollector(t *testing.T) {
 	m.CountEvictions("p", "Evicted", 1)
 	m.ObserveNodeStep("p", v1alpha1.NodeDone, time.Minute)
 	m.CountPass("p", true)
+	m.ObservePass("p", 2*time.Second)
 
 	labels, types := gathered(t, reg)
 	want := map[string][]string{}

@@ -118,6 +118,10 @@ func Dashboard() (dashboard.Dashboard, error) { //nolint:staticcheck // the clas
 		WithPanel(panel("Policy passes",
 			"Reconciles per second: complete passes (pool read, planned, status written) and unchanged ones (nothing happened since the last complete pass, so none was made). Complete passes at rest mean something keeps changing.", "short", true,
 			target{"sum by (pass) (rate(gpupool_policy_passes_total" + sel + "[$__rate_interval]))", "{{pass}}"})).
+		WithPanel(panel("Pass duration",
+			"How long a complete pass over a pool takes (p50 and p90 over the last 15 minutes): new pending pods wait for the pass under way and then their own, so this bounds how soon demand reaches a plan.", "s", false,
+			target{"histogram_quantile(0.5, sum by (le, policy) (increase(gpupool_policy_pass_seconds_bucket" + sel + "[15m])))", "p50 {{policy}}"},
+			target{"histogram_quantile(0.9, sum by (le, policy) (increase(gpupool_policy_pass_seconds_bucket" + sel + "[15m])))", "p90 {{policy}}"})).
 		Build()
 	if err != nil {
 		return d, err
