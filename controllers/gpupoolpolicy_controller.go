@@ -40,6 +40,7 @@ import (
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/metrics"
 	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/planner"
@@ -86,6 +87,10 @@ type PolicyReconciler struct {
 	// AgentNamespace is where the node agents renew their heartbeat Leases; empty reads none,
 	// and a report is then judged by its observedTime alone.
 	AgentNamespace string
+	// AgentPodSelector selects the node agents' pods in AgentNamespace; when set, a report is
+	// also fresh while its node's agent pod is Ready (inventory.ReadinessHeartbeats). nil reads
+	// no pod's readiness.
+	AgentPodSelector labels.Selector
 	// Metrics receives each pool's demand and stranded slices; nil records nothing.
 	Metrics *metrics.Metrics
 	// EventCoalescing is how long the cluster's events (pods, nodes, reports, budgets) gather
@@ -261,6 +266,11 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 	heartbeats, err := r.heartbeats(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if r.AgentPodSelector != nil {
+		// The agents' pods run on the GPU nodes, so they are among the nodes' pods read above.
+		heartbeats = inventory.ReadinessHeartbeats(heartbeats, pods, nodes.Items,
+			inventory.AgentPods{Namespace: r.AgentNamespace, Selector: r.AgentPodSelector}, r.Clock.Now())
 	}
 	var claims []resourcev1.ResourceClaim
 	var resourceSlices resourcev1.ResourceSliceList

@@ -314,7 +314,70 @@ func TestAgentLeaseKeepsAnUnchangedReportFresh(t *testing.T) {
 	patch := client.MergeFrom(policy.DeepCopy())
 	policy.Annotations = map[string]string{"example.com/poke": "1"}
 	g.Expect(env.Client.Patch(ctx, policy, patch)).To(Succeed(), "any event runs a pass")
-	expectPool(1, "gpu-1 (the agent's heartbeat Lease is 3m0s old (limit 2m0s)")
+	expectPool(1, "gpu-1 (the agent's last heartbeat is 3m0s old (limit 2m0s)")
+}
+
+// TestAgentReadinessKeepsAnUnchangedReportFresh guards the readiness heartbeat: an agent that
+// writes its report only on change and renews no Lease stays planned while its pod is Ready on
+// a Ready node, however old the report; once the pod stops being ready the report stays usable
+// for the report-age limit (as after a Lease's last renewal), then the node is left out and
+// counted; and the pod's readiness coming back brings the node back by itself.
+func TestAgentReadinessKeepsAnUnchangedReportFresh(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	env, clock := startPolicyController(t)
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	node := &corev1.Node{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+		LastTransitionTime: metav1.NewTime(clock.Now().Add(-time.Hour))}}
+	g.Expect(env.Client.Status().Update(ctx, node)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}})).To(Succeed())
+	agentPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: "agent-x7k2p", Labels: agentPodLabels},
+		Spec: corev1.PodSpec{NodeName: "gpu-1", Containers: []corev1.Container{{Name: "agent", Image: "gpupool/agent"}}}}
+	g.Expect(env.Client.Create(ctx, agentPod)).To(Succeed())
+	setReady := func(status corev1.ConditionStatus) {
+		t.Helper()
+		agentPod.Status.Phase = corev1.PodRunning
+		agentPod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.NewTime(clock.Now())}}
+		g.Expect(env.Client.Status().Update(ctx, agentPod)).To(Succeed())
+	}
+	setReady(corev1.ConditionTrue)
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	expectPool := func(unreported int32, message string) {
+		t.Helper()
+		g.Eventually(func(g Gomega) {
+			got := &v1.GPUPoolPolicy{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
+			g.Expect(got.Status.Pool.UnreportedNodes).To(Equal(unreported))
+			g.Expect(condition(got, v1.ConditionDegraded).Message).To(ContainSubstring(message))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+	}
+	poke := func(n string) {
+		t.Helper()
+		patch := client.MergeFrom(policy.DeepCopy())
+		policy.Annotations = map[string]string{"example.com/poke": n}
+		g.Expect(env.Client.Patch(ctx, policy, patch)).To(Succeed(), "any event runs a pass")
+	}
+	expectPool(0, "every pool node's agent reports its GPUs")
+
+	// Ten minutes on, nothing written: the ready pod vouches for the ten-minute-old report.
+	clock.Step(10 * time.Minute)
+	poke("1")
+	expectPool(0, "every pool node's agent reports its GPUs")
+
+	// The agent stops being ready: its report is still used within the limit, then not.
+	setReady(corev1.ConditionFalse)
+	expectPool(0, "every pool node's agent reports its GPUs")
+	clock.Step(3 * time.Minute)
+	poke("2")
+	// (The condition's time is stored to the second, so the age may read 3m1s.)
+	expectPool(1, "gpu-1 (the agent's last heartbeat is 3m")
+
+	// Ready again: the pod's own event brings the node back.
+	setReady(corev1.ConditionTrue)
+	expectPool(0, "every pool node's agent reports its GPUs")
 }
 
 // TestApprovedPlanIsNeverSuperseded guards that a human's approval cannot be pulled from under

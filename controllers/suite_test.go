@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -79,7 +80,7 @@ func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock,
 	var recorder events.EventRecorder = mgr.GetEventRecorder("gpupool-policy-controller")
 	if withPolicies {
 		g.Expect((&controllers.PolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock, Recorder: recorder, Metrics: m,
-			AgentNamespace: agentNamespace}).
+			AgentNamespace: agentNamespace, AgentPodSelector: labels.SelectorFromSet(agentPodLabels)}).
 			SetupWithManager(mgr)).To(Succeed())
 	}
 	g.Expect((&controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder,
@@ -99,8 +100,11 @@ func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock,
 	return stop, reg
 }
 
-// agentNamespace is where the tests' agents keep their heartbeat Leases.
+// agentNamespace is where the tests' agents keep their heartbeat Leases and run their pods,
+// which carry agentPodLabels.
 const agentNamespace = "gpupool-agent"
+
+var agentPodLabels = map[string]string{"app.kubernetes.io/name": "gpupool-agent"}
 
 // testWriter sends the manager's log to the test's log, shown when a test fails.
 type testWriter struct{ t *testing.T }

@@ -69,8 +69,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, d deps) i
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "name of this node, and of the GPUNode the agent publishes (default $NODE_NAME)")
 	socket := fs.String("pod-resources-socket", agent.DefaultPodResourcesSocket, "kubelet PodResources API socket, a path or unix:// URL")
 	period := fs.Duration("refresh-period", agent.DefaultRefreshPeriod, "how often NVML is re-read and the heartbeat renewed")
+	heartbeat := fs.String("heartbeat", "",
+		"how the manager learns this agent is alive: readiness (the pod's readiness probe; no writes while the GPUs do not change), "+
+			"lease (a Lease named after the node, renewed every refresh period) or status (GPUNode status rewritten every refresh period). "+
+			"Default: lease when --lease-namespace is set, else status")
 	leaseNamespace := fs.String("lease-namespace", os.Getenv("POD_NAMESPACE"),
-		"namespace of the heartbeat Lease named after the node (default $POD_NAMESPACE); empty rewrites GPUNode status every refresh period instead")
+		"namespace of the heartbeat Lease named after the node (default $POD_NAMESPACE), for --heartbeat=lease")
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to (0 disables them)")
 	metricsAddr := fs.String("metrics-bind-address", "0", "address plain-HTTP metrics bind to, e.g. :8080 (0 disables them)")
 	zapOpts := zap.Options{}
@@ -93,6 +97,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, d deps) i
 		fmt.Fprintf(stderr, "agent: --refresh-period must be positive, got %s\n", *period)
 		return exitUsage
 	}
+	mode, leaseNS, err := heartbeatMode(fs, agent.Heartbeat(*heartbeat), *leaseNamespace, *probeAddr)
+	if err != nil {
+		fmt.Fprintf(stderr, "agent: %v\n", err)
+		return exitUsage
+	}
 
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(stderr)))
 	log := ctrl.Log.WithName("agent")
@@ -112,7 +121,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, d deps) i
 		Read:                   agent.NVMLReader(d.newNVML()),
 		Owners:                 agent.PodResourcesOwners(pods, podResourcesTimeout),
 		RefreshPeriod:          *period,
-		LeaseNamespace:         *leaseNamespace,
+		Heartbeat:              mode,
+		LeaseNamespace:         leaseNS,
 		Clock:                  d.clock,
 		HealthProbeBindAddress: *probeAddr,
 		MetricsBindAddress:     *metricsAddr,
@@ -121,13 +131,42 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, d deps) i
 		log.Error(err, "setting up the agent")
 		return exitFailed
 	}
-	log.Info("starting agent", "node", *nodeName, "refreshPeriod", *period, "leaseNamespace", *leaseNamespace, "podResources", *socket,
+	log.Info("starting agent", "node", *nodeName, "refreshPeriod", *period, "heartbeat", mode, "leaseNamespace", leaseNS, "podResources", *socket,
 		"probes", *probeAddr, "metrics", *metricsAddr)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "agent stopped")
 		return exitFailed
 	}
 	return exitOK
+}
+
+// heartbeatMode resolves --heartbeat against --lease-namespace: the Lease's namespace, which
+// defaults to $POD_NAMESPACE, is used only by the lease heartbeat, and naming it explicitly
+// for another is a mistake worth stopping on. The readiness heartbeat needs the probes served.
+func heartbeatMode(fs *flag.FlagSet, mode agent.Heartbeat, leaseNamespace, probeAddr string) (agent.Heartbeat, string, error) {
+	leaseSet := false
+	fs.Visit(func(f *flag.Flag) { leaseSet = leaseSet || f.Name == "lease-namespace" })
+	switch mode {
+	case "":
+		if leaseNamespace != "" {
+			return agent.HeartbeatLease, leaseNamespace, nil
+		}
+		return agent.HeartbeatStatus, "", nil
+	case agent.HeartbeatLease:
+		if leaseNamespace == "" {
+			return "", "", errors.New("--heartbeat=lease needs --lease-namespace (or $POD_NAMESPACE)")
+		}
+		return mode, leaseNamespace, nil
+	case agent.HeartbeatReadiness, agent.HeartbeatStatus:
+		if leaseSet && leaseNamespace != "" {
+			return "", "", fmt.Errorf("--lease-namespace=%s is only for --heartbeat=lease, not %s", leaseNamespace, mode)
+		}
+		if mode == agent.HeartbeatReadiness && probeAddr == "0" {
+			return "", "", errors.New("--heartbeat=readiness needs the readiness probe: --health-probe-bind-address must not be 0")
+		}
+		return mode, "", nil
+	}
+	return "", "", fmt.Errorf("--heartbeat=%s: want %s, %s or %s", mode, agent.HeartbeatReadiness, agent.HeartbeatLease, agent.HeartbeatStatus)
 }
 
 // runProbe reads the GPUs once and prints the probe report.

@@ -46,6 +46,10 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"--node-name", "gpu-1", "--refresh-period", "0s"}, "--refresh-period must be positive"},
 		{[]string{"--probe", "extra"}, "unexpected arguments"},
 		{[]string{"--no-such-flag"}, "flag provided but not defined"},
+		{[]string{"--node-name", "gpu-1", "--heartbeat", "beat"}, "want readiness, lease or status"},
+		{[]string{"--node-name", "gpu-1", "--heartbeat", "lease", "--lease-namespace", ""}, "--heartbeat=lease needs --lease-namespace"},
+		{[]string{"--node-name", "gpu-1", "--heartbeat", "readiness", "--lease-namespace", "agents"}, "only for --heartbeat=lease"},
+		{[]string{"--node-name", "gpu-1", "--heartbeat", "readiness", "--health-probe-bind-address", "0"}, "needs the readiness probe"},
 	} {
 		code, _, stderr := runAgent(t, lib, tc.args...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {

@@ -5,11 +5,13 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -17,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -41,6 +44,7 @@ type options struct {
 	metricsCertDir          string
 	operatorNamespace       string
 	agentNamespace          string
+	agentPodSelector        string
 	metricsAddr             string
 	metricsSecure           bool
 	probeAddr               string
@@ -62,6 +66,9 @@ func main() {
 	flag.StringVar(&opts.agentNamespace, "agent-namespace", "gpupool-agent",
 		"Namespace where the node agents renew their heartbeat Leases; a node's GPU report is fresh while its agent's Lease is. "+
 			"Empty judges reports by their observedTime alone (agents started without a Lease).")
+	flag.StringVar(&opts.agentPodSelector, "agent-pod-selector", "",
+		"Label selector of the node agents' pods in --agent-namespace (the agent DaemonSet's selector): a node's GPU report is fresh while "+
+			"its agent pod is Ready on a Ready node (agents run with --heartbeat=readiness). Empty reads no pod's readiness.")
 	flag.StringVar(&opts.metricsCertDir, "metrics-cert-dir", "",
 		"Folder with tls.crt and tls.key for the metrics endpoint (e.g. a mounted cert-manager Secret); a self-signed certificate when empty.")
 	flag.BoolVar(&opts.metricsSecure, "metrics-secure", true,
@@ -110,6 +117,25 @@ func main() {
 	}
 }
 
+// agentPodSelector parses --agent-pod-selector: nil when empty (no pod's readiness is read).
+// A selector matching every pod would take any pod's readiness for an agent's, so it must
+// select something, and the agents' namespace must be known.
+func agentPodSelector(namespace, selector string) (labels.Selector, error) {
+	if strings.TrimSpace(selector) == "" {
+		return nil, nil
+	}
+	s, err := labels.Parse(selector)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("--agent-pod-selector=%q: %w: give the agent DaemonSet's selector, e.g. app.kubernetes.io/name=gpupool-agent", selector, err)
+	case s.Empty():
+		return nil, fmt.Errorf("--agent-pod-selector=%q selects every pod: give the agent DaemonSet's selector", selector)
+	case namespace == "":
+		return nil, errors.New("--agent-pod-selector needs --agent-namespace, the namespace of the agents' pods")
+	}
+	return s, nil
+}
+
 // defaultGCPercent is the manager's GOGC unless the environment sets one.
 const defaultGCPercent = 50
 
@@ -144,6 +170,10 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 		return fmt.Errorf("registering gpupool kinds: %w", err)
 	}
 
+	agentPods, err := agentPodSelector(opts.agentNamespace, opts.agentPodSelector)
+	if err != nil {
+		return err
+	}
 	configNamespace, err := operatorNamespace(ctx, cfg, scheme, opts.operatorNamespace)
 	if err != nil {
 		return err
@@ -199,7 +229,7 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 		return err
 	}
 	policies := &controllers.PolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock.RealClock{},
-		ConfigNamespace: configNamespace, AgentNamespace: opts.agentNamespace,
+		ConfigNamespace: configNamespace, AgentNamespace: opts.agentNamespace, AgentPodSelector: agentPods,
 		Recorder: mgr.GetEventRecorder("gpupool-policy-controller"), Metrics: m, EventCoalescing: opts.eventCoalescing,
 		ReturnMemoryAfter: controllers.DefaultReturnMemoryAfter}
 	if err := policies.SetupWithManager(mgr); err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,6 +97,32 @@ func TestHeapLimit(t *testing.T) {
 		got, set, err := heapLimit(tc.gomemlimit, tc.container)
 		if got != tc.want || set != tc.set || (err != nil) != tc.err {
 			t.Errorf("heapLimit(%q, %q) = %d, %v, %v; want %d, %v, error %v", tc.gomemlimit, tc.container, got, set, err, tc.want, tc.set, tc.err)
+		}
+	}
+}
+
+func TestAgentPodSelector(t *testing.T) {
+	for _, tc := range []struct {
+		namespace, selector string
+		want                string // the parsed selector, or the error's gist
+	}{
+		{"gpupool-agent", "", ""},
+		{"gpupool-agent", "app.kubernetes.io/name=gpupool-agent,app.kubernetes.io/instance=gpupool", "app.kubernetes.io/instance=gpupool,app.kubernetes.io/name=gpupool-agent"},
+		{"gpupool-agent", "app in (a", "give the agent DaemonSet's selector"},
+		{"", "app=agent", "needs --agent-namespace"},
+	} {
+		got, err := agentPodSelector(tc.namespace, tc.selector)
+		switch {
+		case err != nil:
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%q in %q: error %v, want %q", tc.selector, tc.namespace, err, tc.want)
+			}
+		case tc.want == "":
+			if got != nil {
+				t.Errorf("%q: got %v, want no selector", tc.selector, got)
+			}
+		case got == nil || got.String() != tc.want:
+			t.Errorf("%q: got %v, want %s", tc.selector, got, tc.want)
 		}
 	}
 }

@@ -31,8 +31,9 @@ type ManagerOptions struct {
 	Owners OwnersFunc
 	// RefreshPeriod between NVML reads and heartbeats; 0 means DefaultRefreshPeriod.
 	RefreshPeriod time.Duration
-	// LeaseNamespace is where the agent renews its heartbeat Lease (Publisher.LeaseNamespace);
-	// empty keeps the older heartbeat through status.observedTime.
+	// Heartbeat and LeaseNamespace are the Publisher's: how the manager learns the agent is
+	// alive, and where its Lease is when that is a Lease.
+	Heartbeat      Heartbeat
 	LeaseNamespace string
 	// Clock for the publisher; nil means the real clock.
 	Clock clock.WithTicker
@@ -85,6 +86,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		Clock:    o.Clock,
 		Period:   o.RefreshPeriod,
 
+		Heartbeat:      o.Heartbeat,
 		LeaseNamespace: o.LeaseNamespace,
 	}
 	if err := p.SetupWithManager(mgr); err != nil {

@@ -97,8 +97,9 @@ func PodResourcesOwners(c *PodResourcesClient, timeout time.Duration) OwnersFunc
 // FieldManager, status subresource only, so spec is never touched) when the
 // agent starts and when the published GPUs or the agent's conditions differ
 // from what the API server holds. The agent's heartbeat, which tells the
-// controller a live agent whose node did not change from a dead one, is a
-// Lease renewed every refresh period (LeaseNamespace); without one it is
+// controller a live agent whose node did not change from a dead one, is one of
+// three (Heartbeat): the agent pod's readiness, which writes nothing while the
+// GPUs do not change; a Lease renewed every refresh period (LeaseNamespace); or
 // observedTime, rewritten once a period.
 //
 // When NVML cannot be read, status.gpus is cleared rather than left at the
@@ -121,15 +122,20 @@ type Publisher struct {
 	Period time.Duration
 	// InitialBackoff is the first retry delay after a failed read. Default DefaultInitialBackoff.
 	InitialBackoff time.Duration
-	// LeaseNamespace, when set, is where the agent renews a Lease named after its node every
-	// Period (renewLease): its heartbeat. GPUNode status is then written when the agent starts
-	// and when what it publishes changes, never only to say that it is alive. Empty keeps the
-	// older heartbeat, status.observedTime rewritten every Period.
+	// Heartbeat is how the manager learns that this agent is alive and stands by its report.
+	// Empty means HeartbeatLease when LeaseNamespace is set, HeartbeatStatus otherwise (the
+	// meaning of earlier versions, which had only those two).
+	Heartbeat Heartbeat
+	// LeaseNamespace is where the agent renews a Lease named after its node every Period
+	// (renewLease) when its heartbeat is HeartbeatLease. It must be empty for the others.
 	LeaseNamespace string
 
 	mu        sync.Mutex // serialises reconciles: NVML reads and the failure count
 	failures  int
 	published atomic.Bool
+	// refreshed is when the last pass that published (or found published) the agent's view
+	// ended, in Unix nanoseconds on Clock: ReadyCheck fails once it is older than readyFor.
+	refreshed atomic.Int64
 	// wroteStatus is set once this process has written the status: a report written before a
 	// restart (a reboot, say) must never be taken for a fresh one, so the first pass writes.
 	wroteStatus bool
@@ -158,6 +164,24 @@ func (p *Publisher) setDefaults() error {
 		p.InitialBackoff = DefaultInitialBackoff
 	}
 	p.InitialBackoff = min(p.InitialBackoff, p.Period)
+	if p.Heartbeat == "" {
+		p.Heartbeat = HeartbeatStatus
+		if p.LeaseNamespace != "" {
+			p.Heartbeat = HeartbeatLease
+		}
+	}
+	switch p.Heartbeat {
+	case HeartbeatLease:
+		if p.LeaseNamespace == "" {
+			return errors.New("gpupool agent publisher: the lease heartbeat needs the Lease's namespace")
+		}
+	case HeartbeatReadiness, HeartbeatStatus:
+		if p.LeaseNamespace != "" {
+			return fmt.Errorf("gpupool agent publisher: the %s heartbeat renews no Lease, yet a Lease namespace (%s) is set", p.Heartbeat, p.LeaseNamespace)
+		}
+	default:
+		return fmt.Errorf("gpupool agent publisher: unknown heartbeat %q (want %s, %s or %s)", p.Heartbeat, HeartbeatReadiness, HeartbeatLease, HeartbeatStatus)
+	}
 	return nil
 }
 
@@ -210,12 +234,24 @@ func (p *Publisher) SetupWithManager(mgr ctrl.Manager) error {
 // whatever NVML said. A node without a driver is a state the agent reports,
 // not a failure of the agent; an agent that cannot write its GPUNode (API
 // server unreachable, RBAC or the admission policy refusing it) is.
+//
+// It also fails when no pass has refreshed the agent's view for readyFor (two periods): an
+// agent stuck in an NVML call, or whose work queue stopped, must not stay ready, since its
+// readiness may be the very heartbeat the manager trusts its report by (HeartbeatReadiness).
 func (p *Publisher) ReadyCheck(*http.Request) error {
+	// published is stored after setDefaults, in the reconciling goroutine: once it reads true
+	// here, Clock and Period are set and never written again.
 	if !p.published.Load() {
-		return fmt.Errorf("GPUNode %s status not published yet", p.NodeName)
+		return fmt.Errorf("GPUNode %s status not published yet, or its last write failed", p.NodeName)
+	}
+	if age := p.Clock.Since(time.Unix(0, p.refreshed.Load())); age > p.readyFor() {
+		return fmt.Errorf("GPUNode %s not refreshed for %s (refresh period %s): the agent is stuck", p.NodeName, age.Round(time.Second), p.Period)
 	}
 	return nil
 }
+
+// readyFor is how long a refresh keeps the agent ready: one refresh may be missed, not two.
+func (p *Publisher) readyFor() time.Duration { return 2 * p.Period }
 
 // Reconcile reads the GPUs, publishes GPUNode/<NodeName> status when it
 // changed or its heartbeat is due, and asks to run again when the next
@@ -245,7 +281,7 @@ func (p *Publisher) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		observed = node.Status.ObservedTime.Time
 	}
 	changed := !sameStatus(desired, node.Status)
-	heartbeatDue := p.LeaseNamespace == "" && now.Sub(observed) >= p.Period
+	heartbeatDue := p.Heartbeat == HeartbeatStatus && now.Sub(observed) >= p.Period
 	if changed || heartbeatDue || !p.wroteStatus {
 		desired.ObservedTime = &metav1.Time{Time: now}
 		if err := p.apply(ctx, desired); err != nil {
@@ -262,8 +298,10 @@ func (p *Publisher) Reconcile(ctx context.Context, req reconcile.Request) (recon
 				"layoutVerified", layout.Reason, "layoutMessage", layout.Message)
 		}
 	}
+	// lastBeat is when the heartbeat was last given: the next pass is due a period after it.
 	lastBeat := observed
-	if p.LeaseNamespace != "" {
+	switch p.Heartbeat {
+	case HeartbeatLease:
 		if now.Sub(p.renewed) >= p.Period {
 			if err := p.renewLease(ctx, now); err != nil {
 				p.published.Store(false)
@@ -272,7 +310,11 @@ func (p *Publisher) Reconcile(ctx context.Context, req reconcile.Request) (recon
 			p.renewed = now
 		}
 		lastBeat = p.renewed
+	case HeartbeatReadiness:
+		// The kubelet probes ReadyCheck locally; this pass is the beat it sees.
+		lastBeat = now
 	}
+	p.refreshed.Store(now.UnixNano())
 	p.published.Store(true)
 
 	next := p.Period - now.Sub(lastBeat)

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -320,4 +321,66 @@ func TestPublisherWithALeaseWritesStatusOnlyAtStartAndOnChange(t *testing.T) {
 	_, err := restarted.Reconcile(ctx, restarted.Request())
 	g.Expect(err).To(MatchError(ContainSubstring(`is held by "somebody-else", not by this node's agent`)))
 	g.Expect(restarted.ReadyCheck(nil)).NotTo(Succeed(), "an agent that cannot renew its heartbeat is not ready")
+}
+
+// With the readiness heartbeat the agent writes its status at start and on change only, renews
+// no Lease, and its readiness (what the kubelet probes, and the manager then trusts) holds only
+// while its passes keep coming: one missed refresh is tolerated, two are not.
+func TestPublisherWithReadinessWritesNothingAtRestAndFailsReadinessWhenStuck(t *testing.T) {
+	g := NewWithT(t)
+	env := startEnv(t)
+	ctx := context.Background()
+	s, migs := h200Node(t)
+	d0 := mockDevice(t, s, 0)
+	enableMIG(t, d0)
+	u1g := createInstance(t, d0, nvml.GPU_INSTANCE_PROFILE_1_SLICE, 0, true)
+	p, clk := newPublisher(t, "node-ready", agent.NVMLReader(s))
+	p.Heartbeat = agent.HeartbeatReadiness
+
+	g.Expect(p.ReadyCheck(nil)).To(MatchError(ContainSubstring("not published yet")))
+	g.Expect(reconcileOnce(t, p)).To(Equal(reconcile.Result{RequeueAfter: period}))
+	first := getNode(t, env.Client, "node-ready")
+	g.Expect(p.ReadyCheck(nil)).To(Succeed())
+
+	for i := 1; i <= 3; i++ {
+		clk.Step(period)
+		g.Expect(reconcileOnce(t, p)).To(Equal(reconcile.Result{RequeueAfter: period}))
+		g.Expect(p.ReadyCheck(nil)).To(Succeed())
+	}
+	g.Expect(getNode(t, env.Client, "node-ready").ResourceVersion).To(Equal(first.ResourceVersion), "nothing written at rest")
+	var leases coordinationv1.LeaseList
+	g.Expect(env.Client.List(ctx, &leases, client.MatchingLabels{v1alpha1.LabelAgentLease: "true"})).To(Succeed())
+	g.Expect(leases.Items).NotTo(ContainElement(HaveField("Name", "node-ready")), "no Lease")
+
+	migs.SetProcesses(u1g, []nvml.ProcessInfo{{Pid: 7}})
+	clk.Step(10 * time.Second)
+	g.Expect(reconcileOnce(t, p)).To(Equal(reconcile.Result{RequeueAfter: period}))
+	g.Expect(getNode(t, env.Client, "node-ready").Status.GPUs[0].Instances[0].Busy).To(BeTrue(), "a change is written at once")
+
+	// No pass for a period and a half (one refresh late): still ready. Past two periods: stuck.
+	clk.Step(period + period/2)
+	g.Expect(p.ReadyCheck(nil)).To(Succeed())
+	clk.Step(period/2 + time.Second)
+	g.Expect(p.ReadyCheck(nil)).To(MatchError(ContainSubstring("not refreshed for 1m1s (refresh period 30s): the agent is stuck")))
+	reconcileOnce(t, p)
+	g.Expect(p.ReadyCheck(nil)).To(Succeed(), "ready again once it refreshes")
+}
+
+func TestPublisherRefusesAMismatchedHeartbeat(t *testing.T) {
+	for _, tc := range []struct {
+		heartbeat agent.Heartbeat
+		leaseNS   string
+		want      string
+	}{
+		{agent.HeartbeatLease, "", "needs the Lease's namespace"},
+		{agent.HeartbeatReadiness, "agents", "renews no Lease, yet a Lease namespace (agents) is set"},
+		{"gossip", "", `unknown heartbeat "gossip"`},
+	} {
+		p := &agent.Publisher{Client: startEnv(t).Client, NodeName: "node-mismatch", Period: period,
+			Read: func(context.Context) ([]v1alpha1.GPUStatus, error) { return nil, nil }, Heartbeat: tc.heartbeat, LeaseNamespace: tc.leaseNS}
+		_, err := p.Reconcile(context.Background(), p.Request())
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("heartbeat %q, Lease namespace %q: got %v, want %q", tc.heartbeat, tc.leaseNS, err, tc.want)
+		}
+	}
 }

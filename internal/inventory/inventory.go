@@ -32,10 +32,11 @@ type Options struct {
 	// MaxReportAge is how old a GPUNode report may be before its node is not planned;
 	// zero disables the check (offline what-if on a saved snapshot).
 	MaxReportAge time.Duration
-	// Heartbeats are, per node name, when its agent last renewed its heartbeat Lease. An agent
-	// with a Lease writes its report only when the GPUs change, so the report is as old as the
-	// last change and the Lease says whether the agent still stands by it: a report's age is
-	// judged from the later of its observedTime and the node's heartbeat.
+	// Heartbeats are, per node name, when its agent was last known alive: its heartbeat Lease's
+	// last renewal, or its pod's readiness (ReadinessHeartbeats). An agent with either writes
+	// its report only when the GPUs change, so the report is as old as the last change and the
+	// heartbeat says whether the agent still stands by it: a report's age is judged from the
+	// later of its observedTime and the node's heartbeat.
 	Heartbeats map[string]time.Time
 	// EvictEmptyDir allows evicting pods with emptyDir volumes.
 	EvictEmptyDir bool
@@ -304,7 +305,7 @@ func Stale(report *v1alpha1.GPUNode, heartbeats map[string]time.Time, now time.T
 	}
 	seen, what := report.Status.ObservedTime.Time, "GPUNode report"
 	if beat, ok := heartbeats[report.Name]; ok && beat.After(seen) {
-		seen, what = beat, "agent's heartbeat Lease"
+		seen, what = beat, "agent's last heartbeat"
 	}
 	if age := now.Sub(seen); age > maxAge {
 		return fmt.Sprintf("the %s is %s old (limit %s): is the agent healthy?", what, age.Round(time.Second), maxAge)

@@ -75,7 +75,7 @@ func TestNodeBlockers(t *testing.T) {
 		reports:    []v1alpha1.GPUNode{report(nodeA, gpus(), observedAgo(3*time.Hour))},
 		maxAge:     5 * time.Minute,
 		beats:      map[string]time.Time{nodeA: now.Add(-7 * time.Minute)},
-		blocker:    "the agent's heartbeat Lease is 7m0s old (limit 5m0s): is the agent healthy?",
+		blocker:    "the agent's last heartbeat is 7m0s old (limit 5m0s): is the agent healthy?",
 		unreported: true,
 	}, {
 		name:    "another node's heartbeat says nothing of this one",

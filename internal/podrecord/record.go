@@ -29,6 +29,11 @@ type Record struct {
 	NodeName string
 	// Phase is status.phase.
 	Phase corev1.PodPhase
+	// Ready is the pod's Ready condition: true only while it is True, and UnreadySince when it
+	// last turned otherwise (zero while ready, or without the condition). The manager reads
+	// them of the node agents' own pods, whose readiness is their heartbeat.
+	Ready        bool
+	UnreadySince metav1.Time
 	// Priority is spec.priority, 0 when unset, as the scheduler resolves it.
 	Priority int32
 	// Requests is what the pod needs free on a node, as the scheduler counts it
@@ -79,6 +84,14 @@ func New(p *corev1.Pod, shared *Interner) *Record {
 	}
 	if p.Spec.Priority != nil {
 		r.Priority = *p.Spec.Priority
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			r.Ready = c.Status == corev1.ConditionTrue
+			if !r.Ready {
+				r.UnreadySince = c.LastTransitionTime
+			}
+		}
 	}
 	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil {
 		r.RequiredAffinity = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution

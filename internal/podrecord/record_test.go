@@ -36,8 +36,28 @@ func TestNewKeepsTheFactsDecisionsRead(t *testing.T) {
 				return "controller kind lost"
 			case r.Unbound != nil:
 				return "a bound pod keeps its whole object"
+			case r.Ready:
+				return "ready without a Ready condition"
 			case r.Namespace != "team" || r.Name != "infer" || r.UID == "" || r.Labels["app"] != "infer":
 				return "metadata lost"
+			}
+			return ""
+		},
+	}, {
+		name: "a node agent's pod, ready",
+		pod:  fixture.Pod("gpupool-agent/agent-x", fixture.Running("gpu-1"), fixture.Ready(true, fixture.Now)),
+		want: func(r *Record) string {
+			if !r.Ready || !r.UnreadySince.IsZero() {
+				return "the Ready condition is lost"
+			}
+			return ""
+		},
+	}, {
+		name: "a node agent's pod whose probe fails",
+		pod:  fixture.Pod("gpupool-agent/agent-x", fixture.Running("gpu-1"), fixture.Ready(false, fixture.Now)),
+		want: func(r *Record) string {
+			if r.Ready || !r.UnreadySince.Time.Equal(fixture.Now) {
+				return "Ready=False read as ready, or when it turned lost"
 			}
 			return ""
 		},

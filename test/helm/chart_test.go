@@ -273,6 +273,27 @@ func TestAgentLeasesFollowTheAgent(t *testing.T) {
 		if want := "--agent-namespace=" + tc.namespace; !slices.Contains(args, want) {
 			t.Errorf("values %q: manager args %q lack %s", tc.vals, args, want)
 		}
+		// The agents' pods, told by the DaemonSet's own selector: their readiness is the heartbeat.
+		selector := slices.IndexFunc(args, func(a string) bool { return strings.HasPrefix(a, "--agent-pod-selector=") })
+		if tc.namespace == "" {
+			if selector >= 0 {
+				t.Errorf("values %q: without the agent the manager reads agent pods by %s", tc.vals, args[selector])
+			}
+		} else {
+			ds := find(t, objs, "DaemonSet", "gpupool-agent")
+			matchLabels, _, _ := unstructured.NestedStringMap(ds.Object, "spec", "selector", "matchLabels")
+			var want []string
+			for k, v := range matchLabels {
+				want = append(want, k+"="+v)
+			}
+			slices.Sort(want)
+			if selector < 0 || args[selector] != "--agent-pod-selector="+strings.Join(want, ",") {
+				t.Errorf("values %q: manager args %q, want --agent-pod-selector=%s (the DaemonSet's selector)", tc.vals, args, strings.Join(want, ","))
+			}
+			if agentArgs := containerArgs(t, ds); !slices.Contains(agentArgs, "--heartbeat=readiness") {
+				t.Errorf("values %q: agent args %q lack --heartbeat=readiness", tc.vals, agentArgs)
+			}
+		}
 		leaseRoles := 0
 		for _, o := range objs {
 			if o.GetKind() != "Role" {

@@ -47,6 +47,8 @@ const (
 	kustomizeGPUOperator = "gpu-operator"
 	kustomizeManagerUser = "system:serviceaccount:gpupool-system:gpupool-manager"
 	kustomizeAgentUser   = "system:serviceaccount:gpupool-agent:gpupool-agent"
+	// kustomizeAgentSelector is config/agent's DaemonSet selector, as the manager's flag says it.
+	kustomizeAgentSelector = "app.kubernetes.io/component=agent,app.kubernetes.io/name=gpupool"
 )
 
 // name is what the chart calls the object kustomize names n: gpupool-x becomes <fullname>-x.
@@ -94,6 +96,8 @@ func (in install) expected(t testing.TB, o *unstructured.Unstructured) *unstruct
 		"gpupool-manager-metrics."+kustomizeNamespace+".svc", in.name("gpupool-manager-metrics")+"."+in.namespace+".svc",
 		"--gpu-operator-namespace="+kustomizeGPUOperator, "--gpu-operator-namespace="+in.gpuOperatorNamespace,
 		"--agent-namespace="+kustomizeAgentNS, "--agent-namespace="+in.ns(kustomizeAgentNS),
+		// The chart's selectors select by the release too.
+		"--agent-pod-selector="+kustomizeAgentSelector, "--agent-pod-selector=app.kubernetes.io/component=agent,app.kubernetes.io/instance="+in.release+",app.kubernetes.io/name=gpupool",
 	).Replace(string(b))
 	out := &unstructured.Unstructured{}
 	if err := json.Unmarshal([]byte(s), &out.Object); err != nil {

@@ -57,6 +57,8 @@ func (rep *Report) Write(w io.Writer) error {
 	base := rep.Rows[0]
 	ratio := func(b, v float64) string {
 		switch {
+		case v == 0 && b > 0:
+			return "none"
 		case v == 0 || b == 0:
 			return "-"
 		case b >= v:

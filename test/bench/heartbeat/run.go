@@ -99,17 +99,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	for _, mode := range []struct {
-		name, leaseNamespace string
+		name           string
+		heartbeat      agent.Heartbeat
+		leaseNamespace string
 	}{
-		{"GPUNode status every period (before)", ""},
-		{"Lease every period, status on change (now)", agentNamespace},
+		{"GPUNode status every period (before)", agent.HeartbeatStatus, ""},
+		{"Lease every period, status on change", agent.HeartbeatLease, agentNamespace},
+		// The kubelet probes the agent's readiness on its node and writes the pod's status
+		// only when it changes: nothing reaches the API server at rest.
+		{"pod readiness, status on change (chart default)", agent.HeartbeatReadiness, ""},
 	} {
 		pubs := make([]*agent.Publisher, cfg.Nodes)
 		for i := range pubs {
 			pubs[i] = &agent.Publisher{Client: agentClient, NodeName: fmt.Sprintf("gpu-%05d", i),
 				Read: func(context.Context) ([]v1alpha1.GPUStatus, error) { return gpus, nil },
 				// A little under the schedule's period, so that every visit is due despite jitter.
-				Period: cfg.Period - cfg.Period/20, LeaseNamespace: mode.leaseNamespace}
+				Period: cfg.Period - cfg.Period/20, Heartbeat: mode.heartbeat, LeaseNamespace: mode.leaseNamespace}
 		}
 		progress("%s: %d agents start (their first status write, unmeasured)", mode.name, cfg.Nodes)
 		if err := visitAll(ctx, pubs); err != nil {

@@ -28,6 +28,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/agent"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/testenv"
 	"github.com/gpupool/gpupool/test/bench/measure"
@@ -44,6 +45,10 @@ type Config struct {
 	Budget string
 	// Period is the agents' heartbeat period (30 s in production).
 	Period time.Duration
+	// Heartbeat is how the agents show they are alive: agent.HeartbeatReadiness (the chart's
+	// default; each node gets a Ready agent pod and nothing is written at rest) or
+	// agent.HeartbeatLease (each node's Lease renewed every Period).
+	Heartbeat agent.Heartbeat
 	// Settle is how long a process runs after its caches fill (the baseline) or after its
 	// first plan (the manager) before the window starts.
 	Settle time.Duration
@@ -67,8 +72,9 @@ type Result struct {
 	Nodes, Running, Pending, NewPending int
 	// Budget is the policy's maxDisruptedNodes ("" for the default).
 	Budget string
-	// Period is the agents' heartbeat period.
-	Period time.Duration
+	// Period is the agents' heartbeat period, and Heartbeat their kind.
+	Period    time.Duration
+	Heartbeat agent.Heartbeat
 	// Seed is how long writing the fleet took.
 	Seed time.Duration
 	// Baseline and Manager are the processes at rest; the APIServer fields are the API server
@@ -88,6 +94,10 @@ type Result struct {
 	NewShapeStatus, NewShapePlan time.Duration
 	// Timeout is how long the new shape was waited for.
 	Timeout time.Duration
+	// LeftOut is how many pool nodes the policy's status counted as left out of planning (stale
+	// or missing reports) at the end of the manager's window at rest: 0 unless the agents'
+	// heartbeat fails to keep their unchanged reports usable.
+	LeftOut int32
 	// HeartbeatFailures counts Lease renewals the API server refused or failed.
 	HeartbeatFailures int64
 	// APIServerIdle and APIServerHeartbeats are the API server alone over a window, before any
@@ -104,8 +114,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	logf.SetLogger(logr.Discard())
+	switch cfg.Heartbeat {
+	case "":
+		cfg.Heartbeat = agent.HeartbeatReadiness
+	case agent.HeartbeatReadiness, agent.HeartbeatLease:
+	default:
+		return nil, fmt.Errorf("heartbeat %q: want %s or %s", cfg.Heartbeat, agent.HeartbeatReadiness, agent.HeartbeatLease)
+	}
 	res := &Result{Nodes: cfg.Nodes, Running: cfg.Nodes * cfg.RunningPerNode, Pending: cfg.Nodes, Budget: cfg.Budget, Period: cfg.Period,
-		NewPending: max(10, cfg.Nodes/10), Timeout: cfg.Timeout}
+		Heartbeat: cfg.Heartbeat, NewPending: max(10, cfg.Nodes/10), Timeout: cfg.Timeout}
 	if res.Timeout == 0 {
 		res.Timeout = 10 * time.Minute
 	}
@@ -150,13 +167,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 
-	progress("writing %d nodes, their reports and Leases, %d running and %d pending pods", cfg.Nodes, res.Running, res.Pending)
+	progress("writing %d nodes, their reports and agents (%s heartbeat), %d running and %d pending pods", cfg.Nodes, cfg.Heartbeat, res.Running, res.Pending)
 	start := time.Now()
 	if err := s.base(ctx, cfg.Budget); err != nil {
 		return nil, err
 	}
 	if err := parallel(ctx, cfg.Nodes, cfg.Workers, func(ctx context.Context, i int) error {
-		return s.node(ctx, i, cfg.RunningPerNode)
+		return s.node(ctx, i, cfg.RunningPerNode, cfg.Heartbeat)
 	}); err != nil {
 		return nil, err
 	}
@@ -167,7 +184,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	progress("written in %s", res.Seed.Round(time.Second))
 
 	// What the heartbeats alone cost the API server: a window with no client at all, then one
-	// with the agents' Leases renewing and nothing else.
+	// with the agents' heartbeats and nothing else. The readiness heartbeat sends nothing (the
+	// kubelet probes locally and writes only changes): its window measures that nothing.
 	progress("API server alone: measuring %s idle, then %s with only the heartbeats", cfg.Window, cfg.Window)
 	if res.APIServerIdle, err = apiServerAlone(ctx, cfg, cp); err != nil {
 		return nil, err
@@ -175,7 +193,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	beatCtx, stopBeats := context.WithCancel(ctx)
 	defer stopBeats()
 	var failures atomic.Int64
-	go heartbeats(beatCtx, c, cfg.Nodes, cfg.Period, &failures)
+	if cfg.Heartbeat == agent.HeartbeatLease {
+		go heartbeats(beatCtx, c, cfg.Nodes, cfg.Period, &failures)
+	}
 	// A full period first, so that the window sees renewals at their steady rate.
 	if err := sleep(ctx, cfg.Period, func() error { return nil }); err != nil {
 		return nil, err
@@ -256,7 +276,7 @@ func runManager(ctx context.Context, cfg Config, env *testenv.Env, s *seeder, cp
 	}
 	args := []string{"--kubeconfig=" + kubeconfig, "--leader-elect=false",
 		"--metrics-bind-address=0", "--health-probe-bind-address=0",
-		"--gpu-operator-namespace=" + operatorNamespace, "--agent-namespace=" + agentNamespace,
+		"--gpu-operator-namespace=" + operatorNamespace, "--agent-namespace=" + agentNamespace, "--agent-pod-selector=" + agentSelector,
 		// Each complete pass logs its phases at debug level: where new demand's latency goes.
 		// Nothing logs at rest, so this costs the measurement nothing.
 		"--zap-log-level=debug"}
@@ -294,6 +314,11 @@ func runManager(ctx context.Context, cfg Config, env *testenv.Env, s *seeder, cp
 	if res.Manager, res.APIServerManager, res.ManagerRequests, err = atRest(ctx, cfg, p, px, cp); err != nil {
 		return err
 	}
+	policy := &v1alpha1.GPUPoolPolicy{}
+	if err := c.Get(ctx, client.ObjectKey{Name: policyName}, policy); err != nil {
+		return fmt.Errorf("reading the policy after the window: %w", err)
+	}
+	res.LeftOut = policy.Status.Pool.UnreportedNodes
 	if cfg.Manager == "" {
 		// Where the manager's CPU goes at rest, heartbeats arriving: go tool pprof -top. As
 		// long as the window.

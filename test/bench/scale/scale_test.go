@@ -29,6 +29,9 @@ func TestRunMeasuresTheManagerBesideTheBaseline(t *testing.T) {
 	if res.APIServerIdle.Cores <= 0 || res.APIServerHeartbeats.RSSMedian == 0 {
 		t.Errorf("the API server alone was not measured: idle %+v, heartbeats %+v", res.APIServerIdle, res.APIServerHeartbeats)
 	}
+	if res.LeftOut != 0 {
+		t.Errorf("%d nodes left out of planning at rest: their agents' ready pods did not keep the reports usable", res.LeftOut)
+	}
 	if res.NewShapeStatus == 0 {
 		t.Errorf("the new shape never reached the policy's status within %s", res.Timeout)
 	}

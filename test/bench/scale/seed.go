@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/agent"
 	"github.com/gpupool/gpupool/internal/mig"
 )
 
@@ -33,6 +34,8 @@ const (
 	poolName       = "scale"
 	workNamespace  = "team"
 	agentNamespace = "gpupool-agent"
+	// agentSelector is the agent DaemonSet's selector (config/agent), as the manager is told it.
+	agentSelector = "app.kubernetes.io/component=agent,app.kubernetes.io/name=gpupool"
 	// operatorNamespace holds gpupool's ConfigMaps (--gpu-operator-namespace).
 	operatorNamespace = "gpu-operator"
 	policyName        = "scale"
@@ -116,8 +119,8 @@ func (s *seeder) base(ctx context.Context, budget string) error {
 }
 
 // node writes the i-th Node, its GPUNode report with the instances its running pods hold,
-// its agent's Lease, and its running pods.
-func (s *seeder) node(ctx context.Context, i, running int) error {
+// its agent's heartbeat (a Ready pod, or a Lease), and its running pods.
+func (s *seeder) node(ctx context.Context, i, running int, heartbeat agent.Heartbeat) error {
 	name := nodeName(i)
 	alloc := corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("192"), corev1.ResourceMemory: resource.MustParse("2Ti"),
@@ -173,12 +176,39 @@ func (s *seeder) node(ctx context.Context, i, running int) error {
 	if err := s.c.Status().Update(ctx, report); err != nil {
 		return fmt.Errorf("writing the report of %s: %w", name, err)
 	}
+	if heartbeat == agent.HeartbeatReadiness {
+		return s.agentPod(ctx, name)
+	}
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: name,
 		Labels: map[string]string{v1alpha1.LabelAgentLease: "true"}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(v1alpha1.AgentLeaseHolder(name)),
 			LeaseDurationSeconds: ptr.To(int32(120)), RenewTime: ptr.To(metav1.NewMicroTime(time.Now()))}}
 	if err := s.c.Create(ctx, lease); err != nil {
 		return fmt.Errorf("creating the Lease of %s: %w", name, err)
+	}
+	return nil
+}
+
+// agentPod writes node's agent pod, Running and Ready as its kubelet would report it once the
+// agent's readiness probe passes: with the readiness heartbeat, all an agent at rest shows.
+func (s *seeder) agentPod(ctx context.Context, node string) error {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: "gpupool-agent-" + node,
+			Labels: map[string]string{"app.kubernetes.io/name": "gpupool", "app.kubernetes.io/component": "agent"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "gpupool-agent",
+				UID: types.UID("agent-ds"), Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "agent", Image: "gpupool/agent:1",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")}}}}},
+	}
+	if err := s.c.Create(ctx, pod); err != nil {
+		return fmt.Errorf("creating the agent pod of %s: %w", node, err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, StartTime: ptr.To(metav1.Now()), Conditions: []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+		{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
+	if err := s.c.Status().Update(ctx, pod); err != nil {
+		return fmt.Errorf("writing the status of the agent pod of %s: %w", node, err)
 	}
 	return nil
 }

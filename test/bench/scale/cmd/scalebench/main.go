@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpupool/gpupool/internal/agent"
 	"github.com/gpupool/gpupool/test/bench/scale"
 )
 
@@ -22,6 +23,7 @@ func main() {
 	running := flag.Int("running", 10, "running pods per node")
 	budget := flag.String("budget", "", "the policy's maxDisruptedNodes, e.g. 10% (default: the API's, 1 node)")
 	period := flag.Duration("period", 30*time.Second, "the agents' heartbeat period")
+	heartbeat := flag.String("heartbeat", string(agent.HeartbeatReadiness), "the agents' heartbeat: readiness (the chart's default; a Ready pod per node) or lease")
 	// At rest means past the policy's stabilization window (2 minutes by default), when a plan
 	// under review is no longer remembered, and past the Go runtime's periodic collection (2
 	// minutes), which sets the heap's goal from the cache rather than from the last pass.
@@ -51,7 +53,7 @@ func main() {
 	fmt.Fprintf(os.Stderr, "binaries and process logs in %s\n", dir)
 	var results []*scale.Result
 	for _, n := range nodes {
-		res, err := scale.Run(ctx, scale.Config{Nodes: n, RunningPerNode: *running, Budget: *budget, Period: *period, Settle: *settle,
+		res, err := scale.Run(ctx, scale.Config{Nodes: n, RunningPerNode: *running, Budget: *budget, Period: *period, Heartbeat: agent.Heartbeat(*heartbeat), Settle: *settle,
 			Window: *window, Workers: *workers, Manager: *manager, Dir: dir, Progress: os.Stderr})
 		if err != nil {
 			fail(1, "%d nodes: %v", n, err)
