@@ -274,6 +274,18 @@ func TestSilentAgentsAreCountedAndDegradeThePool(t *testing.T) {
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 }
 
+// expectLeftOut waits until policy's status counts unreported nodes left out of planning and
+// its Degraded condition's message says message.
+func expectLeftOut(t *testing.T, env *testenv.Env, policy *v1.GPUPoolPolicy, unreported int32, message string) {
+	t.Helper()
+	NewWithT(t).Eventually(func(g Gomega) {
+		got := &v1.GPUPoolPolicy{}
+		g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(policy), got)).To(Succeed())
+		g.Expect(got.Status.Pool.UnreportedNodes).To(Equal(unreported))
+		g.Expect(condition(got, v1.ConditionDegraded).Message).To(ContainSubstring(message))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+}
+
 // TestAgentLeaseKeepsAnUnchangedReportFresh guards the Lease heartbeat (issue 21): an agent
 // that writes its report only on change stays planned while it renews its Lease, however old
 // the report; when the Lease lapses the node is left out and counted, named by the Lease's age.
@@ -291,30 +303,21 @@ func TestAgentLeaseKeepsAnUnchangedReportFresh(t *testing.T) {
 	g.Expect(env.Client.Create(ctx, lease)).To(Succeed())
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
-	expectPool := func(unreported int32, message string) {
-		t.Helper()
-		g.Eventually(func(g Gomega) {
-			got := &v1.GPUPoolPolicy{}
-			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
-			g.Expect(got.Status.Pool.UnreportedNodes).To(Equal(unreported))
-			g.Expect(condition(got, v1.ConditionDegraded).Message).To(ContainSubstring(message))
-		}).WithTimeout(30 * time.Second).Should(Succeed())
-	}
-	expectPool(0, "every pool node's agent reports its GPUs")
+	expectLeftOut(t, env, policy, 0, "every pool node's agent reports its GPUs")
 
 	// Ten minutes on, the report is ten minutes old; the agent renewed its Lease a moment ago,
 	// which (after a silence longer than the report-age limit) wakes the policy by itself.
 	clock.Step(10 * time.Minute)
 	lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(clock.Now()))
 	g.Expect(env.Client.Update(ctx, lease)).To(Succeed())
-	expectPool(0, "every pool node's agent reports its GPUs")
+	expectLeftOut(t, env, policy, 0, "every pool node's agent reports its GPUs")
 
 	// The agent falls silent: three minutes later the node is left out, by the Lease's age.
 	clock.Step(3 * time.Minute)
 	patch := client.MergeFrom(policy.DeepCopy())
 	policy.Annotations = map[string]string{"example.com/poke": "1"}
 	g.Expect(env.Client.Patch(ctx, policy, patch)).To(Succeed(), "any event runs a pass")
-	expectPool(1, "gpu-1 (the agent's last heartbeat is 3m0s old (limit 2m0s)")
+	expectLeftOut(t, env, policy, 1, "gpu-1 (the agent's last heartbeat is 3m0s old (limit 2m0s)")
 }
 
 // TestAgentReadinessKeepsAnUnchangedReportFresh guards the readiness heartbeat: an agent that
@@ -345,39 +348,30 @@ func TestAgentReadinessKeepsAnUnchangedReportFresh(t *testing.T) {
 	setReady(corev1.ConditionTrue)
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
-	expectPool := func(unreported int32, message string) {
-		t.Helper()
-		g.Eventually(func(g Gomega) {
-			got := &v1.GPUPoolPolicy{}
-			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
-			g.Expect(got.Status.Pool.UnreportedNodes).To(Equal(unreported))
-			g.Expect(condition(got, v1.ConditionDegraded).Message).To(ContainSubstring(message))
-		}).WithTimeout(30 * time.Second).Should(Succeed())
-	}
 	poke := func(n string) {
 		t.Helper()
 		patch := client.MergeFrom(policy.DeepCopy())
 		policy.Annotations = map[string]string{"example.com/poke": n}
 		g.Expect(env.Client.Patch(ctx, policy, patch)).To(Succeed(), "any event runs a pass")
 	}
-	expectPool(0, "every pool node's agent reports its GPUs")
+	expectLeftOut(t, env, policy, 0, "every pool node's agent reports its GPUs")
 
 	// Ten minutes on, nothing written: the ready pod vouches for the ten-minute-old report.
 	clock.Step(10 * time.Minute)
 	poke("1")
-	expectPool(0, "every pool node's agent reports its GPUs")
+	expectLeftOut(t, env, policy, 0, "every pool node's agent reports its GPUs")
 
 	// The agent stops being ready: its report is still used within the limit, then not.
 	setReady(corev1.ConditionFalse)
-	expectPool(0, "every pool node's agent reports its GPUs")
+	expectLeftOut(t, env, policy, 0, "every pool node's agent reports its GPUs")
 	clock.Step(3 * time.Minute)
 	poke("2")
 	// (The condition's time is stored to the second, so the age may read 3m1s.)
-	expectPool(1, "gpu-1 (the agent's last heartbeat is 3m")
+	expectLeftOut(t, env, policy, 1, "gpu-1 (the agent's last heartbeat is 3m")
 
 	// Ready again: the pod's own event brings the node back.
 	setReady(corev1.ConditionTrue)
-	expectPool(0, "every pool node's agent reports its GPUs")
+	expectLeftOut(t, env, policy, 0, "every pool node's agent reports its GPUs")
 }
 
 // TestApprovedPlanIsNeverSuperseded guards that a human's approval cannot be pulled from under
