@@ -261,8 +261,12 @@ func (s *seeder) pendingFrom(ctx context.Context, prefix, profile string, from, 
 }
 
 // heartbeats renews every agent Lease once per period, spread evenly over it, as n agents
-// started at random times do, until ctx ends. It returns how many renewals failed.
+// started at random times do, until ctx ends; failed counts the renewals that failed. Each
+// renewal is what the agent sends (agent.Publisher's renewLease): an Update of the Lease it last
+// wrote, in protobuf, reading it again only when that write failed.
 func heartbeats(ctx context.Context, c client.Client, n int, period time.Duration, failed *atomic.Int64) {
+	var mu sync.Mutex
+	last := make([]*coordinationv1.Lease, n)
 	tick := time.NewTicker(period / time.Duration(n))
 	defer tick.Stop()
 	for i := 0; ; i = (i + 1) % n {
@@ -271,12 +275,31 @@ func heartbeats(ctx context.Context, c client.Client, n int, period time.Duratio
 			return
 		case <-tick.C:
 		}
-		go func(name string) {
-			patch := []byte(fmt.Sprintf(`{"spec":{"renewTime":%q}}`, metav1.NewMicroTime(time.Now()).Format(metav1.RFC3339Micro)))
-			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: name}}
-			if err := c.Patch(ctx, lease, client.RawPatch(types.MergePatchType, patch)); err != nil && ctx.Err() == nil {
-				failed.Add(1)
+		go func(i int) {
+			mu.Lock()
+			lease := last[i]
+			mu.Unlock()
+			if lease == nil {
+				lease = &coordinationv1.Lease{}
+				if err := c.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: nodeName(i)}, lease); err != nil {
+					if ctx.Err() == nil {
+						failed.Add(1)
+					}
+					return
+				}
 			}
-		}(nodeName(i))
+			lease = lease.DeepCopy()
+			lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+			err := c.Update(ctx, lease)
+			if err != nil {
+				lease = nil
+				if ctx.Err() == nil {
+					failed.Add(1)
+				}
+			}
+			mu.Lock()
+			last[i] = lease
+			mu.Unlock()
+		}(i)
 	}
 }
