@@ -117,6 +117,13 @@ func CheckClusterPolicy(obj *unstructured.Unstructured, configNamespace, migConf
 	check(migConfigMap, "spec", "migManager", "config", "name")
 	if devicePluginConfigMap != "" {
 		check(devicePluginConfigMap, "spec", "devicePlugin", "config", "name")
+		// A node without the nvidia.com/device-plugin.config label gets the default key; with it
+		// unset, NVIDIA's config-manager falls back to a key named "default" or to the only key,
+		// and gpupool's ConfigMap has neither once it holds a sharing key, so the plugin would not
+		// start (k8s-device-plugin cmd/config-manager/main.go, updateConfigName). A default the
+		// user kept from an earlier ConfigMap (NVIDIA's time-slicing guide uses "any") is missing
+		// from gpupool's for the same reason.
+		check(DevicePluginNone, "spec", "devicePlugin", "config", "default")
 	}
 	return problems
 }

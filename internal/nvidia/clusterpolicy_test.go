@@ -18,7 +18,7 @@ func goodSpec() map[string]any {
 	return map[string]any{
 		"mig":          map[string]any{"strategy": "mixed"},
 		"migManager":   map[string]any{"enabled": true, "config": map[string]any{"name": "gpupool-mig-parted", "default": "all-disabled"}},
-		"devicePlugin": map[string]any{"config": map[string]any{"name": "gpupool-device-plugin"}},
+		"devicePlugin": map[string]any{"config": map[string]any{"name": "gpupool-device-plugin", "default": "gpupool-none"}},
 	}
 }
 
@@ -52,7 +52,18 @@ func TestCheckClusterPolicy(t *testing.T) {
 				`set spec.mig.strategy to mixed (now unset): kubectl patch clusterpolicies.nvidia.com gpu-cluster-policy --type merge -p '{"spec":{"mig":{"strategy":"mixed"}}}'`,
 				`set spec.migManager.config.name to gpupool-mig-parted (now unset): kubectl patch clusterpolicies.nvidia.com gpu-cluster-policy --type merge -p '{"spec":{"migManager":{"config":{"name":"gpupool-mig-parted"}}}}'`,
 				`set spec.devicePlugin.config.name to gpupool-device-plugin (now unset): kubectl patch clusterpolicies.nvidia.com gpu-cluster-policy --type merge -p '{"spec":{"devicePlugin":{"config":{"name":"gpupool-device-plugin"}}}}'`,
+				`set spec.devicePlugin.config.default to gpupool-none (now unset): kubectl patch clusterpolicies.nvidia.com gpu-cluster-policy --type merge -p '{"spec":{"devicePlugin":{"config":{"default":"gpupool-none"}}}}'`,
 			},
+		},
+		{
+			name: "a default key kept from the user's earlier ConfigMap",
+			policy: func() *unstructured.Unstructured {
+				s := goodSpec()
+				s["devicePlugin"] = map[string]any{"config": map[string]any{"name": "gpupool-device-plugin", "default": "any"}}
+				return clusterPolicy("cluster-policy", s)
+			}(),
+			dpCM: dpCM,
+			want: []string{`set spec.devicePlugin.config.default to gpupool-none (now any): kubectl patch clusterpolicies.nvidia.com cluster-policy --type merge -p '{"spec":{"devicePlugin":{"config":{"default":"gpupool-none"}}}}'`},
 		},
 		{
 			name: "another ConfigMap and mig-manager off",

@@ -65,6 +65,10 @@ type ReplicatedResource struct {
 	Replicas int32  `json:"replicas"`
 }
 
+// MaxMPSReplicas is the most replicas the device plugin's MPS control daemon accepts per GPU
+// (k8s-device-plugin cmd/mps-control-daemon/mps/device.go: CUDA MPS serves at most 48 clients).
+const MaxMPSReplicas = 48
+
 // DevicePluginConfigName is the immutable key of a sharing setting: gpupool-none,
 // gpupool-ts-<replicas> or gpupool-mps-<replicas>. The planner names the settings it plans
 // with it, and the plan controller checks a plan's key against it.
@@ -89,7 +93,7 @@ func ParseDevicePluginConfigName(name string) (v1alpha1.SharingConfig, bool) {
 	}{{devicePluginTSPrefix, v1alpha1.SharingTimeSlicing}, {devicePluginMPSPrefix, v1alpha1.SharingMPS}} {
 		if rest, ok := strings.CutPrefix(name, m.prefix); ok {
 			n, err := strconv.Atoi(rest)
-			if err != nil || n < 2 || n > 256 || strconv.Itoa(n) != rest {
+			if err != nil || n < 2 || n > 256 || (m.mode == v1alpha1.SharingMPS && n > MaxMPSReplicas) || strconv.Itoa(n) != rest {
 				return v1alpha1.SharingConfig{}, false
 			}
 			return v1alpha1.SharingConfig{Mode: m.mode, Replicas: int32(n)}, true
@@ -122,6 +126,9 @@ func DevicePluginConfig(s v1alpha1.SharingConfig) ([]byte, error) {
 	if s.Mode != v1alpha1.SharingNone && s.Mode != "" && (s.Replicas < 2 || s.Replicas > 256) {
 		return nil, fmt.Errorf("%s with %d replicas: replicas must be between 2 and 256", s.Mode, s.Replicas)
 	}
+	if s.Mode == v1alpha1.SharingMPS && s.Replicas > MaxMPSReplicas {
+		return nil, fmt.Errorf("MPS with %d replicas: NVIDIA's MPS control daemon serves at most %d clients per GPU", s.Replicas, MaxMPSReplicas)
+	}
 	out, err := yaml.Marshal(f)
 	if err != nil {
 		return nil, fmt.Errorf("rendering the device plugin config: %w", err)
@@ -130,12 +137,19 @@ func DevicePluginConfig(s v1alpha1.SharingConfig) ([]byte, error) {
 }
 
 // migResources are the device plugin's resource names of every MIG profile of every built-in
-// product, sorted: a time-slicing config lists them all.
+// product, under every name drivers have given it, sorted: a time-slicing config lists them
+// all. The plugin names a MIG device after the profile the driver reports and shares only the
+// names the config lists, silently leaving others exclusive (k8s-device-plugin
+// internal/rm/device_map.go, updateDeviceMapWithReplicas), so a driver that says 7g.79gb where
+// the table says 7g.80gb would otherwise never advertise the .shared resource.
 func migResources() []string {
 	var out []string
 	for _, p := range mig.Products() {
 		for _, pr := range p.Profiles {
 			out = append(out, mig.ResourceName(pr.Name))
+			for _, alias := range pr.Aliases {
+				out = append(out, mig.ResourceName(alias))
+			}
 		}
 	}
 	slices.Sort(out)

@@ -41,7 +41,7 @@ func TestDevicePluginConfigNamesRoundTrip(t *testing.T) {
 	g.Expect(nvidia.DevicePluginConfigName(v1alpha1.SharingConfig{Mode: v1alpha1.SharingMPS, Replicas: 8})).To(Equal("gpupool-mps-8"))
 	g.Expect(nvidia.DevicePluginConfigName(v1alpha1.SharingConfig{})).To(Equal(nvidia.DevicePluginNone))
 	g.Expect(nvidia.DevicePluginNone).To(Equal("gpupool-none"))
-	for _, bad := range []string{"gpupool-ts-1", "gpupool-mps-007", "gpupool-ts-", "all-disabled"} {
+	for _, bad := range []string{"gpupool-ts-1", "gpupool-mps-007", "gpupool-ts-", "all-disabled", "gpupool-mps-49"} {
 		_, ok := nvidia.ParseDevicePluginConfigName(bad)
 		g.Expect(ok).To(BeFalse(), bad)
 	}
@@ -72,7 +72,9 @@ version: v1
 	g.Expect(f.Sharing.TimeSlicing.Resources).To(ContainElements(
 		nvidia.ReplicatedResource{Name: "nvidia.com/gpu", Replicas: 4},
 		nvidia.ReplicatedResource{Name: "nvidia.com/mig-1g.18gb", Replicas: 4},
-		nvidia.ReplicatedResource{Name: "nvidia.com/mig-3g.40gb", Replicas: 4}))
+		nvidia.ReplicatedResource{Name: "nvidia.com/mig-3g.40gb", Replicas: 4},
+		// A name some drivers give the 80GB parts' 7g profile (mig.Profile.Aliases).
+		nvidia.ReplicatedResource{Name: "nvidia.com/mig-7g.79gb", Replicas: 4}))
 	g.Expect(f.Sharing.TimeSlicing.Resources[0].Name).To(Equal("nvidia.com/gpu"))
 }
 
@@ -81,6 +83,10 @@ func TestDevicePluginConfigRefusesWhatThePluginWouldNot(t *testing.T) {
 	g := NewWithT(t)
 	_, err := nvidia.DevicePluginConfig(v1alpha1.SharingConfig{Mode: v1alpha1.SharingMPS, Replicas: 1})
 	g.Expect(err).To(MatchError(ContainSubstring("replicas must be between 2 and 256")))
+	_, err = nvidia.DevicePluginConfig(v1alpha1.SharingConfig{Mode: v1alpha1.SharingMPS, Replicas: 49})
+	g.Expect(err).To(MatchError(ContainSubstring("at most 48 clients")))
+	_, err = nvidia.DevicePluginConfig(v1alpha1.SharingConfig{Mode: v1alpha1.SharingTimeSlicing, Replicas: 49})
+	g.Expect(err).NotTo(HaveOccurred(), "time-slicing has no such bound")
 	_, err = nvidia.ParseDevicePluginConfig([]byte("version: v1\nflags: {migStrategy: mixed}\nsharing:\n  timeSlicing: {resources: []}\n  mps: {resources: []}\n"))
 	g.Expect(err).To(MatchError(ContainSubstring("one sharing mode per node")))
 	_, err = nvidia.ParseDevicePluginConfig([]byte("version: v1\nflags: {migStrategy: mixed, typo: 1}\n"))

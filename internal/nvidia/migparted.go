@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -125,6 +126,30 @@ func splitEntries(data []byte) (map[string][]DeviceSpec, map[string]json.RawMess
 	return own, foreign, nil
 }
 
+// HasEntry reports whether a mig-parted config file holds the named gpupool entry, well-formed.
+// Only that entry is read: the rest of the file belongs to the user and to NVIDIA, whose parser
+// accepts names and values gpupool's does not model (1g.24gb+me,gfx, mig-enabled: null), and a
+// step must not wait forever on an entry it wrote because somebody else's reads differently.
+func HasEntry(data []byte, name string) bool {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return false
+	}
+	var top struct {
+		Version    string                     `json:"version"`
+		MIGConfigs map[string]json.RawMessage `json:"mig-configs"`
+	}
+	if err := json.Unmarshal(js, &top); err != nil || top.Version != ConfigVersion {
+		return false
+	}
+	raw, ok := top.MIGConfigs[name]
+	if !ok {
+		return false
+	}
+	parsed, err := parseEntries(json.RawMessage(`{` + strconv.Quote(name) + `:` + string(raw) + `}`))
+	return err == nil && len(parsed[name]) > 0
+}
+
 // DeviceSpec is one item of an entry: the MIG settings for a set of GPUs.
 type DeviceSpec struct {
 	// DeviceFilter restricts the spec to GPUs of these device IDs or product names; nil when
@@ -152,9 +177,12 @@ type Devices struct {
 // such as +me or +me.all.
 var profileName = regexp.MustCompile(`^([0-9]+c\.)?[0-9]+g\.[0-9]+gb([+-][a-z0-9.]+)*$`)
 
-// ParseMIGPartedConfig reads a mig-parted config file as strictly as mig-parted does: unknown
-// fields, a missing or other version, missing required fields, MIG devices on a GPU with MIG
-// disabled and duplicate keys are errors, so a file it accepts is one mig-manager accepts.
+// ParseMIGPartedConfig reads a mig-parted config file at least as strictly as mig-parted does:
+// unknown fields, a missing or other version, missing required fields, MIG devices on a GPU
+// with MIG disabled, counts all zero and duplicate keys are errors, so a file it accepts is one
+// mig-manager accepts. It is stricter in places (a null mig-enabled, a negative GPU index,
+// attribute spellings gpupool does not write), so it is for reading gpupool's own entries:
+// entries of others are kept verbatim (UpdateConfig) and never judged by it (HasEntry).
 func ParseMIGPartedConfig(data []byte) (Config, error) {
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
@@ -226,12 +254,9 @@ func parseDeviceSpec(raw json.RawMessage) (DeviceSpec, error) {
 		case "mig-enabled":
 			err = unmarshalNonNull(v, &s.MIGEnabled)
 		case "mig-devices":
-			// mig-parted reads null as an empty set.
-			s.MIGDevices = map[string]int{}
+			// null decodes to no map, as in mig-parted (api/spec/v1/spec.go), which then
+			// refuses it on a GPU with MIG enabled: validate does the same.
 			err = json.Unmarshal(v, &s.MIGDevices)
-			if err == nil && s.MIGDevices == nil {
-				s.MIGDevices = map[string]int{}
-			}
 		default:
 			err = errors.New("unexpected field")
 		}
@@ -331,6 +356,11 @@ func (s DeviceSpec) validate() error {
 		if n < 0 {
 			return fmt.Errorf("mig-devices: negative count %d for %s", n, p)
 		}
+	}
+	// mig-parted refuses a non-empty map whose counts are all zero, while an empty one means MIG
+	// on with no instances (mig-parted pkg/types/mig_config.go, AssertValidFormat).
+	if len(s.MIGDevices) > 0 && !slices.ContainsFunc(slices.Collect(maps.Values(s.MIGDevices)), func(n int) bool { return n > 0 }) {
+		return errors.New("mig-devices: every count is 0 (write {} for MIG on with no instances)")
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package nvidia
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -268,6 +269,7 @@ func TestParseMIGPartedConfigRejects(t *testing.T) {
 		{"MIG on without devices", head + "    - {devices: all, mig-enabled: true}\n", "mig-devices is required"},
 		{"bad profile", head + "    - {devices: all, mig-enabled: true, mig-devices: {large: 1}}\n", `invalid MIG profile name "large"`},
 		{"negative count", head + "    - {devices: all, mig-enabled: true, mig-devices: {1g.18gb: -1}}\n", "negative count"},
+		{"every count zero", head + "    - {devices: all, mig-enabled: true, mig-devices: {1g.18gb: 0, 2g.35gb: 0}}\n", "every count is 0"},
 		{"fractional count", head + "    - {devices: all, mig-enabled: true, mig-devices: {1g.18gb: 1.5}}\n", "mig-devices"},
 		{"duplicate key", "version: v1\nversion: v1\n", "parsing mig-parted config"},
 		{"bad device-filter", head + "    - {devices: all, mig-enabled: false, device-filter: {a: b}}\n", "device-filter"},
@@ -283,14 +285,19 @@ func TestParseMIGPartedConfigRejects(t *testing.T) {
 }
 
 func TestParseMIGPartedConfigNullMIGDevices(t *testing.T) {
-	// mig-parted reads "mig-devices: null" as an empty set; so must we, or a file it accepts
-	// would stop gpupool from updating the config.
-	cfg, err := ParseMIGPartedConfig([]byte("version: v1\nmig-configs:\n  x:\n    - {devices: all, mig-enabled: true, mig-devices: null}\n"))
-	if err != nil {
-		t.Fatalf("Parse: %v", err)
+	// mig-parted decodes "mig-devices: null" into no map at all (encoding/json sets a map to nil
+	// on null), then refuses it where MIG is enabled: "missing required field 'mig-devices'"
+	// (api/spec/v1/spec.go). With MIG disabled nothing is listed, which it accepts.
+	_, err := ParseMIGPartedConfig([]byte("version: v1\nmig-configs:\n  x:\n    - {devices: all, mig-enabled: true, mig-devices: null}\n"))
+	if err == nil || !strings.Contains(err.Error(), "mig-devices is required") {
+		t.Errorf("MIG on with null mig-devices: error %v, want mig-parted's refusal", err)
 	}
-	if got := cfg.MIGConfigs["x"][0].MIGDevices; got == nil || len(got) != 0 {
-		t.Errorf("mig-devices = %#v, want an empty set", got)
+	cfg, err := ParseMIGPartedConfig([]byte("version: v1\nmig-configs:\n  x:\n    - {devices: all, mig-enabled: false, mig-devices: null}\n"))
+	if err != nil {
+		t.Fatalf("MIG off with null mig-devices: %v", err)
+	}
+	if got := cfg.MIGConfigs["x"][0].MIGDevices; got != nil {
+		t.Errorf("mig-devices = %#v, want none", got)
 	}
 }
 
@@ -583,5 +590,47 @@ func TestUpdateConfigWritesTheNewProfileKindsVerbatim(t *testing.T) {
 	}
 	if _, err := ParseMIGPartedConfig(out); err != nil {
 		t.Errorf("gpupool's own strict reader refuses it: %v", err)
+	}
+}
+
+// TestHasEntryReadsOnlyTheNamedEntry: a step waits until the ConfigMap holds its entry, so the
+// check must not depend on entries gpupool neither wrote nor can read. Here the user's entry
+// uses what NVIDIA's parser accepts and gpupool's does not (a comma attribute, a null
+// mig-enabled); the whole-file parse refuses it, the entry check must not.
+func TestHasEntryReadsOnlyTheNamedEntry(t *testing.T) {
+	current := []byte(`version: v1
+mig-configs:
+  rtx-gfx:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.24gb+me,gfx": 4
+  off-by-null:
+    - devices: all
+      mig-enabled: null
+`)
+	out, err := UpdateConfig(current, map[string][]mig.GPUTarget{"gpupool-new": {on(0, balanced)}}, []string{"rtx-gfx", "off-by-null"}, nil)
+	if err != nil {
+		t.Fatalf("UpdateConfig: %v", err)
+	}
+	if _, err := ParseMIGPartedConfig(out); err == nil {
+		t.Fatal("the whole-file parse accepts the user's entries: the case no longer shows what it guards")
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want bool
+	}{
+		{"gpupool-new", out, true},
+		{"gpupool-other", out, false},
+		{"gpupool-new", bytes.Replace(out, []byte("version: v1"), []byte("version: v2"), 1), false},
+		{"gpupool-new", []byte("not: [yaml"), false},
+		{"gpupool-new", nil, false},
+		{"gpupool-bad", []byte("version: v1\nmig-configs:\n  gpupool-bad:\n    - devices: all\n"), false},
+		{"gpupool-empty", []byte("version: v1\nmig-configs:\n  gpupool-empty: []\n"), false},
+	} {
+		if got := HasEntry(tc.data, tc.name); got != tc.want {
+			t.Errorf("HasEntry(%s) = %t, want %t\n%s", tc.name, got, tc.want, tc.data)
+		}
 	}
 }
