@@ -293,6 +293,10 @@ func gpusOf(node *corev1.Node, report *v1alpha1.GPUNode, products productCache, 
 	return readGPUs(node, report, products, opts.DeviceHolders), ""
 }
 
+// MaxClockSkew is how far ahead of the manager's clock a report's or heartbeat's time may be
+// and still be believed: nodes' clocks drift a little, never minutes when they are kept.
+const MaxClockSkew = time.Minute
+
 // Stale says why the report is too old to plan with at now: neither its observedTime nor its
 // node's heartbeat (heartbeats, by node name) is within maxAge. "" when it is fresh, or when
 // maxAge is zero (offline what-if on a saved snapshot keeps every report).
@@ -303,9 +307,16 @@ func Stale(report *v1alpha1.GPUNode, heartbeats map[string]time.Time, now time.T
 	if report.Status.ObservedTime == nil {
 		return "the GPUNode report has no observedTime"
 	}
+	// A time ahead of the manager's clock by more than a node's clock may drift would keep a
+	// report fresh for as long as it lies: such a time is not believed.
+	credible := func(t time.Time) bool { return !t.After(now.Add(MaxClockSkew)) }
 	seen, what := report.Status.ObservedTime.Time, "GPUNode report"
-	if beat, ok := heartbeats[report.Name]; ok && beat.After(seen) {
+	if beat, ok := heartbeats[report.Name]; ok && credible(beat) && (beat.After(seen) || !credible(seen)) {
 		seen, what = beat, "agent's last heartbeat"
+	}
+	if !credible(seen) {
+		return fmt.Sprintf("the %s is dated %s in the future (more than %s ahead of the manager's clock): check the node's clock",
+			what, seen.Sub(now).Round(time.Second), MaxClockSkew)
 	}
 	if age := now.Sub(seen); age > maxAge {
 		return fmt.Sprintf("the %s is %s old (limit %s): is the agent healthy?", what, age.Round(time.Second), maxAge)

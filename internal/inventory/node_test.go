@@ -107,6 +107,25 @@ func TestNodeBlockers(t *testing.T) {
 		maxAge:   5 * time.Minute,
 		wantGPUs: 2,
 	}, {
+		name:       "a report dated past the clock skew is not believed",
+		reports:    []v1alpha1.GPUNode{report(nodeA, gpus(), observedAgo(-24*time.Hour))},
+		maxAge:     5 * time.Minute,
+		blocker:    "the GPUNode report is dated 24h0m0s in the future (more than 1m0s ahead of the manager's clock): check the node's clock",
+		unreported: true,
+	}, {
+		name:       "a heartbeat dated past the clock skew does not keep an old report fresh",
+		reports:    []v1alpha1.GPUNode{report(nodeA, gpus(), observedAgo(10*time.Minute))},
+		maxAge:     5 * time.Minute,
+		beats:      map[string]time.Time{nodeA: now.Add(time.Hour)},
+		blocker:    "the GPUNode report is 10m0s old (limit 5m0s): is the agent healthy?",
+		unreported: true,
+	}, {
+		name:     "a future-dated report with a credible fresh heartbeat is fresh",
+		reports:  []v1alpha1.GPUNode{report(nodeA, gpus(), observedAgo(-time.Hour))},
+		maxAge:   5 * time.Minute,
+		beats:    map[string]time.Time{nodeA: now.Add(-10 * time.Second)},
+		wantGPUs: 2,
+	}, {
 		name:     "MaxReportAge 0 disables the age check",
 		reports:  []v1alpha1.GPUNode{report(nodeA, gpus(), observedAgo(72*time.Hour))},
 		wantGPUs: 2,
