@@ -99,6 +99,19 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 			// After each drain pass the step's message is what the pass said (act returns it),
 			// e.g. which pods a PodDisruptionBudget still protects: the drain timeout says it too.
 			obs.DrainMessage = cur.Message
+			// A drain held by PodDisruptionBudgets may take long; the landing of the pods still
+			// to go is checked again before each pass.
+			if movesOut(step) {
+				one := plan.DeepCopy()
+				one.Spec.Steps, one.Spec.Expected.Pods = []v1alpha1.NodeStep{step}, nil
+				facts, err := r.facts(ctx, one)
+				if err != nil {
+					return 0, err
+				}
+				// The one-step plan, as at the step's start: by now every landing, the ones
+				// other steps carved included, must have room.
+				obs.LandingGone = rollout.LandingGone(one, step, facts)
+			}
 		}
 		res := rollout.Step(plan.Name, step, cur, obs, timeouts, now)
 		for _, action := range res.Actions {
@@ -168,6 +181,14 @@ func (r *PlanReconciler) recordStep(ctx context.Context, plan *v1alpha1.Repartit
 	if finished := st.State == v1alpha1.NodeDone || st.State == v1alpha1.NodeFailed; finished && st.StartedTime != nil {
 		r.Metrics.ObserveNodeStep(plan.Spec.Policy, st.State, now.Sub(st.StartedTime.Time))
 	}
+}
+
+// movesOut says whether a step evicts pods whose replacements land on another node: landings
+// that can be taken while the step drains.
+func movesOut(step v1alpha1.NodeStep) bool {
+	return slices.ContainsFunc(step.Evictions, func(e v1alpha1.Eviction) bool {
+		return e.LandingNode != "" && e.LandingNode != step.Node
+	})
 }
 
 // revalidateStep is revalidation for one node's step, just before it starts: the step's GPUs
@@ -269,9 +290,7 @@ func (r *PlanReconciler) observe(ctx context.Context, plan string, policy *v1alp
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: MIGPartedConfigMap}, cm)
 	switch {
 	case err == nil:
-		if cfg, perr := nvidia.ParseMIGPartedConfig([]byte(cm.Data[nvidia.ConfigMapKey])); perr == nil {
-			_, obs.ConfigWritten = cfg.MIGConfigs[step.MIGConfigName]
-		}
+		obs.ConfigWritten = nvidia.HasEntry([]byte(cm.Data[nvidia.ConfigMapKey]), step.MIGConfigName)
 	case !apierrors.IsNotFound(err):
 		return nil, obs, fmt.Errorf("reading ConfigMap %s/%s: %w", r.Namespace, MIGPartedConfigMap, err)
 	}
@@ -515,16 +534,13 @@ func (r *PlanReconciler) writeConfig(ctx context.Context, step v1alpha1.NodeStep
 	if err != nil {
 		return err
 	}
-	// NVIDIA's default config, which the ClusterPolicy named before it named gpupool's: nodes
-	// outside the pool still carry labels such as all-1g.10gb, whose entries come from it.
-	defaults := &corev1.ConfigMap{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: nvidia.DefaultMIGPartedConfigMap}, defaults); err != nil &&
-		!apierrors.IsNotFound(err) {
-		return fmt.Errorf("reading NVIDIA's ConfigMap %s/%s: %w", r.Namespace, nvidia.DefaultMIGPartedConfigMap, err)
+	defaults, err := nvidiaDefaultMIGConfig(ctx, r.Client, r.Namespace)
+	if err != nil {
+		return err
 	}
 	return r.updateConfigMap(ctx, MIGPartedConfigMap, func(data map[string]string) (map[string]string, error) {
 		next, err := nvidia.UpdateConfig([]byte(data[nvidia.ConfigMapKey]),
-			map[string][]mig.GPUTarget{step.MIGConfigName: targets}, inUse, []byte(defaults.Data[nvidia.ConfigMapKey]))
+			map[string][]mig.GPUTarget{step.MIGConfigName: targets}, inUse, defaults)
 		if err != nil {
 			return nil, err
 		}
@@ -534,6 +550,20 @@ func (r *PlanReconciler) writeConfig(ctx context.Context, step v1alpha1.NodeStep
 		data[nvidia.ConfigMapKey] = string(next)
 		return data, nil
 	})
+}
+
+// nvidiaDefaultMIGConfig is NVIDIA's default mig-parted config, which the ClusterPolicy named
+// before it named gpupool's: nodes outside the pool still carry labels such as all-1g.10gb,
+// whose entries come from it. Nil when the operator has none.
+func nvidiaDefaultMIGConfig(ctx context.Context, c client.Reader, namespace string) ([]byte, error) {
+	defaults := &corev1.ConfigMap{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: nvidia.DefaultMIGPartedConfigMap}, defaults); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading NVIDIA's ConfigMap %s/%s: %w", namespace, nvidia.DefaultMIGPartedConfigMap, err)
+	}
+	return []byte(defaults.Data[nvidia.ConfigMapKey]), nil
 }
 
 // writeSharing adds the step's device-plugin sharing key to gpupool's device-plugin ConfigMap,
@@ -559,8 +589,12 @@ func (r *PlanReconciler) writeSharing(ctx context.Context, step v1alpha1.NodeSte
 // a node, and the name every step of a live plan will set, because with a budget above one a
 // step's write would otherwise collect an entry another step has written but not relabelled yet.
 func (r *PlanReconciler) namesInUse(ctx context.Context, label string, ofStep func(v1alpha1.NodeStep) string) ([]string, error) {
+	return namesInUse(ctx, r.Client, label, ofStep)
+}
+
+func namesInUse(ctx context.Context, c client.Reader, label string, ofStep func(v1alpha1.NodeStep) string) ([]string, error) {
 	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &nodes); err != nil {
+	if err := c.List(ctx, &nodes); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	var inUse []string
@@ -570,7 +604,7 @@ func (r *PlanReconciler) namesInUse(ctx context.Context, label string, ofStep fu
 		}
 	}
 	var plans v1alpha1.RepartitionPlanList
-	if err := r.Client.List(ctx, &plans); err != nil {
+	if err := c.List(ctx, &plans); err != nil {
 		return nil, fmt.Errorf("listing plans: %w", err)
 	}
 	for _, p := range plans.Items {

@@ -356,3 +356,86 @@ func TestStepOnADRANodeWaitsForItsSlices(t *testing.T) {
 		g.Expect(node.Spec.Unschedulable).To(BeFalse())
 	}).WithTimeout(30*time.Second).Should(Succeed(), "slices current, then uncordoned, with no device plugin advertising anything")
 }
+
+// TestDrainStopsWhenTheLandingIsTaken guards make before break during a long drain: a step
+// that moves a pod to another node checks that landing again before each drain pass, and when
+// the landing can no longer take the pod (here its node went NotReady while a
+// PodDisruptionBudget held the drain) it stops without evicting and gives the node back.
+func TestDrainStopsWhenTheLandingIsTaken(t *testing.T) {
+	g := NewWithT(t)
+	env, _ := startPlanController(t)
+	ctx := context.Background()
+	labels := map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"}
+	gpuNode(t, env, "gpu-1", 1, labels)
+	gpuNode(t, env, "gpu-2", 1, labels)
+	setReady := func(status corev1.ConditionStatus) {
+		node := &corev1.Node{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-2"}, node)).To(Succeed())
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status,
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		g.Expect(env.Client.Status().Update(ctx, node)).To(Succeed())
+	}
+	setReady(corev1.ConditionTrue)
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "small", Namespace: "default", Labels: map[string]string{"app": "small"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "small",
+				UID: "0b9c6d1e-0000-4000-8000-000000000002", Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: "gpu-1", Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/mig-1g.18gb": resource.MustParse("1")}}}}},
+	}
+	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+	g.Expect(env.Client.Status().Update(ctx, pod)).To(Succeed())
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "small", Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "small"}}},
+	}
+	g.Expect(env.Client.Create(ctx, pdb)).To(Succeed())
+	got := &policyv1.PodDisruptionBudget{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pdb), got)).To(Succeed())
+	got.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: got.Generation, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
+	g.Expect(env.Client.Status().Update(ctx, got)).To(Succeed())
+
+	autoPolicy(t, env)
+	plan := &v1.RepartitionPlan{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool-a-20261203-11112222"},
+		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Hash: "1111222233334444", Steps: []v1.NodeStep{{
+			Node: "gpu-1", MIGConfigName: "gpupool-1111222233",
+			GPUs:      []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 7}, To: v1.ProfileCounts{"7g.141gb": 1}}},
+			Evictions: []v1.Eviction{{PodReference: v1.PodReference{Namespace: "default", Name: "small"}, LandingNode: "gpu-2"}},
+		}}},
+	}
+	createPlan(t, env, plan)
+	g.Eventually(func(g Gomega) {
+		got := &v1.RepartitionPlan{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(plan), got)).To(Succeed())
+		g.Expect(got.Status.Nodes).To(HaveLen(1))
+		g.Expect(got.Status.Nodes[0].State).To(Equal(v1.NodeDraining))
+		g.Expect(got.Status.Nodes[0].Message).To(ContainSubstring("blocked"))
+	}).WithTimeout(30*time.Second).Should(Succeed(), "the landing has room: the drain starts and the PDB holds it")
+
+	setReady(corev1.ConditionFalse)
+	g.Eventually(func(g Gomega) {
+		got := &v1.RepartitionPlan{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(plan), got)).To(Succeed())
+		g.Expect(got.Status.Nodes[0].State).To(Equal(v1.NodeFailed))
+		g.Expect(got.Status.Nodes[0].Message).To(ContainSubstring("stopped draining with 1 pod(s) left: node gpu-2, where the plan moves default/small, is not Ready now"))
+		node := &corev1.Node{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
+		g.Expect(node.Spec.Unschedulable).To(BeFalse(), "nothing on the GPUs changed: the node is given back")
+		g.Expect(node.Labels).NotTo(HaveKey(v1.LabelMIGConfig))
+	}).WithTimeout(30*time.Second).Should(Succeed(), "the landing went away mid-drain: the step stops")
+
+	// The PDB now allows the eviction: a stopped step must not evict after all.
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pdb), got)).To(Succeed())
+	got.Status.DisruptionsAllowed, got.Status.DesiredHealthy = 1, 0
+	g.Expect(env.Client.Status().Update(ctx, got)).To(Succeed())
+	g.Consistently(func(g Gomega) {
+		p := &corev1.Pod{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pod), p)).To(Succeed())
+		g.Expect(p.DeletionTimestamp).To(BeNil())
+	}).WithTimeout(3*time.Second).WithPolling(250*time.Millisecond).Should(Succeed(), "the pod whose landing is gone is never evicted")
+}

@@ -364,7 +364,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	took.lap("propose")
 	r.remember(policy, current, res, frozenKey(pass.Frozen), pass.Pending)
-	if err := r.collectPlans(ctx, policy, pass.Own); err != nil {
+	if err := r.collectPlans(ctx, policy, pass.Own, now); err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := r.report(ctx, pass, cluster, current, res, problems); err != nil {
@@ -779,16 +779,17 @@ func planName(policy string, now time.Time) string {
 // ones are deleted, so plans do not pile up in etcd.
 const keepFinishedPlans = 10
 
-// collectPlans deletes a policy's finished plans beyond the newest keepFinishedPlans. Plans
+// collectPlans deletes a policy's finished plans beyond the newest keepFinishedPlans, except
+// those the hourly eviction bound and the failure backoff still read (pool.InHistory). Plans
 // are listed newest first.
-func (r *PolicyReconciler) collectPlans(ctx context.Context, policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan) error {
+func (r *PolicyReconciler) collectPlans(ctx context.Context, policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan, now time.Time) error {
 	kept := 0
 	for i := range plans {
 		p := &plans[i]
 		if !pool.Finished(p.Status.Phase) || !metav1.IsControlledBy(p, policy) {
 			continue
 		}
-		if kept++; kept <= keepFinishedPlans {
+		if kept++; kept <= keepFinishedPlans || pool.InHistory(p, now) {
 			continue
 		}
 		err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID})
@@ -877,6 +878,17 @@ func (r *PolicyReconciler) setOperatorCondition(ctx context.Context, set func(st
 		return
 	case len(list.Items) == 0:
 		set(v1alpha1.ConditionGPUOperatorConfigured, false, "NoClusterPolicy", "no ClusterPolicy object exists")
+		return
+	}
+	created, err := ensureOperatorConfigMaps(ctx, r.Client, r.ConfigNamespace)
+	if len(created) > 0 {
+		logf.FromContext(ctx).Info("created gpupool's ConfigMaps for the GPU Operator", "namespace", r.ConfigNamespace, "configMaps", created)
+	}
+	if err != nil {
+		set(v1alpha1.ConditionGPUOperatorConfigured, false, "ConfigMapsNotWritten", fmt.Sprintf(
+			"gpupool cannot create the ConfigMaps the GPU Operator mounts into mig-manager and the device plugin (%s, %s in %s): %v; "+
+				"until they exist those pods cannot start where the ClusterPolicy names them: check the manager's ConfigMap Role in %s",
+			MIGPartedConfigMap, DevicePluginConfigMap, r.ConfigNamespace, err, r.ConfigNamespace))
 		return
 	}
 	problems := nvidia.CheckClusterPolicy(&list.Items[0], r.ConfigNamespace, MIGPartedConfigMap, DevicePluginConfigMap)

@@ -321,7 +321,18 @@ func policyRef(policy *v1alpha1.GPUPoolPolicy) runtime.Object {
 // revalidate takes a fresh look at what an approved plan changes, just before its first
 // disruptive step, and says why it must be cancelled ("" when it still holds).
 func (r *PlanReconciler) revalidate(ctx context.Context, plan *v1alpha1.RepartitionPlan) (string, error) {
-	facts := rollout.Facts{GPUs: map[string][]v1alpha1.GPUStatus{}, Pods: map[string]rollout.PodFact{}, Cordoned: map[string]bool{}}
+	facts, err := r.facts(ctx, plan)
+	if err != nil {
+		return "", err
+	}
+	return rollout.Revalidate(plan, facts), nil
+}
+
+// facts reads what revalidation judges a plan by: the GPU reports and nodes of its steps and
+// landings, and the pods it evicts or was made for.
+func (r *PlanReconciler) facts(ctx context.Context, plan *v1alpha1.RepartitionPlan) (rollout.Facts, error) {
+	facts := rollout.Facts{GPUs: map[string][]v1alpha1.GPUStatus{}, Pods: map[string]rollout.PodFact{},
+		Cordoned: map[string]bool{}, Unavailable: map[string]string{}}
 	var refs []v1alpha1.PodReference
 	var nodes []string
 	for _, step := range plan.Spec.Steps {
@@ -340,22 +351,25 @@ func (r *PlanReconciler) revalidate(ctx context.Context, plan *v1alpha1.Repartit
 		case err == nil:
 			facts.GPUs[name] = gpuNode.Status.GPUs
 		case !apierrors.IsNotFound(err):
-			return "", fmt.Errorf("reading GPUNode %s: %w", name, err)
+			return facts, fmt.Errorf("reading GPUNode %s: %w", name, err)
 		}
 		node := &corev1.Node{}
 		err = r.Client.Get(ctx, types.NamespacedName{Name: name}, node)
 		switch {
 		case err == nil:
 			facts.Cordoned[name] = node.Spec.Unschedulable
+			if why := rollout.NodeUnavailable(node); why != "" {
+				facts.Unavailable[name] = why
+			}
 		case !apierrors.IsNotFound(err):
-			return "", fmt.Errorf("reading node %s: %w", name, err)
+			return facts, fmt.Errorf("reading node %s: %w", name, err)
 		}
 	}
 	refs = append(refs, plan.Spec.Expected.Pods...)
 	for _, ref := range refs {
 		pod, err := r.pods.Get(types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name})
 		if err != nil {
-			return "", fmt.Errorf("reading pod %s/%s: %w", ref.Namespace, ref.Name, err)
+			return facts, fmt.Errorf("reading pod %s/%s: %w", ref.Namespace, ref.Name, err)
 		}
 		if pod == nil || !pod.DeletionTimestamp.IsZero() {
 			continue
@@ -371,5 +385,5 @@ func (r *PlanReconciler) revalidate(ctx context.Context, plan *v1alpha1.Repartit
 		}
 		facts.Pods[ref.Namespace+"/"+ref.Name] = fact
 	}
-	return rollout.Revalidate(plan, facts), nil
+	return facts, nil
 }

@@ -80,7 +80,7 @@ func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock,
 	var recorder events.EventRecorder = mgr.GetEventRecorder("gpupool-policy-controller")
 	if withPolicies {
 		g.Expect((&controllers.PolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock, Recorder: recorder, Metrics: m,
-			AgentNamespace: agentNamespace, AgentPodSelector: labels.SelectorFromSet(agentPodLabels)}).
+			AgentNamespace: agentNamespace, AgentPodSelector: labels.SelectorFromSet(agentPodLabels), ConfigNamespace: "default"}).
 			SetupWithManager(mgr)).To(Succeed())
 	}
 	g.Expect((&controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder,

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
 
@@ -113,6 +116,46 @@ func TestForgedApprovedPhaseIsNeverReadAsAnApproval(t *testing.T) {
 	got.Status.Phase, got.Status.Approved = v1.PlanApproved, true
 	g.Expect(env.Client.Status().Update(ctx, got)).To(Succeed(), "the forgery, without the admission policy")
 	expectRefused(t, env, plan, "NotApproved", "its approval no longer holds", "gpu-1", "infer")
+}
+
+// TestForgedStepProgressNeverActs guards the steps against a status writer where the admission
+// policies are not installed: a plan awaiting a human whose status is rewritten to say a node is
+// already past its drain must not get that node relabelled, drained or reopened. Only this
+// plan's cordon moves a step past Cordoned, and the node carries none.
+func TestForgedStepProgressNeverActs(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	env, _ := startPlanController(t)
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	runningPod(t, env, "infer", "gpu-1", nil)
+	g.Expect(env.Client.Create(ctx, poolPolicy("pool-a", map[string]string{"pool": "a"}))).To(Succeed()) // Manual
+
+	plan := forgedPlan(t, env, "skips-the-drain", "infer")
+	g.Expect(env.Client.Create(ctx, plan)).To(Succeed())
+	g.Eventually(func(g Gomega) v1.PlanPhase { return getPlan(g, env, plan).Status.Phase }).
+		WithTimeout(30 * time.Second).Should(Equal(v1.PlanAwaitingApproval))
+
+	got := getPlan(g, env, plan)
+	got.Status.Phase = v1.PlanExecuting
+	got.Status.Nodes = []v1.NodeStepStatus{{Node: "gpu-1", State: v1.NodeConfiguring, Message: "configuring",
+		LastTransitionTime: &metav1.Time{Time: time.Now()}}}
+	g.Expect(env.Client.Status().Update(ctx, got)).To(Succeed(), "the forgery, without the admission policy")
+	g.Eventually(func(g Gomega) {
+		got := getPlan(g, env, plan)
+		g.Expect(got.Status.Phase).To(Equal(v1.PlanFailed))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		node := getNode(g, env, "gpu-1")
+		g.Expect(node.Labels).NotTo(HaveKey(v1.LabelMIGConfig), "never relabelled")
+		g.Expect(node.Spec.Unschedulable).To(BeFalse())
+		pod := &corev1.Pod{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "infer"}, pod)).To(Succeed())
+		g.Expect(pod.DeletionTimestamp).To(BeNil())
+	}).WithTimeout(3 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
+	cm := &corev1.ConfigMap{}
+	err := env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: controllers.MIGPartedConfigMap}, cm)
+	g.Expect(err == nil && strings.Contains(cm.Data[nvidia.ConfigMapKey], "gpupool-")).To(BeFalse(), "no entry written for the forged step")
+	t.Logf("the plan ended: %+v", getPlan(g, env, plan).Status.Nodes)
 }
 
 // TestEvictionsAreRecheckedWhenTheyHappen guards the eviction rules at execution time: a plan

@@ -85,3 +85,20 @@ func FailureBackoff(plans []v1alpha1.RepartitionPlan, node string, base time.Dur
 	}
 	return until, failures
 }
+
+// InHistory says whether a finished plan still counts towards a bound: a step of it that
+// evicted pods started within the last hour (maxDisruptiveStepsPerHour), or a step of it
+// failed within the last day (a node's failure backoff). Such a plan is history the manager
+// reads, so it is kept however many plans came after it: deleting it would hand a pod author
+// who makes plans follow one another a fresh hourly bound, and a failing node a fresh backoff.
+func InHistory(p *v1alpha1.RepartitionPlan, now time.Time) bool {
+	if DisruptiveStepsSince([]v1alpha1.RepartitionPlan{*p}, now.Add(-time.Hour)) > 0 {
+		return true
+	}
+	for _, st := range p.Status.Nodes {
+		if st.State == v1alpha1.NodeFailed && st.LastTransitionTime != nil && now.Sub(st.LastTransitionTime.Time) <= failureMemory {
+			return true
+		}
+	}
+	return false
+}

@@ -69,3 +69,38 @@ func TestEvictionsPausedOnceTheHourlyBoundIsSpent(t *testing.T) {
 		t.Fatalf("still paused an hour later: %s", why)
 	}
 }
+
+// TestInHistoryKeepsWhatTheBoundsRead guards plan garbage collection against erasing the
+// history the hourly eviction bound and the failure backoff count: a plan with a disruptive
+// step started in the last hour, or a step failed in the last day, is kept.
+func TestInHistoryKeepsWhatTheBoundsRead(t *testing.T) {
+	done := func(started time.Time, evicts bool) *v1alpha1.RepartitionPlan {
+		step := v1alpha1.NodeStep{Node: "gpu-1"}
+		if evicts {
+			step.Evictions = []v1alpha1.Eviction{{PodReference: v1alpha1.PodReference{Namespace: "a", Name: "b"}}}
+		}
+		return &v1alpha1.RepartitionPlan{Spec: v1alpha1.RepartitionPlanSpec{Steps: []v1alpha1.NodeStep{step}},
+			Status: v1alpha1.RepartitionPlanStatus{Phase: v1alpha1.PlanSucceeded, Nodes: []v1alpha1.NodeStepStatus{{Node: "gpu-1",
+				State: v1alpha1.NodeDone, StartedTime: &metav1.Time{Time: started}, LastTransitionTime: &metav1.Time{Time: started.Add(time.Minute)}}}}}
+	}
+	failed := failedPlan("gpu-1", t0.Add(-23*time.Hour))
+	for _, tc := range []struct {
+		name string
+		plan *v1alpha1.RepartitionPlan
+		want bool
+	}{
+		{"evicted 10 minutes ago", done(t0.Add(-10*time.Minute), true), true},
+		{"evicted two hours ago", done(t0.Add(-2*time.Hour), true), false},
+		{"re-carved an idle GPU 10 minutes ago", done(t0.Add(-10*time.Minute), false), false},
+		{"failed 23 hours ago", &failed, true},
+		{"superseded before any step", &v1alpha1.RepartitionPlan{Status: v1alpha1.RepartitionPlanStatus{Phase: v1alpha1.PlanSuperseded}}, false},
+	} {
+		if got := InHistory(tc.plan, t0); got != tc.want {
+			t.Errorf("%s: InHistory = %t, want %t", tc.name, got, tc.want)
+		}
+	}
+	old := failedPlan("gpu-1", t0.Add(-25*time.Hour))
+	if InHistory(&old, t0) {
+		t.Error("a failure older than a day is still kept")
+	}
+}

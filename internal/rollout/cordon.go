@@ -52,9 +52,17 @@ func JudgeCordon(node *corev1.Node, ownerName string, owner *v1alpha1.Repartitio
 	if owner != nil {
 		gone = fmt.Sprintf("plan %s is %s", ownerName, owner.Status.Phase)
 	}
-	// A failed plan that no longer explains the cordon was uncordoned by someone since, or its
-	// layout is whole: its own failure handling has judged the GPUs.
-	if why := MayBeHalfConfigured(node, gpuNode); why != "" && (owner == nil || owner.Status.Phase != v1alpha1.PlanFailed) {
+	// A failed plan whose step here ended (done, or failed and since uncordoned by someone) has
+	// judged the GPUs itself. A step it left mid-way has not: a plan refused while executing
+	// (its owner reference or its nodes stopped matching) stops with steps in flight, and such
+	// a node is judged here like one whose plan was deleted.
+	judged := false
+	if owner != nil && owner.Status.Phase == v1alpha1.PlanFailed {
+		if i := slices.IndexFunc(owner.Status.Nodes, func(s v1alpha1.NodeStepStatus) bool { return s.Node == node.Name }); i >= 0 {
+			judged = owner.Status.Nodes[i].State == v1alpha1.NodeFailed || owner.Status.Nodes[i].State == v1alpha1.NodeDone
+		}
+	}
+	if why := MayBeHalfConfigured(node, gpuNode); why != "" && !judged {
 		return CordonDecision{Action: CordonKeep, Why: why, Gone: gone}
 	}
 	foreign := node.Annotations[v1alpha1.AnnotationWasUnschedulable] == "true"

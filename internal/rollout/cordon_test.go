@@ -61,13 +61,25 @@ func TestJudgeCordon(t *testing.T) {
 		{"a human uncordoned it: only the annotations go", node(false, migState("gpupool-0123456789", "failed"), nil), nil, nil, rollout.CordonRelease, false},
 		{"a failed plan no longer holding it, GPUs unverified: its failure handling judged them, release", node(true, migState("gpupool-0123456789", "success"), nil),
 			plan(v1alpha1.PlanFailed, &v1alpha1.NodeStepStatus{Node: "n1", State: v1alpha1.NodeDone}), unverified, rollout.CordonRelease, true},
+		// A plan refused while executing (its owner reference removed, a node relabelled out of
+		// the pool) ends Failed with steps in flight: nobody judged those GPUs.
+		{"a plan refused mid-change, mig-manager failed: keep", node(true, migState("gpupool-0123456789", "failed"), nil),
+			plan(v1alpha1.PlanFailed, &v1alpha1.NodeStepStatus{Node: "n1", State: v1alpha1.NodeConfiguring}), verified, rollout.CordonKeep, false},
+		{"a plan refused mid-change, layout unverified: keep", node(true, migState("gpupool-0123456789", "success"), nil),
+			plan(v1alpha1.PlanFailed, &v1alpha1.NodeStepStatus{Node: "n1", State: v1alpha1.NodeVerifying}), unverified, rollout.CordonKeep, false},
+		{"a plan refused mid-drain, GPUs never touched: release and uncordon", node(true, nil, nil),
+			plan(v1alpha1.PlanFailed, &v1alpha1.NodeStepStatus{Node: "n1", State: v1alpha1.NodeDraining}), nil, rollout.CordonRelease, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := rollout.JudgeCordon(tc.node, owner, tc.plan, tc.gpuNode)
 			if d.Action != tc.want || d.Uncordon != tc.uncordon {
 				t.Fatalf("JudgeCordon = %+v, want action %d uncordon %t", d, tc.want, tc.uncordon)
 			}
-			if d.Action == rollout.CordonKeep && (d.Why == "" || d.Gone != "plan pool-1 no longer exists") {
+			gone := "plan pool-1 no longer exists"
+			if tc.plan != nil {
+				gone = "plan pool-1 is " + string(tc.plan.Status.Phase)
+			}
+			if d.Action == rollout.CordonKeep && (d.Why == "" || d.Gone != gone) {
 				t.Errorf("keep without saying why: %+v", d)
 			}
 		})

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
 )
@@ -33,6 +35,34 @@ type Facts struct {
 	Pods map[string]PodFact
 	// Cordoned names the nodes with spec.unschedulable set, among the nodes reported.
 	Cordoned map[string]bool
+	// Unavailable says, per node, why it cannot take new pods now although it is not cordoned
+	// (NodeUnavailable): not Ready, or tainted by the node lifecycle controller.
+	Unavailable map[string]string
+}
+
+// conditionTaints are the taints the node lifecycle controller and the kubelet put on a node
+// that should take no new pods (k8s.io/api/core/v1 well_known_taints.go). A pod may tolerate
+// some of them, but a pod moved for a plan is not one to bet on that.
+var conditionTaints = []string{
+	corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable, corev1.TaintNodeMemoryPressure,
+	corev1.TaintNodeDiskPressure, corev1.TaintNodePIDPressure, corev1.TaintNodeNetworkUnavailable,
+	corev1.TaintNodeOutOfService,
+}
+
+// NodeUnavailable says why a node cannot be a landing for moved pods now ("" when it can):
+// its Ready condition is not True, or it carries a taint that keeps new pods off an unhealthy
+// node. Cordons are checked on their own (Facts.Cordoned).
+func NodeUnavailable(node *corev1.Node) string {
+	ready := slices.IndexFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == corev1.NodeReady })
+	if ready < 0 || node.Status.Conditions[ready].Status != corev1.ConditionTrue {
+		return "is not Ready"
+	}
+	for _, t := range node.Spec.Taints {
+		if (t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute) && slices.Contains(conditionTaints, t.Key) {
+			return "is tainted " + t.Key + ":" + string(t.Effect)
+		}
+	}
+	return ""
 }
 
 // Revalidate checks an approved plan against a fresh look at the cluster before its first
@@ -107,6 +137,15 @@ func profileCounts(g v1alpha1.GPUStatus) v1alpha1.ProfileCounts {
 	return out
 }
 
+// LandingGone says why a step's moved pods, those still on its node, no longer have their
+// landing ("" when they do): checked before each drain pass, so a landing the scheduler or
+// another workload took mid-drain stops the evictions instead of leaving pods pending.
+// Pods already evicted are not counted: their replacements have taken, or will take, their
+// share of the landing.
+func LandingGone(plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep, f Facts) string {
+	return landingGone(plan, step, f)
+}
+
 // landingGone checks the room a step's moved pods need on nodes the plan does not change (a
 // node the plan changes is checked as its own step, and a step waits for it to be done).
 func landingGone(plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep, f Facts) string {
@@ -151,6 +190,8 @@ func landingGone(plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep, f Facts
 			return fmt.Sprintf("node %s, where the plan moves %s, has no GPU report any more", node, strings.Join(n.pods, ", "))
 		case f.Cordoned[node]:
 			return fmt.Sprintf("node %s, where the plan moves %s, is cordoned now", node, strings.Join(n.pods, ", "))
+		case f.Unavailable[node] != "":
+			return fmt.Sprintf("node %s, where the plan moves %s, %s now", node, strings.Join(n.pods, ", "), f.Unavailable[node])
 		}
 		free, whole := map[string]int64{}, int64(0)
 		for _, g := range gpus {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/rollout"
@@ -111,17 +112,20 @@ func TestRevalidateChecksTheLandingOfMovedPods(t *testing.T) {
 		{Profile: "1g.18gb"}, {Profile: "1g.18gb"}, {Profile: "1g.18gb"}, {Profile: "1g.18gb"}}}}
 	pods := map[string]rollout.PodFact{"team/small": {Node: "gpu-1", MIG: map[string]int64{"1g.18gb": 1}}}
 	cases := []struct {
-		name     string
-		steps    []v1alpha1.NodeStep
-		landing  []v1alpha1.GPUStatus
-		cordoned bool
-		want     string
+		name        string
+		steps       []v1alpha1.NodeStep
+		landing     []v1alpha1.GPUStatus
+		cordoned    bool
+		unavailable string
+		want        string
 	}{
 		{name: "room left: goes ahead", steps: []v1alpha1.NodeStep{mover}, landing: landing(true, false)},
 		{name: "the scheduler took the room", steps: []v1alpha1.NodeStep{mover}, landing: landing(true, true),
 			want: "node gpu-2 has 0 free 1g.18gb now and the plan moves team/small there needing 1"},
 		{name: "the landing was cordoned", steps: []v1alpha1.NodeStep{mover}, landing: landing(false), cordoned: true,
 			want: "node gpu-2, where the plan moves team/small, is cordoned now"},
+		{name: "the landing went NotReady", steps: []v1alpha1.NodeStep{mover}, landing: landing(false), unavailable: "is not Ready",
+			want: "node gpu-2, where the plan moves team/small, is not Ready now"},
 		{name: "the landing lost its report", steps: []v1alpha1.NodeStep{mover},
 			want: "node gpu-2, where the plan moves team/small, has no GPU report any more"},
 		{name: "a landing the plan carves is checked by its own step", steps: []v1alpha1.NodeStep{mover, {Node: "gpu-2"}},
@@ -132,7 +136,10 @@ func TestRevalidateChecksTheLandingOfMovedPods(t *testing.T) {
 			g := NewWithT(t)
 			plan := &v1alpha1.RepartitionPlan{Spec: v1alpha1.RepartitionPlanSpec{Steps: tc.steps}}
 			facts := rollout.Facts{GPUs: map[string][]v1alpha1.GPUStatus{"gpu-1": fromGPU}, Pods: pods,
-				Cordoned: map[string]bool{"gpu-2": tc.cordoned}}
+				Cordoned: map[string]bool{"gpu-2": tc.cordoned}, Unavailable: map[string]string{}}
+			if tc.unavailable != "" {
+				facts.Unavailable["gpu-2"] = tc.unavailable
+			}
 			if tc.landing != nil {
 				facts.GPUs["gpu-2"] = tc.landing
 			}
@@ -141,5 +148,35 @@ func TestRevalidateChecksTheLandingOfMovedPods(t *testing.T) {
 				g.Expect(rollout.Revalidate(plan, facts)).To(BeEmpty())
 			}
 		})
+	}
+}
+
+// TestNodeUnavailable guards which nodes cannot be a landing although they are not cordoned:
+// not Ready (or never reported Ready), or tainted by the node lifecycle controller for a
+// condition that keeps new pods off; other taints are the scheduler's business, as at planning.
+func TestNodeUnavailable(t *testing.T) {
+	ready := func(s corev1.ConditionStatus, taints ...corev1.Taint) *corev1.Node {
+		return &corev1.Node{Spec: corev1.NodeSpec{Taints: taints},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: s}}}}
+	}
+	for _, tc := range []struct {
+		name string
+		node *corev1.Node
+		want string
+	}{
+		{"Ready and untainted", ready(corev1.ConditionTrue), ""},
+		{"NotReady", ready(corev1.ConditionFalse), "is not Ready"},
+		{"Ready unknown", ready(corev1.ConditionUnknown), "is not Ready"},
+		{"no Ready condition", &corev1.Node{}, "is not Ready"},
+		{"unreachable", ready(corev1.ConditionTrue, corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}),
+			"is tainted node.kubernetes.io/unreachable:NoExecute"},
+		{"memory pressure", ready(corev1.ConditionTrue, corev1.Taint{Key: corev1.TaintNodeMemoryPressure, Effect: corev1.TaintEffectNoSchedule}),
+			"is tainted node.kubernetes.io/memory-pressure:NoSchedule"},
+		{"a preference only", ready(corev1.ConditionTrue, corev1.Taint{Key: corev1.TaintNodeDiskPressure, Effect: corev1.TaintEffectPreferNoSchedule}), ""},
+		{"a team's own taint", ready(corev1.ConditionTrue, corev1.Taint{Key: "team", Value: "ml", Effect: corev1.TaintEffectNoSchedule}), ""},
+	} {
+		if got := rollout.NodeUnavailable(tc.node); got != tc.want {
+			t.Errorf("%s: NodeUnavailable = %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

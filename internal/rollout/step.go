@@ -60,6 +60,9 @@ type Observation struct {
 	TargetDrifted bool
 	// DrainMessage names the pods a PodDisruptionBudget still protects, from the last pass.
 	DrainMessage string
+	// LandingGone, while draining, says why the pods still to be evicted no longer have the
+	// landing on another node the plan counted on (LandingGone); "" when they do.
+	LandingGone string
 	// ConfigWritten is true when gpupool's ConfigMaps hold the step's mig-parted entry and,
 	// when it changes sharing, its device-plugin key.
 	ConfigWritten bool
@@ -155,6 +158,17 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 	if !obs.NodeExists {
 		return fail(cur, now, "node "+step.Node+" no longer exists", nil)
 	}
+	if past := cur.State == v1alpha1.NodeDraining || cur.State == v1alpha1.NodeConfiguring || cur.State == v1alpha1.NodeVerifying; past &&
+		obs.CordonedBy != plan {
+		// Only this plan's cordon moves a step past Cordoned, and the cordon annotation stays on
+		// the node until the step ends: a step status claiming otherwise was not written by this
+		// plan's execution (a status writer forging progress where the admission policies are
+		// not installed). Acting on it would drain or relabel a node nobody cordoned: touch
+		// nothing, and leave the node as it is.
+		return fail(cur, now, fmt.Sprintf("refused: the step's status says %s but %s does not carry this plan's cordon (%s=%q); "+
+			"the status was not written by this plan's execution, so nothing is done to the node", cur.State, step.Node,
+			v1alpha1.AnnotationCordonedBy, obs.CordonedBy), nil)
+	}
 	if obs.ReportMissing {
 		msg := "the node's GPUNode is gone, so its GPUs cannot be verified: check the gpupool agent on " + step.Node
 		switch cur.State {
@@ -198,6 +212,11 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 		return move(cur, v1alpha1.NodeDraining, now, fmt.Sprintf("draining %d pod(s)", len(step.Evictions)), drainLook, ActionEvict)
 
 	case v1alpha1.NodeDraining:
+		if obs.PodsLeft > 0 && obs.LandingGone != "" {
+			// Evicting the rest now would leave them pending: stop, reopen the node (nothing on
+			// its GPUs changed yet) and let the next plan start from what is free now.
+			return fail(cur, now, fmt.Sprintf("stopped draining with %d pod(s) left: %s", obs.PodsLeft, obs.LandingGone), reopen(cur))
+		}
 		if obs.PodsLeft == 0 {
 			return move(cur, v1alpha1.NodeConfiguring, now, "configuring "+step.MIGConfigName, quickLook,
 				ActionWriteConfig, ActionExpectLayout)
@@ -215,6 +234,17 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 
 	case v1alpha1.NodeConfiguring:
 		if !obs.ConfigWritten || !obs.LayoutExpected {
+			if now.Sub(since) >= t.Configure {
+				// The writes keep failing (an unreadable ConfigMap, a GPUNode nobody may update):
+				// give the node back rather than hold it drained. Before the relabel mig-manager
+				// was never asked to touch the GPUs.
+				msg := fmt.Sprintf("could not write %s to the mig-parted ConfigMap and the GPUNode's expected layout within configureTimeout %s: "+
+					"see the plan's Events for the write errors", step.MIGConfigName, t.Configure)
+				if obs.MIGConfig == step.MIGConfigName {
+					return failTouched(cur, now, msg, obs, t)
+				}
+				return fail(cur, now, msg, reopen(cur))
+			}
 			return stay(cur, "writing config "+step.MIGConfigName, quickLook, ActionWriteConfig, ActionExpectLayout)
 		}
 		if obs.MIGConfig != step.MIGConfigName {

@@ -76,6 +76,11 @@ func withPods(o rollout.Observation, n int, msg string) rollout.Observation {
 	return o
 }
 
+func withLanding(o rollout.Observation, gone string) rollout.Observation {
+	o.LandingGone = gone
+	return o
+}
+
 func configured(o rollout.Observation, label string, state nvidia.State) rollout.Observation {
 	o.ConfigWritten, o.LayoutExpected, o.MIGConfig, o.MIGState = true, true, label, state
 	return o
@@ -131,6 +136,28 @@ func TestStepFailures(t *testing.T) {
 			state: v1alpha1.NodeFailed, actions: []rollout.Action{rollout.ActionUncordon},
 			message:   "drain timed out after 15m0s with 2 pod(s) left: team/a blocked by pdb web",
 			invariant: "no node is left cordoned when its GPUs were never touched"},
+		{name: "a config that cannot be written within configureTimeout reopens the unlabelled node",
+			cur: at(v1alpha1.NodeConfiguring, false), obs: cordoned(), after: 10 * time.Minute,
+			state: v1alpha1.NodeFailed, actions: []rollout.Action{rollout.ActionUncordon},
+			message:   "could not write gpupool-6b2d41a0aa to the mig-parted ConfigMap",
+			invariant: "a node is not held drained forever by a ConfigMap gpupool cannot write"},
+		{name: "a config that cannot be written keeps trying within configureTimeout",
+			cur: at(v1alpha1.NodeConfiguring, false), obs: cordoned(), after: 9 * time.Minute,
+			state: v1alpha1.NodeConfiguring, actions: []rollout.Action{rollout.ActionWriteConfig, rollout.ActionExpectLayout}},
+		{name: "an entry that vanished after the relabel keeps the node cordoned",
+			cur: at(v1alpha1.NodeConfiguring, false), after: 10 * time.Minute,
+			obs:   rollout.Observation{NodeExists: true, Unschedulable: true, CordonedBy: planName, MIGConfig: nodeStep.MIGConfigName},
+			state: v1alpha1.NodeFailed, message: "the node stays cordoned (a GPU may be half-configured)",
+			invariant: "mig-manager may have started on the GPUs once the label names the entry"},
+		{name: "a landing taken mid-drain stops the drain and reopens the node",
+			cur: at(v1alpha1.NodeDraining, false), after: time.Minute,
+			obs:   withLanding(withPods(cordoned(), 2, "team/a blocked by pdb web"), "node gpu-2 has 0 free 1g.18gb now"),
+			state: v1alpha1.NodeFailed, actions: []rollout.Action{rollout.ActionUncordon},
+			message:   "stopped draining with 2 pod(s) left: node gpu-2 has 0 free 1g.18gb now",
+			invariant: "no pod is evicted once its landing is gone"},
+		{name: "a landing gone once every pod left changes nothing",
+			cur: at(v1alpha1.NodeDraining, false), after: time.Minute, obs: withLanding(cordoned(), "node gpu-2 has 0 free 1g.18gb now"),
+			state: v1alpha1.NodeConfiguring, actions: []rollout.Action{rollout.ActionWriteConfig, rollout.ActionExpectLayout}},
 		{name: "drain timeout on a node cordoned by someone else keeps their cordon",
 			cur: at(v1alpha1.NodeDraining, true), obs: withPods(cordoned(), 1, ""), after: 15 * time.Minute,
 			state: v1alpha1.NodeFailed, actions: []rollout.Action{rollout.ActionReleaseCordon},
