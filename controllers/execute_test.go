@@ -13,6 +13,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -208,6 +209,43 @@ func TestNodeCordonedBeforehandStaysCordoned(t *testing.T) {
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 }
 
+// pdbGuardedPod creates a running pod on node, managed by a ReplicaSet and guarded by a
+// PodDisruptionBudget that allows no disruption; setAllowed changes what the budget allows
+// (envtest runs no disruption controller, so the fixture writes its status).
+func pdbGuardedPod(t *testing.T, env *testenv.Env, name, node string, limits corev1.ResourceList) (*corev1.Pod, func(int32)) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": name},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name,
+				UID: types.UID("replicaset-" + name), Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10",
+			Resources: corev1.ResourceRequirements{Limits: limits}}}},
+	}
+	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
+	// The Eviction API ignores budgets for pods that are not running: play the kubelet.
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue,
+		LastTransitionTime: metav1.Now()}}
+	g.Expect(env.Client.Status().Update(ctx, pod)).To(Succeed())
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}}},
+	}
+	g.Expect(env.Client.Create(ctx, pdb)).To(Succeed())
+	setAllowed := func(n int32) {
+		got := &policyv1.PodDisruptionBudget{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pdb), got)).To(Succeed())
+		got.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: got.Generation, DisruptionsAllowed: n,
+			CurrentHealthy: 1, DesiredHealthy: 1 - n, ExpectedPods: 1}
+		g.Expect(env.Client.Status().Update(ctx, got)).To(Succeed())
+	}
+	setAllowed(0)
+	return pod, setAllowed
+}
+
 // TestDrainWaitsForPDBThenProceeds guards the drain: evictions go through the Eviction API, a
 // PodDisruptionBudget that allows nothing holds the step in Draining with the blocking pod
 // named, and once it allows one the pod is evicted and the step moves on to configuring.
@@ -217,33 +255,7 @@ func TestDrainWaitsForPDBThenProceeds(t *testing.T) {
 	ctx := context.Background()
 	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
 
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "infer", Namespace: "default", Labels: map[string]string{"app": "infer"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "infer",
-				UID: "0b9c6d1e-0000-4000-8000-000000000001", Controller: ptr.To(true)}}},
-		Spec: corev1.PodSpec{NodeName: "gpu-1", Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10"}}},
-	}
-	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
-	// The Eviction API ignores budgets for pods that are not running: play the kubelet.
-	pod.Status.Phase = corev1.PodRunning
-	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue,
-		LastTransitionTime: metav1.Now()}}
-	g.Expect(env.Client.Status().Update(ctx, pod)).To(Succeed())
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "infer", Namespace: "default"},
-		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "infer"}}},
-	}
-	g.Expect(env.Client.Create(ctx, pdb)).To(Succeed())
-	// envtest runs no disruption controller: the fixture writes the budget's status.
-	setAllowed := func(n int32) {
-		got := &policyv1.PodDisruptionBudget{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pdb), got)).To(Succeed())
-		got.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: got.Generation, DisruptionsAllowed: n,
-			CurrentHealthy: 1, DesiredHealthy: 1 - n, ExpectedPods: 1}
-		g.Expect(env.Client.Status().Update(ctx, got)).To(Succeed())
-	}
-	setAllowed(0)
+	pod, setAllowed := pdbGuardedPod(t, env, "infer", "gpu-1", nil)
 
 	autoPolicy(t, env)
 	plan := &v1.RepartitionPlan{
@@ -377,27 +389,7 @@ func TestDrainStopsWhenTheLandingIsTaken(t *testing.T) {
 	}
 	setReady(corev1.ConditionTrue)
 
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "small", Namespace: "default", Labels: map[string]string{"app": "small"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "small",
-				UID: "0b9c6d1e-0000-4000-8000-000000000002", Controller: ptr.To(true)}}},
-		Spec: corev1.PodSpec{NodeName: "gpu-1", Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/mig-1g.18gb": resource.MustParse("1")}}}}},
-	}
-	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
-	pod.Status.Phase = corev1.PodRunning
-	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
-	g.Expect(env.Client.Status().Update(ctx, pod)).To(Succeed())
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "small", Namespace: "default"},
-		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "small"}}},
-	}
-	g.Expect(env.Client.Create(ctx, pdb)).To(Succeed())
-	got := &policyv1.PodDisruptionBudget{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pdb), got)).To(Succeed())
-	got.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: got.Generation, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
-	g.Expect(env.Client.Status().Update(ctx, got)).To(Succeed())
+	pod, setAllowed := pdbGuardedPod(t, env, "small", "gpu-1", corev1.ResourceList{"nvidia.com/mig-1g.18gb": resource.MustParse("1")})
 
 	autoPolicy(t, env)
 	plan := &v1.RepartitionPlan{
@@ -430,9 +422,7 @@ func TestDrainStopsWhenTheLandingIsTaken(t *testing.T) {
 	}).WithTimeout(30*time.Second).Should(Succeed(), "the landing went away mid-drain: the step stops")
 
 	// The PDB now allows the eviction: a stopped step must not evict after all.
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pdb), got)).To(Succeed())
-	got.Status.DisruptionsAllowed, got.Status.DesiredHealthy = 1, 0
-	g.Expect(env.Client.Status().Update(ctx, got)).To(Succeed())
+	setAllowed(1)
 	g.Consistently(func(g Gomega) {
 		p := &corev1.Pod{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pod), p)).To(Succeed())

@@ -96,21 +96,30 @@ func TestForgedPlansAreRefusedBeforeTouchingAnything(t *testing.T) {
 	expectRefused(t, env, stale, "NotOwnedByPolicy", "is not controlled by policy pool-a", "gpu-1", "infer")
 }
 
-// TestForgedApprovedPhaseIsNeverReadAsAnApproval guards approval: a status phase that the gate
-// did not set (written by whoever may write plan status) does not start a plan; only the
-// approval annotation with the plan's hash, or the policy's approval mode, does.
-func TestForgedApprovedPhaseIsNeverReadAsAnApproval(t *testing.T) {
+// awaitingManualPlan starts the plan controller on one node running pod infer under a Manual
+// policy, and creates a plan evicting infer that waits for a human.
+func awaitingManualPlan(t *testing.T, name string) (*testenv.Env, *v1.RepartitionPlan) {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, _ := startPlanController(t)
 	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
 	runningPod(t, env, "infer", "gpu-1", nil)
 	g.Expect(env.Client.Create(ctx, poolPolicy("pool-a", map[string]string{"pool": "a"}))).To(Succeed()) // Manual
-
-	plan := forgedPlan(t, env, "awaiting-a-human", "infer")
+	plan := forgedPlan(t, env, name, "infer")
 	g.Expect(env.Client.Create(ctx, plan)).To(Succeed())
 	g.Eventually(func(g Gomega) v1.PlanPhase { return getPlan(g, env, plan).Status.Phase }).
 		WithTimeout(30 * time.Second).Should(Equal(v1.PlanAwaitingApproval))
+	return env, plan
+}
+
+// TestForgedApprovedPhaseIsNeverReadAsAnApproval guards approval: a status phase that the gate
+// did not set (written by whoever may write plan status) does not start a plan; only the
+// approval annotation with the plan's hash, or the policy's approval mode, does.
+func TestForgedApprovedPhaseIsNeverReadAsAnApproval(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	env, plan := awaitingManualPlan(t, "awaiting-a-human")
 
 	got := getPlan(g, env, plan)
 	got.Status.Phase, got.Status.Approved = v1.PlanApproved, true
@@ -125,15 +134,7 @@ func TestForgedApprovedPhaseIsNeverReadAsAnApproval(t *testing.T) {
 func TestForgedStepProgressNeverActs(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	env, _ := startPlanController(t)
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
-	runningPod(t, env, "infer", "gpu-1", nil)
-	g.Expect(env.Client.Create(ctx, poolPolicy("pool-a", map[string]string{"pool": "a"}))).To(Succeed()) // Manual
-
-	plan := forgedPlan(t, env, "skips-the-drain", "infer")
-	g.Expect(env.Client.Create(ctx, plan)).To(Succeed())
-	g.Eventually(func(g Gomega) v1.PlanPhase { return getPlan(g, env, plan).Status.Phase }).
-		WithTimeout(30 * time.Second).Should(Equal(v1.PlanAwaitingApproval))
+	env, plan := awaitingManualPlan(t, "skips-the-drain")
 
 	got := getPlan(g, env, plan)
 	got.Status.Phase = v1.PlanExecuting
