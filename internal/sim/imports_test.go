@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -26,6 +28,28 @@ func TestDoesNotImportGpupoolsOperatorCode(t *testing.T) {
 			if dep == banned || strings.HasPrefix(dep, banned+"/") {
 				t.Errorf("internal/sim (or its tests) depends on %s", dep)
 			}
+		}
+	}
+}
+
+// The simulator runs gpupool's agent on each node, so it imports internal/agent; but it must
+// name MIG profiles with its own namer (profileName), never the agent's, or a naming bug of
+// the agent would be accepted by the simulated mig-manager.
+func TestDoesNotNameProfilesWithTheAgent(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(src), "agent.ProfileName") {
+			t.Errorf("%s names MIG profiles with the agent's namer: use profileName", f)
 		}
 	}
 }

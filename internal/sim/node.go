@@ -210,7 +210,7 @@ func (n *Node) readProfiles(i int) ([]gpuProfile, error) {
 			return nil, fmt.Errorf("GPU %d: GetGpuInstancePossiblePlacements(%d): %s", i, c, ret.Error())
 		}
 		p := gpuProfile{constant: c, info: info, slot: SlotProfile{
-			Name:          agent.ProfileName(c, info, mem.Total),
+			Name:          profileName(c, info, mem.Total),
 			ComputeSlices: int(info.SliceCount),
 			MemorySlices:  int(placements[0].Size),
 			MaxCount:      int(info.InstanceCount),
