@@ -22,14 +22,16 @@ import (
 // exactMaxGPUs, exactMaxItems and exactMaxStates bound the pools the search runs on and the work
 // it may do; past them the greedy plan stands.
 const (
-	exactMaxGPUs    = 8
-	exactMaxItems   = 40
-	exactMaxStates  = 20000
-	exactMaxChoices = 1024 // per node, before deduplication
+	exactMaxGPUs   = 8
+	exactMaxItems  = 40
+	exactMaxStates = 20000
+	// exactMaxChoices is per node, before deduplication: enough for a node of 4 GPUs with 15
+	// layouts each, where a pod evicted from one GPU lands on another of the same node.
+	exactMaxChoices = 1 << 16
 	// exactMaxWork bounds the steps (fill candidates and state transitions) the whole search
-	// may take, a few tens of milliseconds at most, so that a plan of a tiny pool never waits
+	// may take, a few hundred milliseconds at most, so that a plan of a tiny pool never waits
 	// long on it; past it the greedy plan stands.
-	exactMaxWork = 300_000
+	exactMaxWork = 3_000_000
 )
 
 // exactItem is a pending class or one running pod a change may evict.

@@ -362,6 +362,8 @@ func TestPlanReachesTheOptimumWithMoves(t *testing.T) {
 	}{
 		{"up to 3 nodes x 2 GPUs", optimumConfig, 1000},
 		{"up to 4 nodes x 2 GPUs", optimumConfig4x2, 300},
+		{"up to 3 nodes x 3 GPUs", optimumConfig3x3, 300},
+		{"up to 2 nodes x 4 GPUs", optimumConfig2x4, 300},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cases := tc.cases
@@ -372,6 +374,21 @@ func TestPlanReachesTheOptimumWithMoves(t *testing.T) {
 		})
 	}
 }
+
+// optimumConfig3x3 and optimumConfig2x4 have nodes of more GPUs, where the best plan often
+// moves a pod between GPUs of one node to free a whole one.
+var (
+	optimumConfig3x3 = genConfig{
+		maxNodes: 3, maxGPUs: 3, maxPending: 6,
+		minCatalog: 2, maxCatalog: 3, minBudget: 1, maxBudget: 3,
+		priorities: []int32{0},
+	}
+	optimumConfig2x4 = genConfig{
+		maxNodes: 2, maxGPUs: 4, maxPending: 6,
+		minCatalog: 2, maxCatalog: 4, minBudget: 1, maxBudget: 2,
+		priorities: []int32{0},
+	}
+)
 
 // optimumConfig4x2 is a larger pool for the same comparison: up to 4 nodes of 2 GPUs, fewer pending
 // pods so that the exhaustive search stays quick.
