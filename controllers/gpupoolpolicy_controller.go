@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -199,6 +200,22 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.Watches(&resourcev1.ResourceClaim{}, all).Watches(&resourcev1.ResourceSlice{}, all)
 	} else {
 		mgr.GetLogger().Info("ResourceClaims are not served; pods asking through DRA claims are not seen as demand", "reason", err.Error())
+	}
+	if r.ConfigNamespace != "" {
+		// The GPU Operator's ConfigMaps exist from the manager's start, before any policy: a
+		// user points the ClusterPolicy at them right after installing gpupool (see
+		// ensureOperatorConfigMaps). Each pass over a pool checks again.
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			if created, err := ensureOperatorConfigMaps(ctx, r.Client, r.ConfigNamespace); err != nil {
+				mgr.GetLogger().Info("gpupool's ConfigMaps for the GPU Operator are not created yet; each pass over a pool tries again",
+					"namespace", r.ConfigNamespace, "reason", err.Error())
+			} else if len(created) > 0 {
+				mgr.GetLogger().Info("created gpupool's ConfigMaps for the GPU Operator", "namespace", r.ConfigNamespace, "configMaps", created)
+			}
+			return nil
+		})); err != nil {
+			return err
+		}
 	}
 	return b.Named("gpupoolpolicy").Complete(quietConflicts{r})
 }

@@ -22,7 +22,8 @@ import (
 // TestManagerCreatesTheOperatorConfigMapsBeforeAnyPlan guards the order an install follows:
 // the user points the ClusterPolicy at gpupool's ConfigMaps as soon as the manager runs, and
 // the GPU Operator mounts them into mig-manager and the device plugin as volumes that must
-// exist. So the manager creates both on its first pass over a pool, before any plan: the
+// exist. So the manager creates both when it starts, before any policy, and again on a pass
+// over a pool when one was deleted: the
 // mig-parted config with all-disabled and the entries nodes' labels name taken from NVIDIA's
 // default config, the device plugin's with the default key gpupool-none.
 func TestManagerCreatesTheOperatorConfigMapsBeforeAnyPlan(t *testing.T) {
@@ -58,19 +59,25 @@ mig-configs:
 `}})).To(Succeed())
 	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200", v1.LabelMIGConfig: "all-balanced"})
 	startManager(t, env, clocktesting.NewFakeClock(time.Now()), true)
-	g.Expect(env.Client.Create(ctx, poolPolicy("pool-a", map[string]string{"pool": "a"}))).To(Succeed())
 
 	mp, dp := &corev1.ConfigMap{}, &corev1.ConfigMap{}
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: controllers.MIGPartedConfigMap}, mp)).To(Succeed())
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: controllers.DevicePluginConfigMap}, dp)).To(Succeed())
-	}).WithTimeout(30*time.Second).Should(Succeed(), "both ConfigMaps exist before any plan")
+	}).WithTimeout(30*time.Second).Should(Succeed(), "both ConfigMaps exist from the manager's start, before any policy")
 	cfg, err := nvidia.ParseMIGPartedConfig([]byte(mp.Data[nvidia.ConfigMapKey]))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cfg.MIGConfigs).To(HaveKey("all-balanced"), "the entry the node's label names, from NVIDIA's default config")
 	g.Expect(cfg.MIGConfigs).To(HaveKey(nvidia.AllDisabled))
 	g.Expect(cfg.MIGConfigs).NotTo(HaveKey("all-1g.18gb"), "no node names it")
 	g.Expect(dp.Data).To(HaveKey(nvidia.DevicePluginNone))
+
+	// A ConfigMap deleted later is created again by the next pass over a pool.
+	g.Expect(env.Client.Delete(ctx, dp)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, poolPolicy("pool-a", map[string]string{"pool": "a"}))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: controllers.DevicePluginConfigMap}, dp)).To(Succeed())
+	}).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Eventually(func(g Gomega) {
 		got := &v1.GPUPoolPolicy{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "pool-a"}, got)).To(Succeed())

@@ -158,13 +158,16 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 	if !obs.NodeExists {
 		return fail(cur, now, "node "+step.Node+" no longer exists", nil)
 	}
-	if past := cur.State == v1alpha1.NodeDraining || cur.State == v1alpha1.NodeConfiguring || cur.State == v1alpha1.NodeVerifying; past &&
-		obs.CordonedBy != plan {
-		// Only this plan's cordon moves a step past Cordoned, and the cordon annotation stays on
-		// the node until the step ends: a step status claiming otherwise was not written by this
-		// plan's execution (a status writer forging progress where the admission policies are
-		// not installed). Acting on it would drain or relabel a node nobody cordoned: touch
-		// nothing, and leave the node as it is.
+	// Only this plan's cordon moves a step past Cordoned, and the cordon annotation stays on the
+	// node until the step ends; a verifying node also carries the step's own mig.config entry,
+	// which stays after the step ends (so a Done whose status write was lost, or not yet seen
+	// here, still reads as this plan's). A step status claiming otherwise was not written by this
+	// plan's execution (a status writer forging progress where the admission policies are not
+	// installed). Acting on it would drain or relabel a node nobody cordoned: touch nothing, and
+	// leave the node as it is.
+	past := cur.State == v1alpha1.NodeDraining || cur.State == v1alpha1.NodeConfiguring || cur.State == v1alpha1.NodeVerifying
+	ours := obs.CordonedBy == plan || (cur.State == v1alpha1.NodeVerifying && obs.MIGConfig == step.MIGConfigName)
+	if past && !ours {
 		return fail(cur, now, fmt.Sprintf("refused: the step's status says %s but %s does not carry this plan's cordon (%s=%q); "+
 			"the status was not written by this plan's execution, so nothing is done to the node", cur.State, step.Node,
 			v1alpha1.AnnotationCordonedBy, obs.CordonedBy), nil)
