@@ -53,8 +53,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 	nodes := fs.String("nodes", "", "simulated nodes: comma-separated [<count>x]<model>:<gpus>[:<preset>[:dra]] groups (see above)")
 	clusterPolicy := fs.String("cluster-policy", "", "name of the GPU Operator's ClusterPolicy (nvidia.com/v1) the operands are rendered from (default: the only one)")
 	createNodes := fs.Bool("create-nodes", false, "create the Node objects that do not exist yet (labelled as GPU Feature Discovery does, annotated for kwok)")
-	seedConfig := fs.Bool("seed-config", false, "add the nodes' initial presets to the ClusterPolicy's mig-parted ConfigMap when missing, creating it if needed, "+
-		"and create its device plugin ConfigMap (one exclusive config under spec.devicePlugin.config.default) when it does not exist")
+	seedConfig := fs.Bool("seed-config", false, "add the nodes' initial presets to the ClusterPolicy's mig-parted ConfigMap when missing, creating it if needed")
+	seedDevicePluginConfig := fs.Bool("seed-device-plugin-config", false, "create the ClusterPolicy's device plugin ConfigMap (one exclusive config "+
+		"under spec.devicePlugin.config.default) when it does not exist; NVIDIA's operator never does, so without it the device plugin waits for "+
+		"gpupool's manager to create it")
 	agents := fs.Bool("agents", true, "run gpupool's node agent in-process for every simulated node")
 	agentPeriod := fs.Duration("agent-refresh-period", sim.DefaultAgentRefreshPeriod, "how often the in-process agents re-read NVML")
 	agentLeases := fs.String("agent-lease-namespace", "", "namespace where the in-process agents renew their heartbeat Leases, as the agent DaemonSet does; empty rewrites GPUNode status each refresh instead")
@@ -95,14 +97,15 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 		return exitFailed
 	}
 	s, err := sim.New(cfg, sim.Options{
-		Nodes:               specs,
-		ClusterPolicy:       *clusterPolicy,
-		CreateNodes:         *createNodes,
-		SeedConfig:          *seedConfig,
-		DisableAgents:       !*agents,
-		AgentRefreshPeriod:  *agentPeriod,
-		AgentLeaseNamespace: *agentLeases,
-		Logger:              logger,
+		Nodes:                  specs,
+		ClusterPolicy:          *clusterPolicy,
+		CreateNodes:            *createNodes,
+		SeedConfig:             *seedConfig,
+		SeedDevicePluginConfig: *seedDevicePluginConfig,
+		DisableAgents:          !*agents,
+		AgentRefreshPeriod:     *agentPeriod,
+		AgentLeaseNamespace:    *agentLeases,
+		Logger:                 logger,
 	})
 	if err != nil {
 		log.Error(err, "setting up the simulator")

@@ -112,7 +112,7 @@ func TestRunCreatesNodesAndStopsOnCancel(t *testing.T) {
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(runCtx, []string{"--nodes", "h200:2:all-1g,a100-80gb:1", "--create-nodes", "--seed-config", "--agents=false"},
+		done <- run(runCtx, []string{"--nodes", "h200:2:all-1g,a100-80gb:1", "--create-nodes", "--seed-config", "--seed-device-plugin-config", "--agents=false"},
 			&stderr, func(string) (*rest.Config, error) { return env.Config, nil })
 	}()
 	g.Eventually(func(g Gomega) {

@@ -76,11 +76,15 @@ type Options struct {
 	CreateNodes bool
 	// SeedConfig adds the nodes' initial presets to the mig-parted ConfigMap the
 	// ClusterPolicy names (creating it if needed), like the default config the GPU Operator
-	// ships, so those names are valid entries. Entries already there are never changed. It
-	// also creates the device plugin's ConfigMap with one exclusive config under the
-	// ClusterPolicy's spec.devicePlugin.config.default when it does not exist, and leaves an
-	// existing one alone. Run waits up to a minute for the ClusterPolicy.
+	// ships, so those names are valid entries. Entries already there are never changed. Run
+	// waits up to a minute for the ClusterPolicy.
 	SeedConfig bool
+	// SeedDevicePluginConfig also creates the device plugin's ConfigMap with one exclusive
+	// config under the ClusterPolicy's spec.devicePlugin.config.default when it does not exist
+	// (an existing one is left alone), as a user who created it by hand would. NVIDIA's
+	// operator creates no ConfigMap of a name its ClusterPolicy is given, so without this the
+	// device plugin starts only once someone (gpupool's manager) creates it.
+	SeedDevicePluginConfig bool
 	// DisableAgents skips running gpupool's node agent for each node, for setups that run
 	// agents themselves.
 	DisableAgents bool
@@ -236,16 +240,20 @@ func (s *Sim) Run(ctx context.Context) error {
 			}
 		}
 	}
-	if s.opts.SeedConfig {
+	if s.opts.SeedConfig || s.opts.SeedDevicePluginConfig {
 		op, err := waitClusterPolicy(ctx, reader, s.opts.ClusterPolicy, time.Minute)
 		if err != nil {
 			return err
 		}
-		if err := seedConfig(ctx, c, reader, op, s.order, s.log); err != nil {
-			return err
+		if s.opts.SeedConfig {
+			if err := seedConfig(ctx, c, reader, op, s.order, s.log); err != nil {
+				return err
+			}
 		}
-		if err := seedDevicePluginConfig(ctx, c, reader, op, s.log); err != nil {
-			return err
+		if s.opts.SeedDevicePluginConfig {
+			if err := seedDevicePluginConfig(ctx, c, reader, op, s.log); err != nil {
+				return err
+			}
 		}
 	}
 	s.log.Info("simulating GPU nodes", "nodes", len(s.order), "clusterPolicy", cmp.Or(s.opts.ClusterPolicy, "(the only one)"),

@@ -55,7 +55,9 @@ const (
 	// DevicePluginConfigMap holds the device plugin's configs (spec.devicePlugin.config.name),
 	// and DevicePluginDefault is the key applied on a node without the
 	// nvidia.com/device-plugin.config label (spec.devicePlugin.config.default): gpupool's
-	// exclusive config, which gpupool always writes and gpusim seeds.
+	// exclusive config. gpusim does not seed this ConfigMap (NVIDIA's operator creates none of
+	// a name it is given), so the simulated device plugins advertise nothing until the manager
+	// creates it when it starts: the cluster comes up only if the manager does.
 	DevicePluginConfigMap = "gpupool-device-plugin-config"
 	DevicePluginDefault   = "gpupool-none"
 )
