@@ -102,14 +102,13 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 			// A drain held by PodDisruptionBudgets may take long; the landing of the pods still
 			// to go is checked again before each pass.
 			if movesOut(step) {
-				one := plan.DeepCopy()
-				one.Spec.Steps, one.Spec.Expected.Pods = []v1alpha1.NodeStep{step}, nil
+				// The step alone, as at its start: by now every landing, the ones other steps
+				// carved included, must have room.
+				one := stepOnly(plan, step)
 				facts, err := r.facts(ctx, one)
 				if err != nil {
 					return 0, err
 				}
-				// The one-step plan, as at the step's start: by now every landing, the ones
-				// other steps carved included, must have room.
 				obs.LandingGone = rollout.LandingGone(one, step, facts)
 			}
 		}
@@ -196,10 +195,15 @@ func movesOut(step v1alpha1.NodeStep) bool {
 // evicts became do-not-disrupt ("" when it still holds). Whether anyone is still pending is
 // the plan's question, asked before its first node.
 func (r *PlanReconciler) revalidateStep(ctx context.Context, plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep) (string, error) {
+	return r.revalidate(ctx, stepOnly(plan, step))
+}
+
+// stepOnly is the plan reduced to one step, without the pending pods it was made for: what a
+// node's own checks judge.
+func stepOnly(plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep) *v1alpha1.RepartitionPlan {
 	one := plan.DeepCopy()
-	one.Spec.Steps = []v1alpha1.NodeStep{step}
-	one.Spec.Expected.Pods = nil
-	return r.revalidate(ctx, one)
+	one.Spec.Steps, one.Spec.Expected.Pods = []v1alpha1.NodeStep{step}, nil
+	return one
 }
 
 // budgets are the policy's maxDisruptedNodes and maxReconfiguringNodes resolved against its

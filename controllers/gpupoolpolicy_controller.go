@@ -206,11 +206,9 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// user points the ClusterPolicy at them right after installing gpupool (see
 		// ensureOperatorConfigMaps). Each pass over a pool checks again.
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-			if created, err := ensureOperatorConfigMaps(ctx, r.Client, r.ConfigNamespace); err != nil {
+			if err := ensureOperatorConfigMaps(logf.IntoContext(ctx, mgr.GetLogger()), r.Client, r.ConfigNamespace); err != nil {
 				mgr.GetLogger().Info("gpupool's ConfigMaps for the GPU Operator are not created yet; each pass over a pool tries again",
 					"namespace", r.ConfigNamespace, "reason", err.Error())
-			} else if len(created) > 0 {
-				mgr.GetLogger().Info("created gpupool's ConfigMaps for the GPU Operator", "namespace", r.ConfigNamespace, "configMaps", created)
 			}
 			return nil
 		})); err != nil {
@@ -897,11 +895,7 @@ func (r *PolicyReconciler) setOperatorCondition(ctx context.Context, set func(st
 		set(v1alpha1.ConditionGPUOperatorConfigured, false, "NoClusterPolicy", "no ClusterPolicy object exists")
 		return
 	}
-	created, err := ensureOperatorConfigMaps(ctx, r.Client, r.ConfigNamespace)
-	if len(created) > 0 {
-		logf.FromContext(ctx).Info("created gpupool's ConfigMaps for the GPU Operator", "namespace", r.ConfigNamespace, "configMaps", created)
-	}
-	if err != nil {
+	if err := ensureOperatorConfigMaps(ctx, r.Client, r.ConfigNamespace); err != nil {
 		set(v1alpha1.ConditionGPUOperatorConfigured, false, "ConfigMapsNotWritten", fmt.Sprintf(
 			"gpupool cannot create the ConfigMaps the GPU Operator mounts into mig-manager and the device plugin (%s, %s in %s): %v; "+
 				"until they exist those pods cannot start where the ClusterPolicy names them: check the manager's ConfigMap Role in %s",

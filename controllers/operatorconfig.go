@@ -9,23 +9,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // ensureOperatorConfigMaps creates gpupool's two ConfigMaps in the GPU Operator's namespace
-// when they do not exist, and returns the names it created. The operator mounts the ConfigMaps
-// its ClusterPolicy names into mig-manager, the device plugin and GFD as volumes that are not
-// optional, and creates none it does not own (gpu-operator controllers/object_controls.go,
-// handleDevicePluginConfig and createConfigMapVolume): a ClusterPolicy pointed at a ConfigMap
-// nobody wrote yet keeps those pods from starting on every GPU node. So they exist from the
-// manager's first pass over a pool, not from its first plan step: mig-parted's with
+// when they do not exist. The operator mounts the ConfigMaps its ClusterPolicy names into
+// mig-manager, the device plugin and GFD as volumes that are not optional, and creates none it
+// does not own (gpu-operator controllers/object_controls.go, handleDevicePluginConfig and
+// createConfigMapVolume): a ClusterPolicy pointed at a ConfigMap nobody wrote yet keeps those
+// pods from starting on every GPU node. So they exist from the manager's start, and again
+// after each pass over a pool, not only from a plan's first step: mig-parted's with
 // all-disabled and every entry a node's label names that NVIDIA's default config has, the
 // device plugin's with gpupool-none (the default key the ClusterPolicy must name). An existing
 // ConfigMap is left as it is: a step's write is what changes it.
-func ensureOperatorConfigMaps(ctx context.Context, c client.Client, namespace string) ([]string, error) {
-	var created []string
+func ensureOperatorConfigMaps(ctx context.Context, c client.Client, namespace string) error {
 	create := func(name string, data func() (map[string]string, error)) error {
 		err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &corev1.ConfigMap{})
 		if err == nil || !apierrors.IsNotFound(err) {
@@ -43,7 +43,7 @@ func ensureOperatorConfigMaps(ctx context.Context, c client.Client, namespace st
 		case err != nil:
 			return fmt.Errorf("creating ConfigMap %s/%s: %w", namespace, name, err)
 		}
-		created = append(created, name)
+		logf.FromContext(ctx).Info("created a ConfigMap the GPU Operator mounts", "namespace", namespace, "configMap", name)
 		return nil
 	}
 	err := create(MIGPartedConfigMap, func() (map[string]string, error) {
@@ -62,10 +62,9 @@ func ensureOperatorConfigMaps(ctx context.Context, c client.Client, namespace st
 		return map[string]string{nvidia.ConfigMapKey: string(cfg)}, nil
 	})
 	if err != nil {
-		return created, err
+		return err
 	}
-	err = create(DevicePluginConfigMap, func() (map[string]string, error) {
+	return create(DevicePluginConfigMap, func() (map[string]string, error) {
 		return nvidia.UpdateDevicePluginConfigMap(nil, nil, nil)
 	})
-	return created, err
 }

@@ -113,7 +113,7 @@ func Revalidate(plan *v1alpha1.RepartitionPlan, f Facts) string {
 				return fmt.Sprintf("pod %s, which the plan evicts, is now annotated %s", key, v1alpha1.AnnotationDoNotDisrupt)
 			}
 		}
-		if why := landingGone(plan, step, f); why != "" {
+		if why := LandingGone(plan, step, f); why != "" {
 			return why
 		}
 	}
@@ -137,18 +137,14 @@ func profileCounts(g v1alpha1.GPUStatus) v1alpha1.ProfileCounts {
 	return out
 }
 
-// LandingGone says why a step's moved pods, those still on its node, no longer have their
-// landing ("" when they do): checked before each drain pass, so a landing the scheduler or
-// another workload took mid-drain stops the evictions instead of leaving pods pending.
-// Pods already evicted are not counted: their replacements have taken, or will take, their
-// share of the landing.
+// LandingGone checks the room a step's moved pods need on other nodes ("" when they have it).
+// Revalidate calls it before the step starts, with the whole plan: a landing on a node the
+// plan changes is then that node's own step's business, and the step waits for it. The
+// executor calls it again before each drain pass, with a plan of the step alone, so every
+// landing counts by then, and one the scheduler or another workload took mid-drain stops the
+// evictions instead of leaving pods pending. Pods already evicted are not counted: their
+// replacements have taken, or will take, their share of the landing.
 func LandingGone(plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep, f Facts) string {
-	return landingGone(plan, step, f)
-}
-
-// landingGone checks the room a step's moved pods need on nodes the plan does not change (a
-// node the plan changes is checked as its own step, and a step waits for it to be done).
-func landingGone(plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep, f Facts) string {
 	changes := map[string]bool{}
 	for _, s := range plan.Spec.Steps {
 		changes[s.Node] = true
