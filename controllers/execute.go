@@ -56,6 +56,13 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 	default:
 		stopped = "stopped: the policy's maxDisruptedNodes and maxReconfiguringNodes allow none of its remaining nodes to change now"
 	}
+	// maxDisruptiveStepsPerHour is a cap on what runs, checked before each evicting step starts:
+	// the plan was made within it, but other plans may have spent it since.
+	hourly, err := r.hourlyCap(ctx, plan, policy, status, now)
+	if err != nil {
+		return 0, err
+	}
+	budgets.HourlyCapped, budgets.HourlyLeft = true, hourly.left
 	start, _, _, _ := rollout.Progress(plan.Spec.Steps, status.Nodes, budgets)
 	timeouts := rollout.Timeouts{
 		Drain:              pool.DurationOr(policy.Spec.Disruption.DrainTimeout, rollout.DefaultDrainTimeout),
@@ -140,6 +147,22 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 	}
 	_, waiting, phase, progress := rollout.Progress(plan.Spec.Steps, status.Nodes, budgets)
 	status.Waiting = waiting
+	if phase == v1alpha1.PlanFailed && hourly.holds(plan, policy, status, budgets) {
+		// Only the hour's cap keeps the next evicting step from starting: wait for it, with the
+		// time on the plan, rather than stop a plan whose approval and budgets still hold.
+		phase = v1alpha1.PlanExecuting
+		msg := fmt.Sprintf("waiting: the policy's maxDisruptiveStepsPerHour (%d) is spent; the next step that evicts pods may start at %s",
+			pool.HourlyBound(policy), hourly.freed.UTC().Format(time.RFC3339))
+		if !meta.IsStatusConditionFalse(status.Conditions, conditionHourlyCap) {
+			r.Recorder.Eventf(plan, policyRef(policy), corev1.EventTypeNormal, reasonHourlyCapSpent, "Wait", "%s", msg)
+		}
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: conditionHourlyCap, Status: metav1.ConditionFalse,
+			Reason: reasonHourlyCapSpent, Message: msg, ObservedGeneration: plan.Generation})
+		requeue = max(time.Second, hourly.freed.Sub(now))
+	} else if meta.IsStatusConditionFalse(status.Conditions, conditionHourlyCap) {
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: conditionHourlyCap, Status: metav1.ConditionTrue,
+			Reason: "WithinHourlyCap", Message: "the policy's maxDisruptiveStepsPerHour allows the plan's steps", ObservedGeneration: plan.Generation})
+	}
 	if phase == v1alpha1.PlanFailed && stopped != "" && !slices.ContainsFunc(status.Nodes, func(n v1alpha1.NodeStepStatus) bool {
 		return n.State == v1alpha1.NodeFailed
 	}) {
@@ -158,6 +181,54 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 		requeue = time.Second
 	}
 	return requeue, nil
+}
+
+// conditionHourlyCap on a plan is False while the policy's maxDisruptiveStepsPerHour keeps its
+// next evicting step from starting.
+const conditionHourlyCap = "WithinHourlyCap"
+
+// reasonHourlyCapSpent is the reason of that condition and its Event.
+const reasonHourlyCapSpent = "HourlyCapSpent"
+
+// hourlyState is what is left of the policy's maxDisruptiveStepsPerHour for a plan's next steps.
+type hourlyState struct {
+	// left is how many more evicting steps may start now.
+	left int
+	// freed is when the oldest step counted against the cap leaves the hour.
+	freed time.Time
+}
+
+// hourlyCap counts the evicting steps the policy's plans started in the last hour, this plan's
+// as its status is now (not as the cache last saw it).
+func (r *PlanReconciler) hourlyCap(ctx context.Context, plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy,
+	status *v1alpha1.RepartitionPlanStatus, now time.Time) (hourlyState, error) {
+	var list v1alpha1.RepartitionPlanList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return hourlyState{}, fmt.Errorf("listing plans for policy %s's maxDisruptiveStepsPerHour: %w", policy.Name, err)
+	}
+	plans := pool.OwnPlans(policy, list.Items)
+	self := plan.DeepCopy()
+	self.Status = *status
+	if i := slices.IndexFunc(plans, func(p v1alpha1.RepartitionPlan) bool { return p.Name == plan.Name }); i >= 0 {
+		plans[i] = *self
+	} else {
+		plans = append(plans, *self)
+	}
+	left := pool.HourlyBound(policy) - pool.DisruptiveStepsSince(plans, now.Add(-time.Hour))
+	return hourlyState{left: max(0, left), freed: pool.HourlyCapFreed(plans, now)}, nil
+}
+
+// holds says whether the hour's cap alone stops the plan: nothing failed, its approval holds,
+// and an evicting step would start now but for the cap.
+func (h hourlyState) holds(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy,
+	status *v1alpha1.RepartitionPlanStatus, budgets rollout.Budgets) bool {
+	if h.left > 0 || h.freed.IsZero() || !rollout.Approved(plan, policy) ||
+		slices.ContainsFunc(status.Nodes, func(n v1alpha1.NodeStepStatus) bool { return n.State == v1alpha1.NodeFailed }) {
+		return false
+	}
+	budgets.HourlyCapped = false
+	start, _, _, _ := rollout.Progress(plan.Spec.Steps, status.Nodes, budgets)
+	return len(start) > 0
 }
 
 // recordStep reports a step's new state as an Event on the plan and on the node, and its

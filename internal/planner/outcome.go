@@ -407,8 +407,12 @@ func (p *planState) explain(c *class, res *Result, steps map[*nodeInfo]*proposal
 		}
 	}
 	if hostable > 0 && evictions > 0 && disrupting >= res.Budget {
-		return ReasonDisruption, fmt.Sprintf("%s: %d %snode(s) could host it after evicting %d pod(s), but the disruption budget allows %d node(s) and the plan uses them",
-			what, hostable, product, evictions, res.Budget)
+		budget := "the disruption budget"
+		if res.BudgetByHourlyCap {
+			budget = "what is left of maxDisruptiveStepsPerHour"
+		}
+		return ReasonDisruption, fmt.Sprintf("%s: %d %snode(s) could host it after evicting %d pod(s), but %s allows %d node(s) and the plan uses them",
+			what, hostable, product, evictions, budget, res.Budget)
 	}
 	if hostable > 0 && evictions == 0 && reconfiguring >= res.ReconfigureBudget {
 		return ReasonDisruption, fmt.Sprintf("%s: %d %snode(s) could host it by re-carving idle GPUs, but maxReconfiguringNodes allows %d node(s) and the plan uses them",

@@ -236,6 +236,10 @@ func Plan(in Input) (*Result, error) {
 
 	res := &Result{PoolNodes: len(pool), SlicesGained: map[string]int{}}
 	res.Budget = max(0, Budget(spec.Disruption.MaxDisruptedNodes, len(pool))-in.InFlightDisrupting)
+	if left := in.DisruptiveStepsLeft; left != nil && *left < res.Budget {
+		// Every evicting step is one node, so the hour's cap bounds the plan's evicting nodes.
+		res.Budget, res.BudgetByHourlyCap = max(0, *left), true
+	}
 	res.ReconfigureBudget = max(0, ReconfigureBudget(spec.Disruption.MaxReconfiguringNodes, len(pool))-in.InFlightReconfiguring)
 	standby, err := demand.Standby(spec.Shapes)
 	if err != nil {

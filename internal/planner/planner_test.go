@@ -388,3 +388,48 @@ func TestLargePoolPlansAreDeterministic(t *testing.T) {
 	g.Expect(second).To(Equal(first))
 	g.Expect(first.Steps).NotTo(BeEmpty())
 }
+
+// The hourly bound is a cap on the plan, not a gate on whether it may evict: with n evicting
+// steps left of maxDisruptiveStepsPerHour, a plan holds at most n, whatever maxDisruptedNodes
+// allows, and says which bound stopped the rest.
+func TestHourlyCapBoundsTheEvictingStepsOfOnePlan(t *testing.T) {
+	build := func(t *testing.T, left *int) *planner.Result {
+		c := newCluster(t)
+		for _, n := range []string{"gpu-1", "gpu-2", "gpu-3", "gpu-4"} {
+			c.node(n, "NVIDIA-H200", "1g.18gb:7").running("infer-"+n, n, 0, "1g.18gb")
+		}
+		c.pending("t1", mig1("7g.141gb")).pending("t2", mig1("7g.141gb")).pending("t3", mig1("7g.141gb"))
+		in := c.input(policy(budget(4)))
+		in.DisruptiveStepsLeft = left
+		res, err := planner.Plan(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	evicting := func(res *planner.Result) int {
+		n := 0
+		for _, s := range res.Steps {
+			if len(s.Evictions) > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	uncapped := evicting(build(t, nil))
+	if uncapped < 2 {
+		t.Fatalf("the uncapped plan evicts on %d node(s); the case needs at least 2", uncapped)
+	}
+	for left := range uncapped + 1 {
+		t.Run(itoa(left)+" left", func(t *testing.T) {
+			g := NewWithT(t)
+			res := build(t, &left)
+			g.Expect(evicting(res)).To(Equal(left))
+			g.Expect(res.Budget).To(Equal(left))
+			if left > 0 && left < uncapped {
+				g.Expect(res.Unserved).NotTo(BeEmpty())
+				g.Expect(res.Unserved[0].Message).To(ContainSubstring("what is left of maxDisruptiveStepsPerHour allows"))
+			}
+		})
+	}
+}

@@ -41,6 +41,10 @@ type Input struct {
 	// EvictionsPaused, when set, says why the planner may evict no pod in this pass (the
 	// policy's hourly bound on disruptive steps is spent); plans then only re-carve idle GPUs.
 	EvictionsPaused string
+	// DisruptiveStepsLeft, when set, caps how many node steps that evict pods the plan may hold:
+	// what is left of the policy's maxDisruptiveStepsPerHour (pool.DisruptiveStepsLeft). Nil
+	// means no hourly cap beyond maxDisruptedNodes.
+	DisruptiveStepsLeft *int
 	// AllowMPS lets the planner share whole GPUs with MPS where the catalog allows it. Leave it
 	// false on clusters of NVIDIA's GPU Operator with the mixed MIG strategy, which gpupool needs:
 	// the operator passes the strategy to every device plugin, and the device plugin refuses to
@@ -97,8 +101,11 @@ type Result struct {
 	// pending demand nor standby shapes can use, before and after the plan.
 	StrandedBefore, StrandedAfter map[string]int
 	// Budget is how many nodes with evictions the plan could change (maxDisruptedNodes minus
-	// those in flight).
+	// those in flight, and no more than what is left of maxDisruptiveStepsPerHour).
 	Budget int
+	// BudgetByHourlyCap is true when what is left of maxDisruptiveStepsPerHour, not
+	// maxDisruptedNodes, set Budget.
+	BudgetByHourlyCap bool
 	// ReconfigureBudget is how many nodes without evictions the plan could change
 	// (maxReconfiguringNodes minus those in flight).
 	ReconfigureBudget int

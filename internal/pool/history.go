@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -29,19 +30,67 @@ func DisruptiveStepsSince(plans []v1alpha1.RepartitionPlan, since time.Time) int
 	return n
 }
 
-// EvictionsPaused says why the policy's plans may evict no pod now ("" when they may): its
-// maxDisruptiveStepsPerHour is spent by the steps its plans started in the last hour.
-func EvictionsPaused(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan, now time.Time) string {
-	bound := int32(DefaultMaxDisruptiveStepsPerHour)
+// HourlyBound is the policy's maxDisruptiveStepsPerHour, or its default.
+func HourlyBound(policy *v1alpha1.GPUPoolPolicy) int {
 	if b := policy.Spec.Disruption.MaxDisruptiveStepsPerHour; b != nil {
-		bound = *b
+		return int(*b)
 	}
-	spent := DisruptiveStepsSince(plans, now.Add(-time.Hour))
-	if spent < int(bound) {
+	return DefaultMaxDisruptiveStepsPerHour
+}
+
+// DisruptiveStepsLeft is how many more node steps that evict pods the policy's plans may start
+// within the hour from now: maxDisruptiveStepsPerHour less the steps started in the last hour,
+// less the evicting steps that approved or executing plans have yet to start (they are
+// promised already). The planner gets it as the most evicting steps the next plan may hold,
+// so that the bound is a cap on what runs, not a gate on whether a plan may evict at all.
+func DisruptiveStepsLeft(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan, now time.Time) int {
+	left := HourlyBound(policy) - DisruptiveStepsSince(plans, now.Add(-time.Hour))
+	for _, p := range plans {
+		if p.Status.Phase != v1alpha1.PlanApproved && p.Status.Phase != v1alpha1.PlanExecuting {
+			continue
+		}
+		for _, s := range p.Spec.Steps {
+			started := slices.ContainsFunc(p.Status.Nodes, func(st v1alpha1.NodeStepStatus) bool { return st.Node == s.Node })
+			if len(s.Evictions) > 0 && !started {
+				left--
+			}
+		}
+	}
+	return max(0, left)
+}
+
+// HourlyCapFreed is when the next of the steps counted against maxDisruptiveStepsPerHour ages
+// out of the hour, so that one more evicting step may start (zero time when none counts).
+func HourlyCapFreed(plans []v1alpha1.RepartitionPlan, now time.Time) time.Time {
+	var first time.Time
+	since := now.Add(-time.Hour)
+	for _, p := range plans {
+		disruptive := map[string]bool{}
+		for _, s := range p.Spec.Steps {
+			disruptive[s.Node] = len(s.Evictions) > 0
+		}
+		for _, st := range p.Status.Nodes {
+			if disruptive[st.Node] && st.StartedTime != nil && !st.StartedTime.Time.Before(since) &&
+				(first.IsZero() || st.StartedTime.Time.Before(first)) {
+				first = st.StartedTime.Time
+			}
+		}
+	}
+	if first.IsZero() {
+		return first
+	}
+	return first.Add(time.Hour)
+}
+
+// EvictionsPaused says why the policy's plans may evict no pod now ("" when they may): its
+// maxDisruptiveStepsPerHour is spent by the steps its plans started in the last hour, or
+// promised to the evicting steps of approved plans that have not started yet.
+func EvictionsPaused(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan, now time.Time) string {
+	if DisruptiveStepsLeft(policy, plans, now) > 0 {
 		return ""
 	}
-	return fmt.Sprintf("the policy's maxDisruptiveStepsPerHour (%d) is spent: %d node step(s) evicted pods in the last hour",
-		bound, spent)
+	return fmt.Sprintf("the policy's maxDisruptiveStepsPerHour (%d) is spent: %d node step(s) evicted pods in the last hour, "+
+		"and approved plans hold the rest", HourlyBound(policy), DisruptiveStepsSince(plans, now.Add(-time.Hour)))
 }
 
 // failureMemory is how far back a node's failed steps count towards its backoff.

@@ -104,3 +104,48 @@ func TestInHistoryKeepsWhatTheBoundsRead(t *testing.T) {
 		t.Error("a failure older than a day is still kept")
 	}
 }
+
+// What is left of the hour counts the steps started in the last hour and the evicting steps
+// approved plans have yet to start, so that two plans cannot both spend the same step.
+func TestDisruptiveStepsLeftCountsStartedAndPromisedSteps(t *testing.T) {
+	policy := &v1alpha1.GPUPoolPolicy{}
+	policy.Spec.Disruption.MaxDisruptiveStepsPerHour = ptr.To(int32(4))
+	evicting := func(nodes ...string) []v1alpha1.NodeStep {
+		var steps []v1alpha1.NodeStep
+		for _, n := range nodes {
+			steps = append(steps, v1alpha1.NodeStep{Node: n, Disruptive: true,
+				Evictions: []v1alpha1.Eviction{{PodReference: v1alpha1.PodReference{Namespace: "a", Name: n}}}})
+		}
+		return steps
+	}
+	approved := v1alpha1.RepartitionPlan{Spec: v1alpha1.RepartitionPlanSpec{Steps: evicting("p", "q")},
+		Status: v1alpha1.RepartitionPlanStatus{Phase: v1alpha1.PlanExecuting,
+			Nodes: []v1alpha1.NodeStepStatus{{Node: "p", State: v1alpha1.NodeDraining, StartedTime: &metav1.Time{Time: t0.Add(-time.Minute)}}}}}
+	waiting := v1alpha1.RepartitionPlan{Spec: v1alpha1.RepartitionPlanSpec{Steps: evicting("x", "y")},
+		Status: v1alpha1.RepartitionPlanStatus{Phase: v1alpha1.PlanAwaitingApproval}}
+	cases := []struct {
+		name  string
+		plans []v1alpha1.RepartitionPlan
+		want  int
+	}{
+		{name: "nothing spent", want: 4},
+		{name: "a step an hour and a half ago no longer counts", plans: []v1alpha1.RepartitionPlan{failedPlan("a", t0.Add(-90*time.Minute))}, want: 4},
+		{name: "a step 10 minutes ago counts", plans: []v1alpha1.RepartitionPlan{failedPlan("a", t0.Add(-10*time.Minute))}, want: 3},
+		{name: "an executing plan's started and promised steps count", plans: []v1alpha1.RepartitionPlan{approved}, want: 2},
+		{name: "a plan awaiting approval promises nothing", plans: []v1alpha1.RepartitionPlan{waiting}, want: 4},
+		{name: "never below zero", plans: []v1alpha1.RepartitionPlan{approved, failedPlan("a", t0), failedPlan("b", t0), failedPlan("c", t0)}, want: 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := DisruptiveStepsLeft(policy, tc.plans, t0); got != tc.want {
+				t.Errorf("left %d, want %d", got, tc.want)
+			}
+			if paused := EvictionsPaused(policy, tc.plans, t0) != ""; paused != (tc.want == 0) {
+				t.Errorf("EvictionsPaused=%t with %d left", paused, tc.want)
+			}
+		})
+	}
+	if got := HourlyCapFreed([]v1alpha1.RepartitionPlan{failedPlan("a", t0.Add(-10*time.Minute)), failedPlan("b", t0.Add(-5*time.Minute))}, t0); !got.Equal(t0.Add(-11 * time.Minute).Add(time.Hour)) {
+		t.Errorf("HourlyCapFreed %s, want the oldest counted step's start plus an hour", got)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
@@ -150,7 +151,8 @@ func NewPass(policy *v1alpha1.GPUPoolPolicy, c *Cluster, now time.Time, opts Opt
 func (p *Pass) Input() planner.Input {
 	return planner.Input{Snapshot: p.Snapshot, Pending: p.Pending, Policy: p.Policy, Frozen: p.Frozen,
 		InFlightDisrupting: p.InFlight.Disrupting, InFlightReconfiguring: p.InFlight.Reconfiguring,
-		EvictionsPaused: EvictionsPaused(p.Policy, p.Own, p.Now), Now: p.Now}
+		EvictionsPaused: EvictionsPaused(p.Policy, p.Own, p.Now), DisruptiveStepsLeft: ptr.To(DisruptiveStepsLeft(p.Policy, p.Own, p.Now)),
+		Now: p.Now}
 }
 
 // DurationOr is the duration, or def when it is unset. Zero is a value, not "unset":

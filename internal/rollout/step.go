@@ -392,6 +392,10 @@ func fail(cur v1alpha1.NodeStepStatus, now time.Time, msg string, actions []Acti
 // (maxReconfiguringNodes).
 type Budgets struct {
 	Disrupting, Reconfiguring int
+	// HourlyCapped, when true, lets at most HourlyLeft more steps that evict pods start: what
+	// is left of the policy's maxDisruptiveStepsPerHour, checked before each disruptive step.
+	HourlyCapped bool
+	HourlyLeft   int
 }
 
 // Stopped reports whether no node of either kind may start.
@@ -447,15 +451,17 @@ func Progress(steps []v1alpha1.NodeStep, status []v1alpha1.NodeStepStatus, budge
 	case failed > 0:
 		return nil, waiting, v1alpha1.PlanExecuting, progress
 	}
+	startedDisrupting := 0
 	for _, s := range pending {
 		if slices.ContainsFunc(waiting, func(w v1alpha1.NodeWait) bool { return w.Node == s.Node }) {
 			continue
 		}
 		if s.Disruptive {
-			if activeDisrupting >= budgets.Disrupting {
+			if activeDisrupting >= budgets.Disrupting || (budgets.HourlyCapped && startedDisrupting >= budgets.HourlyLeft) {
 				continue
 			}
 			activeDisrupting++
+			startedDisrupting++
 		} else {
 			if activeReconfiguring >= budgets.Reconfiguring {
 				continue

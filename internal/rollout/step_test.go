@@ -553,3 +553,33 @@ func TestVerifiedLayoutWaitsForTheDRADriver(t *testing.T) {
 	res = rollout.Step(planName, nodeStep, at(v1alpha1.NodeVerifying, false), obs, timeouts, t0.Add(time.Second))
 	g.Expect(res.Status.State).To(Equal(v1alpha1.NodeDone), "slices current; the device plugin's allocatable is not the DRA driver's business")
 }
+
+// TestProgressHourlyCap: what is left of maxDisruptiveStepsPerHour bounds how many evicting
+// steps start, checked before each, while re-carves of idle GPUs are not counted.
+func TestProgressHourlyCap(t *testing.T) {
+	steps := []v1alpha1.NodeStep{{Node: "a", Disruptive: true}, {Node: "b", Disruptive: true}, {Node: "idle"}}
+	cases := []struct {
+		name  string
+		left  int
+		start []string
+		phase v1alpha1.PlanPhase
+	}{
+		{name: "room for both", left: 2, start: []string{"a", "b", "idle"}, phase: v1alpha1.PlanExecuting},
+		{name: "one left starts one evicting step", left: 1, start: []string{"a", "idle"}, phase: v1alpha1.PlanExecuting},
+		{name: "none left: only the idle re-carve starts", left: 0, start: []string{"idle"}, phase: v1alpha1.PlanExecuting},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			start, _, phase, _ := rollout.Progress(steps, nil,
+				rollout.Budgets{Disrupting: 3, Reconfiguring: 3, HourlyCapped: true, HourlyLeft: tc.left})
+			g.Expect(start).To(Equal(tc.start))
+			g.Expect(phase).To(Equal(tc.phase))
+		})
+	}
+	g := NewWithT(t)
+	done := []v1alpha1.NodeStepStatus{{Node: "idle", State: v1alpha1.NodeDone}}
+	start, _, phase, _ := rollout.Progress(steps, done, rollout.Budgets{Disrupting: 3, Reconfiguring: 3, HourlyCapped: true})
+	g.Expect(start).To(BeEmpty())
+	g.Expect(phase).To(Equal(v1alpha1.PlanFailed), "Progress stops it; the controller turns a cap-only stop into a wait")
+}
