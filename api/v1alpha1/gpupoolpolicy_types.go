@@ -196,7 +196,8 @@ type DisruptionPolicy struct {
 	// +optional
 	MaxDisruptiveStepsPerHour *int32 `json:"maxDisruptiveStepsPerHour,omitempty"`
 
-	// EvictEmptyDir allows evicting pods with emptyDir volumes (their data is lost).
+	// EvictEmptyDir allows evicting pods with emptyDir volumes or generic ephemeral volumes
+	// (spec.volumes[].ephemeral, whose claim is deleted with the pod): their data is lost.
 	// +optional
 	EvictEmptyDir bool `json:"evictEmptyDir,omitempty"`
 

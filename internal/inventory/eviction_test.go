@@ -78,6 +78,19 @@ func TestEvictionBlockers(t *testing.T) {
 		pod:  []fixture.PodOption{withVolume("scratch", emptyDir())},
 		opts: inventory.Options{EvictEmptyDir: true},
 	}, {
+		// Its claim is owned by the pod and deleted with it: the data is lost as an emptyDir's.
+		name:    "generic ephemeral volume with evictEmptyDir false",
+		pod:     []fixture.PodOption{withVolume("config", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}), withVolume("cache", ephemeral())},
+		blocker: `uses generic ephemeral volume "cache", whose PersistentVolumeClaim is deleted with the pod, so eviction would lose its data (policy evictEmptyDir is false)`,
+	}, {
+		name:    "emptyDir is reported before a generic ephemeral volume",
+		pod:     []fixture.PodOption{withVolume("cache", ephemeral()), withVolume("scratch", emptyDir())},
+		blocker: scratch,
+	}, {
+		name: "generic ephemeral volume with evictEmptyDir true",
+		pod:  []fixture.PodOption{withVolume("cache", ephemeral())},
+		opts: inventory.Options{EvictEmptyDir: true},
+	}, {
 		name: "volumes other than emptyDir do not block",
 		pod: []fixture.PodOption{
 			withVolume("config", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}),

@@ -138,6 +138,12 @@ func emptyDir() corev1.VolumeSource {
 	return corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
 }
 
+// ephemeral is a generic ephemeral volume source: a PersistentVolumeClaim made for the pod.
+func ephemeral() corev1.VolumeSource {
+	return corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}}}}
+}
+
 // pdbOpt changes one thing of a PodDisruptionBudget.
 type pdbOpt func(*policyv1.PodDisruptionBudget)
 

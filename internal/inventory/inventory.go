@@ -599,7 +599,8 @@ func addTo(sum, add corev1.ResourceList) {
 
 // EvictionRules are a policy's choices about which pods may be evicted at all.
 type EvictionRules struct {
-	// EvictEmptyDir allows evicting pods with emptyDir volumes (their data is lost).
+	// EvictEmptyDir allows evicting pods with emptyDir or generic ephemeral volumes (their data
+	// is lost).
 	EvictEmptyDir bool
 	// EvictUnmanaged allows evicting pods that no controller recreates (they are lost).
 	EvictUnmanaged bool
@@ -623,6 +624,12 @@ func SafetyBlocker(p *podrecord.Record, rules EvictionRules) string {
 		return "not managed by a controller, so nothing would recreate it (policy evictUnmanaged is false)"
 	case p.EmptyDirVolume != "" && !rules.EvictEmptyDir:
 		return fmt.Sprintf("uses emptyDir volume %q whose data eviction would lose (policy evictEmptyDir is false)", p.EmptyDirVolume)
+	case p.EphemeralVolume != "" && !rules.EvictEmptyDir:
+		// kubectl drain checks emptyDir only (k8s.io/kubectl pkg/drain/filters.go
+		// hasLocalStorage), but a generic ephemeral volume's claim is deleted with its pod
+		// (podrecord.Record.EphemeralVolume): the data is as lost as an emptyDir's.
+		return fmt.Sprintf("uses generic ephemeral volume %q, whose PersistentVolumeClaim is deleted with the pod, so eviction "+
+			"would lose its data (policy evictEmptyDir is false)", p.EphemeralVolume)
 	}
 	return ""
 }

@@ -53,6 +53,12 @@ type Record struct {
 	// EmptyDirVolume names the pod's first emptyDir volume, whose data eviction would lose;
 	// "" when it has none.
 	EmptyDirVolume string
+	// EphemeralVolume names the pod's first generic ephemeral volume (spec.volumes[].ephemeral);
+	// "" when it has none. Its PersistentVolumeClaim is created for the pod and owned by it, so
+	// the garbage collector deletes it with the pod and a replacement starts on a new, empty
+	// claim (kubernetes pkg/controller/volume/ephemeral/controller.go): eviction loses its data
+	// as it loses an emptyDir's.
+	EphemeralVolume string
 	// Unbound is the pod itself, slimmed, while it is not bound to a node and may ask for GPUs
 	// (through the device plugin or through ResourceClaims): pending demand reads its
 	// containers, conditions, scheduling gates and claims. nil once bound.
@@ -101,9 +107,11 @@ func New(p *corev1.Pod, shared *Interner) *Record {
 	}
 	_, r.Mirror = p.Annotations[corev1.MirrorPodAnnotationKey]
 	for _, v := range p.Spec.Volumes {
-		if v.EmptyDir != nil {
+		if v.EmptyDir != nil && r.EmptyDirVolume == "" {
 			r.EmptyDirVolume = v.Name
-			break
+		}
+		if v.Ephemeral != nil && r.EphemeralVolume == "" {
+			r.EphemeralVolume = v.Name
 		}
 	}
 	if p.Spec.NodeName == "" && (demand.MentionsGPU(p) || len(p.Spec.ResourceClaims) > 0) {
