@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -59,7 +61,8 @@ type SharingConfig struct {
 // PoolSelector selects a pool's nodes by their labels. It has the shape and meaning of a
 // Kubernetes label selector (metav1.LabelSelector), with bounds and rules the API server
 // checks when the policy is written, so that a selector the controller cannot parse, or one
-// that selects every node, is never stored.
+// that selects every node, is never stored: it must hold at least one requirement that only
+// some nodes meet (NarrowsPool).
 type PoolSelector struct {
 	// MatchLabels selects nodes that carry every one of these labels.
 	// +kubebuilder:validation:MaxProperties=32
@@ -108,4 +111,41 @@ func (s PoolSelector) LabelSelector() *metav1.LabelSelector {
 // stored before they existed); callers report it on the policy rather than skip it silently.
 func (s PoolSelector) AsSelector() (labels.Selector, error) {
 	return metav1.LabelSelectorAsSelector(s.LabelSelector())
+}
+
+// EveryNodeLabels are the labels the kubelet puts on every node it registers (kubernetes
+// pkg/kubelet/kubelet_node_status.go, initialNode; the beta spellings on older kubelets): the
+// operating system and architecture, and the hostname.
+var EveryNodeLabels = []string{"kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch",
+	"beta.kubernetes.io/os", "beta.kubernetes.io/arch"}
+
+// NarrowsPool reports whether the selector holds a requirement that only some nodes meet: a
+// matchLabels entry, an In expression or an Exists expression. NotIn and DoesNotExist alone
+// match every node that lacks a label, which on most clusters is every node; so do an
+// operating system or architecture (one per cluster, as often as not), and Exists on any label
+// the kubelet sets on every node. A hostname with a value names nodes, so it narrows. The
+// CRD's rule on GPUPoolPolicySpec is the same, for the API server.
+func (s PoolSelector) NarrowsPool() bool {
+	everyNode := func(key string, exists bool) bool {
+		i := slices.Index(EveryNodeLabels, key)
+		return i > 0 || (i == 0 && exists)
+	}
+	for k := range s.MatchLabels {
+		if !everyNode(k, false) {
+			return true
+		}
+	}
+	for _, e := range s.MatchExpressions {
+		switch e.Operator {
+		case metav1.LabelSelectorOpIn:
+			if !everyNode(e.Key, false) {
+				return true
+			}
+		case metav1.LabelSelectorOpExists:
+			if !everyNode(e.Key, true) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -21,7 +21,7 @@ const (
 )
 
 // GPUPoolPolicySpec is the user's intent for one pool of GPU nodes.
-// +kubebuilder:validation:XValidation:rule="(has(self.nodeSelector.matchLabels) && size(self.nodeSelector.matchLabels) > 0) || (has(self.nodeSelector.matchExpressions) && size(self.nodeSelector.matchExpressions) > 0)",message="nodeSelector must select something: an empty selector (no matchLabels, matchLabels: {} or matchExpressions: []) would put every node of the cluster in the pool",fieldPath=".nodeSelector"
+// +kubebuilder:validation:XValidation:rule="(has(self.nodeSelector.matchLabels) && self.nodeSelector.matchLabels.exists(k, !(k in ['kubernetes.io/os', 'kubernetes.io/arch', 'beta.kubernetes.io/os', 'beta.kubernetes.io/arch']))) || (has(self.nodeSelector.matchExpressions) && self.nodeSelector.matchExpressions.exists(e, (e.operator == 'In' && !(e.key in ['kubernetes.io/os', 'kubernetes.io/arch', 'beta.kubernetes.io/os', 'beta.kubernetes.io/arch'])) || (e.operator == 'Exists' && !(e.key in ['kubernetes.io/hostname', 'kubernetes.io/os', 'kubernetes.io/arch', 'beta.kubernetes.io/os', 'beta.kubernetes.io/arch']))))",message="nodeSelector must select something: give it a matchLabels entry, or an In or Exists expression, on a label only the pool's nodes carry; an empty selector, one of only NotIn and DoesNotExist expressions, or one naming only the operating system or architecture (or Exists on a label the kubelet sets on every node) would put every node of the cluster in the pool",fieldPath=".nodeSelector"
 type GPUPoolPolicySpec struct {
 	// NodeSelector selects the nodes of the pool. Two policies selecting one node is a conflict:
 	// both report Conflict and neither touches that node.

@@ -90,10 +90,32 @@ var _ = Describe("GPUPoolPolicy validation", func() {
 		Expect(got.Spec.Planning.StabilizationWindow.Duration.String()).To(Equal("2m0s"))
 	})
 
+	DescribeTable("accepts a selector with a requirement only some nodes meet",
+		func(sel v1.PoolSelector) {
+			p := validPolicy("narrow")
+			p.Spec.NodeSelector = sel
+			Expect(p.Spec.NodeSelector.NarrowsPool()).To(BeTrue(), "the Go rule and the CRD's disagree")
+			Expect(env.Client.Create(context.Background(), p)).To(Succeed())
+			Expect(env.Client.Delete(context.Background(), p)).To(Succeed())
+		},
+		Entry("Exists on a pool label", v1.PoolSelector{MatchExpressions: []v1.PoolSelectorRequirement{{Key: "gpupool.io/pool", Operator: "Exists"}}}),
+		Entry("In on a pool label, beside DoesNotExist", v1.PoolSelector{MatchExpressions: []v1.PoolSelectorRequirement{
+			{Key: "drain", Operator: "DoesNotExist"}, {Key: "pool", Operator: "In", Values: []string{"a", "b"}}}}),
+		Entry("named hosts", v1.PoolSelector{MatchExpressions: []v1.PoolSelectorRequirement{
+			{Key: "kubernetes.io/hostname", Operator: "In", Values: []string{"gpu-1", "gpu-2"}}}}),
+		Entry("one host by matchLabels, beside the operating system", v1.PoolSelector{MatchLabels: map[string]string{
+			"kubernetes.io/hostname": "gpu-1", "kubernetes.io/os": "linux"}}),
+		Entry("GPU nodes, beside the architecture", v1.PoolSelector{MatchLabels: map[string]string{
+			"nvidia.com/gpu.present": "true", "kubernetes.io/arch": "amd64"}}),
+	)
+
 	DescribeTable("rejects an invalid policy with a message naming the field",
 		func(mutate func(*v1.GPUPoolPolicy), field, message string) {
 			p := validPolicy("invalid")
 			mutate(p)
+			if message == "must select something" {
+				Expect(p.Spec.NodeSelector.NarrowsPool()).To(BeFalse(), "the Go rule and the CRD's disagree")
+			}
 			expectInvalid(p, field, message)
 		},
 		Entry("unknown approval mode", func(p *v1.GPUPoolPolicy) {
@@ -154,6 +176,20 @@ var _ = Describe("GPUPoolPolicy validation", func() {
 		}, "spec.nodeSelector", "must select something"),
 		Entry("matchExpressions: [] that would take every node", func(p *v1.GPUPoolPolicy) {
 			p.Spec.NodeSelector = v1.PoolSelector{MatchExpressions: []v1.PoolSelectorRequirement{}}
+		}, "spec.nodeSelector", "must select something"),
+		Entry("only DoesNotExist, which every node without the label meets", func(p *v1.GPUPoolPolicy) {
+			p.Spec.NodeSelector = v1.PoolSelector{MatchExpressions: []v1.PoolSelectorRequirement{{Key: "gpupool.io/excluded", Operator: "DoesNotExist"}}}
+		}, "spec.nodeSelector", "must select something"),
+		Entry("only NotIn, which every node without the label meets", func(p *v1.GPUPoolPolicy) {
+			p.Spec.NodeSelector = v1.PoolSelector{MatchExpressions: []v1.PoolSelectorRequirement{
+				{Key: "pool", Operator: "NotIn", Values: []string{"cpu"}}, {Key: "drain", Operator: "DoesNotExist"}}}
+		}, "spec.nodeSelector", "must select something"),
+		Entry("only the operating system, which every node has", func(p *v1.GPUPoolPolicy) {
+			p.Spec.NodeSelector = v1.PoolSelector{MatchLabels: map[string]string{"kubernetes.io/os": "linux"},
+				MatchExpressions: []v1.PoolSelectorRequirement{{Key: "kubernetes.io/arch", Operator: "In", Values: []string{"amd64", "arm64"}}}}
+		}, "spec.nodeSelector", "must select something"),
+		Entry("only Exists on the hostname, which the kubelet sets on every node", func(p *v1.GPUPoolPolicy) {
+			p.Spec.NodeSelector = v1.PoolSelector{MatchExpressions: []v1.PoolSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: "Exists"}}}
 		}, "spec.nodeSelector", "must select something"),
 		Entry("selector operator Kubernetes does not have", func(p *v1.GPUPoolPolicy) {
 			p.Spec.NodeSelector = v1.PoolSelector{MatchExpressions: []v1.PoolSelectorRequirement{{Key: "pool", Operator: "Gt", Values: []string{"1"}}}}

@@ -38,6 +38,13 @@ func Problems(spec *v1alpha1.GPUPoolPolicySpec) []Problem {
 	} else if sel.Empty() {
 		out = append(out, Problem{Field: "spec.nodeSelector", Blocking: true,
 			Message: "selects every node of the cluster: name the pool's nodes with matchLabels or matchExpressions"})
+	} else if !spec.NodeSelector.NarrowsPool() {
+		// The API server's rule refuses it since it was written; a policy stored before is
+		// reported, never planned.
+		out = append(out, Problem{Field: "spec.nodeSelector", Blocking: true,
+			Message: "may select every node of the cluster (only NotIn, DoesNotExist, the operating system or architecture, " +
+				"or Exists on a label the kubelet sets on every node): add a matchLabels entry, or an In or Exists expression, " +
+				"on a label only the pool's nodes carry"})
 	}
 	for _, d := range spec.Durations() {
 		if d.Value != nil && (d.Value.Duration < d.Min || d.Value.Duration > d.Max) {

@@ -28,6 +28,12 @@ func TestProblems(t *testing.T) {
 		{name: "a selector that selects every node", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
 			s.NodeSelector = v1alpha1.PoolSelector{MatchLabels: map[string]string{}}
 		}, field: "spec.nodeSelector", message: "selects every node", blocking: true},
+		{name: "a selector of only DoesNotExist, stored before the API's rule", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.NodeSelector = v1alpha1.PoolSelector{MatchExpressions: []v1alpha1.PoolSelectorRequirement{{Key: "gpupool.io/off", Operator: "DoesNotExist"}}}
+		}, field: "spec.nodeSelector", message: "may select every node", blocking: true},
+		{name: "a selector of only the operating system, stored before the API's rule", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.NodeSelector = v1alpha1.PoolSelector{MatchLabels: map[string]string{"kubernetes.io/os": "linux"}}
+		}, field: "spec.nodeSelector", message: "may select every node", blocking: true},
 		{name: "a selector that does not parse", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
 			s.NodeSelector = v1alpha1.PoolSelector{MatchExpressions: []v1alpha1.PoolSelectorRequirement{{Key: "pool", Operator: "Gt"}}}
 		}, field: "spec.nodeSelector", message: "cannot be parsed", blocking: true},
