@@ -3,11 +3,13 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -19,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/metrics"
 	"github.com/gpupool/gpupool/internal/rollout"
 )
 
@@ -38,14 +41,34 @@ const annotationKeptCordoned = "gpupool.io/kept-cordoned"
 // someone uncordoned by hand would otherwise leave a node out of service, or an annotation that
 // lies, forever. It reconciles every annotated node when the manager starts (the informer's
 // initial list), and again whenever such a node or a plan changes.
+//
+// It goes by gpupool's cordon ledger (CordonLedgerConfigMap), which only the manager writes, not
+// by the node's annotation alone: an annotation naming a plan that the ledger does not back is
+// not gpupool's cordon, and the janitor never touches such a node. Nor does it reopen a node
+// that no policy selects any more.
 type CordonReconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads the ledger from the API server; the manager's when nil.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// Namespace holds the cordon ledger: gpupool's config namespace, as the plan controller's.
+	Namespace string
+	// Metrics receives gpupool_cordoned_nodes; nil records nothing.
+	Metrics *metrics.Metrics
+
+	mu sync.Mutex
+	// held is why each node gpupool holds cordoned is held, for gpupool_cordoned_nodes.
+	held map[string]string
 }
 
 // SetupWithManager watches nodes carrying gpupool's cordon annotation and the plans that
 // explain them.
 func (r *CordonReconciler) SetupWithManager(mgr manager.Manager) error {
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	r.held = map[string]string{}
+	r.Metrics.SetCordoned(nil)
 	annotated := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		_, ok := o.GetAnnotations()[v1alpha1.AnnotationCordonedBy]
 		return ok
@@ -58,6 +81,10 @@ func (r *CordonReconciler) SetupWithManager(mgr manager.Manager) error {
 		Watches(&v1alpha1.GPUNode{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
 		})).
+		// Every node the ledger names, so that a record whose cordon was never applied (a
+		// crash between the two writes) is dropped, and a policy edit looks at pool membership.
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.nodesOfLedger)).
+		Watches(newPolicyObject(), handler.EnqueueRequestsFromMapFunc(r.nodesOfLedger)).
 		Named("cordon").
 		Complete(quietConflicts{r})
 }
@@ -78,39 +105,135 @@ func (r *CordonReconciler) nodesOfPlan(ctx context.Context, obj client.Object) [
 	return out
 }
 
+// nodesOfLedger maps the ledger (or any change that may change its verdicts) to the nodes it
+// names.
+func (r *CordonReconciler) nodesOfLedger(ctx context.Context, obj client.Object) []reconcile.Request {
+	if cm, ok := obj.(*corev1.ConfigMap); ok && (cm.Name != CordonLedgerConfigMap || cm.Namespace != r.Namespace) {
+		return nil
+	}
+	_, recs, err := r.ledger().read(ctx)
+	if err != nil {
+		logf.FromContext(ctx).Error(err, "reading gpupool's cordon ledger")
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(recs))
+	for node := range recs {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: node}})
+	}
+	return out
+}
+
+func (r *CordonReconciler) ledger() cordonLedger {
+	return cordonLedger{client: r.Client, reader: r.APIReader, namespace: r.Namespace}
+}
+
+// track records why node is held cordoned ("" when it is not) and updates the gauge.
+func (r *CordonReconciler) track(node, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if reason == "" {
+		delete(r.held, node)
+	} else {
+		r.held[node] = reason
+	}
+	counts := map[string]int{}
+	for _, why := range r.held {
+		counts[why]++
+	}
+	r.Metrics.SetCordoned(counts)
+}
+
+// inSomePool says whether any policy selects node now.
+func (r *CordonReconciler) inSomePool(ctx context.Context, node *corev1.Node) (bool, error) {
+	policies, _, err := listPolicies(ctx, r.Client)
+	if err != nil {
+		return false, err
+	}
+	for i := range policies {
+		sel, err := policies[i].Spec.NodeSelector.AsSelector()
+		if err == nil && !sel.Empty() && sel.Matches(labels.Set(node.Labels)) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // Reconcile resolves one annotated node that no live plan explains: uncordon it when gpupool
 // cordoned it, else only drop the annotations.
 func (r *CordonReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	node := &corev1.Node{}
-	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	res, reason, err := r.judge(ctx, req.Name)
+	if err == nil {
+		r.track(req.Name, reason)
 	}
-	owner, ok := node.Annotations[v1alpha1.AnnotationCordonedBy]
-	if !ok {
-		return reconcile.Result{}, nil
+	return res, err
+}
+
+// judge decides and acts for one node, and says why gpupool still holds it cordoned ("" when
+// it does not).
+func (r *CordonReconciler) judge(ctx context.Context, name string) (reconcile.Result, string, error) {
+	rec, err := r.ledger().get(ctx, name)
+	if err != nil {
+		return reconcile.Result{}, "", err
+	}
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
+		if apierrors.IsNotFound(err) && rec != nil {
+			return reconcile.Result{}, "", r.ledger().drop(ctx, name, rec.Plan)
+		}
+		return reconcile.Result{}, "", client.IgnoreNotFound(err)
+	}
+	if rec == nil {
+		// An annotation gpupool's ledger does not back: not gpupool's cordon (forged, or left by
+		// hand). gpupool neither reopens the node nor edits it.
+		return reconcile.Result{}, "", nil
 	}
 	plan := &v1alpha1.RepartitionPlan{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: owner}, plan); apierrors.IsNotFound(err) {
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: rec.Plan}, plan); apierrors.IsNotFound(err) {
 		plan = nil
 	} else if err != nil {
-		return reconcile.Result{}, fmt.Errorf("reading plan %s that cordoned node %s: %w", owner, node.Name, err)
+		return reconcile.Result{}, "", fmt.Errorf("reading plan %s that cordoned node %s: %w", rec.Plan, name, err)
+	}
+	if plan != nil && rec.PlanUID != "" && string(plan.UID) != rec.PlanUID {
+		plan = nil // a later plan of the same name
+	}
+	if rollout.StaleRecord(node, *rec, plan) {
+		return reconcile.Result{}, "", r.ledger().drop(ctx, name, rec.Plan)
+	}
+	if rollout.CordonedByPlan(node, rec) == "" {
+		// Written ahead of a cordon the plan's step has yet to apply.
+		return reconcile.Result{}, "", nil
 	}
 	gpuNode := &v1alpha1.GPUNode{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: node.Name}, gpuNode); apierrors.IsNotFound(err) {
 		gpuNode = nil
 	} else if err != nil {
-		return reconcile.Result{}, fmt.Errorf("reading GPUNode %s: %w", node.Name, err)
+		return reconcile.Result{}, "", fmt.Errorf("reading GPUNode %s: %w", node.Name, err)
 	}
-	d := rollout.JudgeCordon(node, owner, plan, gpuNode)
+	d := rollout.JudgeCordon(node, rec.Plan, plan, gpuNode)
 	switch d.Action {
+	case rollout.CordonHeld:
+		if plan.Status.Phase == v1alpha1.PlanFailed {
+			return reconcile.Result{}, metrics.CordonFailedStep, nil
+		}
+		return reconcile.Result{}, metrics.CordonExecuting, nil
 	case rollout.CordonWait:
-		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
+		return reconcile.Result{RequeueAfter: 30 * time.Second}, metrics.CordonMIGManagerBusy, nil
 	case rollout.CordonKeep:
-		return reconcile.Result{}, r.keep(ctx, node, d)
-	case rollout.CordonRelease:
-		return reconcile.Result{}, r.release(ctx, node, owner, d)
+		return reconcile.Result{}, metrics.CordonOrphaned, r.keep(ctx, node, d)
 	}
-	return reconcile.Result{}, nil
+	if d.Uncordon {
+		inPool, err := r.inSomePool(ctx, node)
+		if err != nil {
+			return reconcile.Result{}, "", err
+		}
+		if !inPool {
+			// gpupool reopens only nodes of its pools: one no policy selects is somebody else's.
+			d = rollout.CordonDecision{Action: rollout.CordonKeep, Gone: d.Gone,
+				Why: "no GPUPoolPolicy selects the node any more, so gpupool does not reopen it"}
+			return reconcile.Result{}, metrics.CordonOutsidePool, r.keep(ctx, node, d)
+		}
+	}
+	return reconcile.Result{}, "", r.release(ctx, node, rec, d)
 }
 
 // keep leaves the node cordoned and says once what to check; the node's next change brings it
@@ -130,10 +253,12 @@ func (r *CordonReconciler) keep(ctx context.Context, node *corev1.Node, d rollou
 	return nil
 }
 
-// release drops gpupool's annotations and, unless someone else had cordoned the node, uncordons it.
-func (r *CordonReconciler) release(ctx context.Context, node *corev1.Node, owner string, d rollout.CordonDecision) error {
-	patch := client.MergeFrom(node.DeepCopy())
-	if d.Uncordon {
+// release drops gpupool's annotations and record and, unless someone else had cordoned the
+// node, uncordons it, on the node version it judged.
+func (r *CordonReconciler) release(ctx context.Context, node *corev1.Node, rec *rollout.CordonRecord, d rollout.CordonDecision) error {
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	uncordon := d.Uncordon && rollout.MayUncordon(node, rec.Plan, rec)
+	if uncordon {
 		node.Spec.Unschedulable = false
 	}
 	delete(node.Annotations, v1alpha1.AnnotationCordonedBy)
@@ -142,11 +267,14 @@ func (r *CordonReconciler) release(ctx context.Context, node *corev1.Node, owner
 	if err := r.Client.Patch(ctx, node, patch); err != nil {
 		return fmt.Errorf("releasing gpupool's cordon on node %s: %w", node.Name, err)
 	}
+	if err := r.ledger().drop(ctx, node.Name, rec.Plan); err != nil {
+		return err
+	}
 	what := "dropped gpupool's annotation; the node stays as it is"
-	if d.Uncordon {
+	if uncordon {
 		what = "uncordoned the node"
 	}
-	logf.FromContext(ctx).Info("released an orphaned cordon", "node", node.Name, "plan", owner, "uncordoned", d.Uncordon)
+	logf.FromContext(ctx).Info("released an orphaned cordon", "node", node.Name, "plan", rec.Plan, "uncordoned", uncordon)
 	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, reasonCordonReleased, "Release", "%s: %s", d.Gone, what)
 	return nil
 }

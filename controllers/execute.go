@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
@@ -320,7 +321,13 @@ func (r *PlanReconciler) observe(ctx context.Context, plan string, policy *v1alp
 	}
 	obs.NodeExists = true
 	obs.Unschedulable = node.Spec.Unschedulable
-	obs.CordonedBy = node.Annotations[v1alpha1.AnnotationCordonedBy]
+	// The annotation counts only where gpupool's own ledger backs it: anyone who may patch
+	// nodes can write an annotation naming this plan.
+	rec, err := r.ledger().get(ctx, step.Node)
+	if err != nil {
+		return nil, obs, err
+	}
+	obs.CordonedBy = rollout.CordonedByPlan(node, rec)
 	obs.MIGConfig = node.Labels[v1alpha1.LabelMIGConfig]
 	obs.MIGState, _ = nvidia.MIGConfigState(node)
 	for _, e := range step.Evictions {
@@ -362,7 +369,7 @@ func (r *PlanReconciler) observe(ctx context.Context, plan string, policy *v1alp
 		obs.Verified, obs.VerifyMessage = c.Status, c.Message
 	}
 	cm := &corev1.ConfigMap{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: MIGPartedConfigMap}, cm)
+	err = r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: MIGPartedConfigMap}, cm)
 	switch {
 	case err == nil:
 		obs.ConfigWritten = nvidia.HasEntry([]byte(cm.Data[nvidia.ConfigMapKey]), step.MIGConfigName)
@@ -566,22 +573,22 @@ func (r *PlanReconciler) act(ctx context.Context, plan *v1alpha1.RepartitionPlan
 }
 
 // editNode cordons, relabels or reopens a node. Uncordoning only ever undoes gpupool's own
-// cordon: a node someone else cordoned keeps spec.unschedulable.
+// cordon, as the cordon ledger records it: a node someone else cordoned keeps
+// spec.unschedulable. Cordon and uncordon are applied to the node version they were judged on
+// (optimistic concurrency), so a concurrent cordon by someone else is never recorded as ours.
 func (r *PlanReconciler) editNode(ctx context.Context, plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep, action rollout.Action) error {
+	switch action {
+	case rollout.ActionCordon:
+		return r.cordon(ctx, plan, step.Node)
+	case rollout.ActionUncordon, rollout.ActionReleaseCordon:
+		return r.uncordon(ctx, plan.Name, step.Node, action == rollout.ActionUncordon)
+	}
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, node); err != nil {
 		return err
 	}
 	patch := client.MergeFrom(node.DeepCopy())
 	switch action {
-	case rollout.ActionCordon:
-		if node.Spec.Unschedulable && node.Annotations[v1alpha1.AnnotationCordonedBy] != plan.Name {
-			// Remembered on the node too, so that the cordon janitor keeps someone else's
-			// cordon even when this plan is deleted.
-			metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1alpha1.AnnotationWasUnschedulable, "true")
-		}
-		node.Spec.Unschedulable = true
-		metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1alpha1.AnnotationCordonedBy, plan.Name)
 	case rollout.ActionRelabel:
 		nvidia.RequestMIGConfig(node, step.MIGConfigName)
 	case rollout.ActionRelabelSharing:
@@ -589,17 +596,74 @@ func (r *PlanReconciler) editNode(ctx context.Context, plan *v1alpha1.Repartitio
 			node.Labels = map[string]string{}
 		}
 		node.Labels[v1alpha1.LabelDevicePluginConfig] = step.SharingConfigName
-	case rollout.ActionUncordon, rollout.ActionReleaseCordon:
-		if node.Annotations[v1alpha1.AnnotationCordonedBy] != plan.Name {
-			return nil
-		}
-		if action == rollout.ActionUncordon {
-			node.Spec.Unschedulable = false
-		}
-		delete(node.Annotations, v1alpha1.AnnotationCordonedBy)
-		delete(node.Annotations, v1alpha1.AnnotationWasUnschedulable)
 	}
 	return r.Client.Patch(ctx, node, patch)
+}
+
+// ledger is the cordon ledger in gpupool's config namespace.
+func (r *PlanReconciler) ledger() cordonLedger {
+	return cordonLedger{client: r.Client, reader: r.APIReader, namespace: r.Namespace}
+}
+
+// cordon records the plan's cordon in the ledger, then cordons the node version it judged.
+func (r *PlanReconciler) cordon(ctx context.Context, plan *v1alpha1.RepartitionPlan, name string) error {
+	node := &corev1.Node{}
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
+		return err
+	}
+	rec, err := r.ledger().get(ctx, name)
+	if err != nil {
+		return err
+	}
+	intent := rollout.CordonIntent(node, plan.Name, string(plan.UID), rec)
+	if err := r.ledger().put(ctx, name, intent); err != nil {
+		return err
+	}
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if intent.WasUnschedulable {
+		// Said on the node too, for people: the ledger is what gpupool goes by.
+		metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1alpha1.AnnotationWasUnschedulable, "true")
+	}
+	node.Spec.Unschedulable = true
+	metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1alpha1.AnnotationCordonedBy, plan.Name)
+	if err := r.Client.Patch(ctx, node, patch); err != nil {
+		return fmt.Errorf("cordoning node %s: %w", name, err)
+	}
+	return nil
+}
+
+// uncordon gives a node back after the plan's step: it drops gpupool's annotations and, when
+// reopen is set and the ledger shows the plan's own cordon (nobody else's before it), clears
+// spec.unschedulable; then it removes the ledger's record. A cordon the ledger does not back
+// is not gpupool's, and is left as it is.
+func (r *PlanReconciler) uncordon(ctx context.Context, plan, name string, reopen bool) error {
+	node := &corev1.Node{}
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return r.ledger().drop(ctx, name, plan)
+		}
+		return err
+	}
+	rec, err := r.ledger().get(ctx, name)
+	if err != nil {
+		return err
+	}
+	if rollout.CordonedByPlan(node, rec) != plan {
+		if node.Annotations[v1alpha1.AnnotationCordonedBy] == plan {
+			logf.FromContext(ctx).Info("left a cordon gpupool's ledger does not record alone", "node", name, "plan", plan)
+		}
+		return r.ledger().drop(ctx, name, plan)
+	}
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if reopen && rollout.MayUncordon(node, plan, rec) {
+		node.Spec.Unschedulable = false
+	}
+	delete(node.Annotations, v1alpha1.AnnotationCordonedBy)
+	delete(node.Annotations, v1alpha1.AnnotationWasUnschedulable)
+	if err := r.Client.Patch(ctx, node, patch); err != nil {
+		return fmt.Errorf("giving node %s back: %w", name, err)
+	}
+	return r.ledger().drop(ctx, name, plan)
 }
 
 // writeConfig adds the step's immutable entry to gpupool's mig-parted ConfigMap, keeping every

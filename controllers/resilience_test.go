@@ -19,7 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/controllers"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/rollout"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
 
@@ -396,7 +398,7 @@ func TestOrphanedCordonsAreReleasedOnStart(t *testing.T) {
 	ctx := context.Background()
 	env := startEnv(t)
 	clock := clocktesting.NewFakeClock(time.Now())
-	for _, n := range []string{"ours", "theirs", "failed", "busy"} {
+	for _, n := range []string{"ours", "theirs", "failed", "busy", "forged", "left-pool"} {
 		gpuNode(t, env, n, 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
 	}
 	autoPolicy(t, env)
@@ -417,6 +419,10 @@ func TestOrphanedCordonsAreReleasedOnStart(t *testing.T) {
 		}
 		g.Expect(env.Client.Patch(ctx, node, patch)).To(Succeed())
 	}
+	// What a manager that cordoned these nodes and stopped left in its ledger.
+	ledger := map[string]rollout.CordonRecord{"ours": {Plan: "pool-a-gone"}, "theirs": {Plan: "pool-a-gone", WasUnschedulable: true},
+		"failed": {Plan: failed.Name, PlanUID: string(failed.UID)}, "busy": {Plan: "pool-a-gone"}, "left-pool": {Plan: "pool-a-gone"}}
+	writeLedger(t, env, ledger)
 	cordon("ours", "pool-a-gone", nil)
 	cordon("theirs", "pool-a-gone", nil)
 	node := getNode(g, env, "theirs")
@@ -425,6 +431,11 @@ func TestOrphanedCordonsAreReleasedOnStart(t *testing.T) {
 	g.Expect(env.Client.Patch(ctx, node, patch)).To(Succeed())
 	cordon("failed", failed.Name, nil)
 	cordon("busy", "pool-a-gone", map[string]string{v1.LabelMIGConfigState: "pending"})
+	// An admin's cordon with a forged annotation naming a plan that never existed: the ledger
+	// does not back it, so gpupool leaves the node as it is.
+	cordon("forged", "pool-a-never-existed", nil)
+	// gpupool's own cordon of a node that no policy selects any more: not reopened.
+	cordon("left-pool", "pool-a-gone", map[string]string{"pool": "elsewhere"})
 
 	startManager(t, env, clock, false)
 	g.Eventually(func(g Gomega) {
@@ -439,7 +450,12 @@ func TestOrphanedCordonsAreReleasedOnStart(t *testing.T) {
 	g.Consistently(func(g Gomega) {
 		g.Expect(getNode(g, env, "failed").Spec.Unschedulable).To(BeTrue(), "a failed plan's deliberate cordon stays")
 		g.Expect(getNode(g, env, "busy").Spec.Unschedulable).To(BeTrue(), "mig-manager is still at work")
+		forged := getNode(g, env, "forged")
+		g.Expect(forged.Spec.Unschedulable).To(BeTrue(), "a cordon the ledger does not record is not gpupool's to undo")
+		g.Expect(forged.Annotations).To(HaveKeyWithValue(v1.AnnotationCordonedBy, "pool-a-never-existed"), "nor is the node edited")
+		g.Expect(getNode(g, env, "left-pool").Spec.Unschedulable).To(BeTrue(), "a node no policy selects is not reopened")
 	}).WithTimeout(2 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
+	g.Expect(nodeEvents(g, env, "left-pool")).To(ContainElement("OrphanedCordonKept"))
 
 	setMIGState(t, env, "busy", "success")
 	// The janitor looks again on its own timer (real time); a change to the node is quicker.
@@ -522,4 +538,21 @@ func TestDoNotDisruptPodIsNeverPlannedForEviction(t *testing.T) {
 	delete(keep.Annotations, v1.AnnotationDoNotDisrupt)
 	g.Expect(env.Client.Patch(ctx, keep, patch)).To(Succeed())
 	g.Eventually(evictsKeep).WithTimeout(30*time.Second).Should(BeTrue(), "control: without the annotation it would be evicted")
+}
+
+// writeLedger writes gpupool's cordon ledger as a manager would have left it.
+func writeLedger(t *testing.T, env *testenv.Env, recs map[string]rollout.CordonRecord) {
+	t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: controllers.CordonLedgerConfigMap},
+		Data: map[string]string{}}
+	for node, rec := range recs {
+		v, err := rollout.EncodeRecord(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm.Data[node] = v
+	}
+	if err := env.Client.Create(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -85,7 +85,7 @@ func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock,
 	}
 	g.Expect((&controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder,
 		Namespace: "default", ConfigPropagation: time.Millisecond, Metrics: m}).SetupWithManager(mgr)).To(Succeed())
-	g.Expect((&controllers.CordonReconciler{Client: mgr.GetClient(), Recorder: recorder}).SetupWithManager(mgr)).To(Succeed())
+	g.Expect((&controllers.CordonReconciler{Client: mgr.GetClient(), Recorder: recorder, Namespace: "default", Metrics: m}).SetupWithManager(mgr)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()

@@ -241,7 +241,8 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 	if err := plans.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the plan controller: %w", err)
 	}
-	cordons := &controllers.CordonReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("gpupool-cordon-controller")}
+	cordons := &controllers.CordonReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("gpupool-cordon-controller"),
+		Namespace: configNamespace, Metrics: m}
 	if err := cordons.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the cordon controller: %w", err)
 	}

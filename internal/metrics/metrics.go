@@ -39,6 +39,7 @@ const (
 	ReconfigureSeconds       = "gpupool_reconfigure_seconds"
 	PolicyPasses             = "gpupool_policy_passes_total"
 	PolicyPassSeconds        = "gpupool_policy_pass_seconds"
+	CordonedNodes            = "gpupool_cordoned_nodes"
 )
 
 // Metrics holds gpupool's collectors. The zero value is not usable; a nil *Metrics records
@@ -60,6 +61,7 @@ type Metrics struct {
 	reconfigureSeconds *prometheus.HistogramVec
 	policyPasses       *prometheus.CounterVec
 	policyPassSeconds  *prometheus.HistogramVec
+	cordonedNodes      *prometheus.GaugeVec
 }
 
 // Series is one exported metric: its name and the labels its series carry (a histogram's
@@ -104,6 +106,7 @@ var (
 	policyOutcome     = []string{"policy", "outcome"}
 	policyResult      = []string{"policy", "result"}
 	policyPass        = []string{"policy", "pass"}
+	reasonOnly        = []string{"reason"}
 )
 
 func newCollectors() *Metrics {
@@ -163,13 +166,19 @@ func newCollectors() *Metrics {
 			// From a small pool (milliseconds) to thousands of nodes on a busy machine (seconds).
 			Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 10),
 		}, policyOnly),
+		cordonedNodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: CordonedNodes,
+			Help: "Nodes gpupool holds cordoned, by why: executing (a plan's step is under way), failed-step (a step failed " +
+				"and a GPU may be half-configured), orphaned (its plan is gone or ended and the GPUs are not shown whole), " +
+				"outside-pool (no policy selects the node any more), mig-manager-busy (mig-manager is still applying).",
+		}, reasonOnly),
 	}
 }
 
 func (m *Metrics) all() []prometheus.Collector {
 	return []prometheus.Collector{m.pendingPods, m.unservedPods, m.strandedSlices, m.feasibleNodes, m.eligibleNodes,
 		m.feasibleNodesRatio, m.unreportedNodes, m.policyTimeout, m.planPhase, m.planDuration, m.stepStarted,
-		m.stepState, m.evictions, m.reconfigureSeconds, m.policyPasses, m.policyPassSeconds}
+		m.stepState, m.evictions, m.reconfigureSeconds, m.policyPasses, m.policyPassSeconds, m.cordonedNodes}
 }
 
 // exported describes the collectors newCollectors makes; a test holds the two together.
@@ -190,6 +199,7 @@ var exported = []Series{
 	{ReconfigureSeconds, "histogram", policyResult},
 	{PolicyPasses, "counter", policyPass},
 	{PolicyPassSeconds, "histogram", policyOnly},
+	{CordonedNodes, "gauge", reasonOnly},
 }
 
 // PolicyObservation is what one pass of the policy controller saw of a pool.
@@ -342,4 +352,27 @@ func (m *Metrics) ObserveNodeStep(policy string, state v1alpha1.NodeStepState, t
 		return
 	}
 	m.reconfigureSeconds.WithLabelValues(policy, string(state)).Observe(took.Seconds())
+}
+
+// Reasons gpupool holds a node cordoned (the reason label of gpupool_cordoned_nodes).
+const (
+	CordonExecuting      = "executing"
+	CordonFailedStep     = "failed-step"
+	CordonOrphaned       = "orphaned"
+	CordonOutsidePool    = "outside-pool"
+	CordonMIGManagerBusy = "mig-manager-busy"
+)
+
+// CordonReasons lists every reason label, so that a reason with no node reads 0, not absent.
+var CordonReasons = []string{CordonExecuting, CordonFailedStep, CordonOrphaned, CordonOutsidePool, CordonMIGManagerBusy}
+
+// SetCordoned sets how many nodes gpupool holds cordoned for each reason; reasons absent from
+// counts read 0.
+func (m *Metrics) SetCordoned(counts map[string]int) {
+	if m == nil {
+		return
+	}
+	for _, r := range CordonReasons {
+		m.cordonedNodes.WithLabelValues(r).Set(float64(counts[r]))
+	}
 }

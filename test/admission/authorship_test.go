@@ -33,7 +33,7 @@ func startWithAdmission(t *testing.T) (*testenv.Env, func(user string) client.Cl
 	t.Cleanup(func() { _ = env.Stop() })
 	objs, err := testenv.KustomizationObjects(filepath.Join(env.RepoRoot, "config", "admission"))
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(objs).To(HaveLen(4), "two policies and their bindings")
+	g.Expect(objs).To(HaveLen(8), "four policies and their bindings")
 	for _, obj := range objs {
 		g.Expect(env.Client.Create(ctx, obj)).To(Succeed(), "creating %s %s", obj.GetKind(), obj.GetName())
 	}
@@ -170,4 +170,67 @@ func TestManagerMayChangeOnlyWhatAPlanNeedsOnANode(t *testing.T) {
 		delete(n.Labels, v1.LabelMIGConfigState)
 	})).To(Succeed(), "what a plan step does")
 	g.Expect(edit("mallory", taint)).To(Succeed(), "other users are left to RBAC")
+}
+
+// TestOnlyTheManagerRecordsCordons guards cordon provenance at the API: a user with every RBAC
+// right cannot write a gpupool.io/ annotation on a node (so cannot make gpupool take an
+// admin's cordon for its own), nor write or delete gpupool's cordon ledger; the manager may
+// flip spec.unschedulable only together with its cordon mark.
+func TestOnlyTheManagerRecordsCordons(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	env, as := startWithAdmission(t)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-1", Labels: map[string]string{"pool": "a"},
+		Annotations: map[string]string{"team.example.com/owner": "ml"}}}
+	g.Expect(env.Client.Create(ctx, node)).To(Succeed())
+	edit := func(user string, change func(*corev1.Node)) error {
+		got := &corev1.Node{}
+		if err := as(user).Get(ctx, client.ObjectKeyFromObject(node), got); err != nil {
+			return err
+		}
+		patch := client.MergeFrom(got.DeepCopy())
+		change(got)
+		return as(user).Patch(ctx, got, patch)
+	}
+	attempt := 0
+	forge := func(n *corev1.Node) {
+		// A new value each time: a try that slipped through before the policy was active must
+		// not make the next one a no-op.
+		attempt++
+		n.Spec.Unschedulable = true
+		n.Annotations[v1.AnnotationCordonedBy] = fmt.Sprintf("pool-a-20261201-never-%d", attempt)
+	}
+	g.Eventually(func() error { return edit("mallory", forge) }).WithTimeout(30 * time.Second).
+		Should(MatchError(ContainSubstring("mallory may not add, change or remove gpupool.io/ annotations on node gpu-node-1")))
+	g.Expect(edit(managerUser, func(n *corev1.Node) { delete(n.Annotations, v1.AnnotationCordonedBy) })).To(Succeed(),
+		"(undo what slipped through before the policy was active)")
+	g.Expect(edit("mallory", func(n *corev1.Node) { n.Spec.Unschedulable = false })).To(Succeed(), "a plain cordon is RBAC's business")
+	g.Expect(edit("mallory", func(n *corev1.Node) { n.Spec.Unschedulable = true })).To(Succeed())
+	g.Expect(edit("mallory", func(n *corev1.Node) { n.Annotations["team.example.com/owner"] = "me" })).To(Succeed())
+
+	g.Expect(edit(managerUser, func(n *corev1.Node) { n.Spec.Unschedulable = false })).To(MatchError(ContainSubstring(
+		"may cordon or uncordon only a node it marks")), "the manager never flips a cordon it does not mark")
+	g.Expect(edit(managerUser, func(n *corev1.Node) {
+		n.Annotations[v1.AnnotationCordonedBy] = "pool-a-20261201-0a1b2c3d"
+		n.Annotations[v1.AnnotationWasUnschedulable] = "true"
+	})).To(Succeed(), "the manager marks a node someone else cordoned")
+	g.Expect(edit("mallory", func(n *corev1.Node) { delete(n.Annotations, v1.AnnotationWasUnschedulable) })).To(MatchError(
+		ContainSubstring("may not add, change or remove gpupool.io/ annotations")), "nor may anyone erase that the cordon was theirs")
+	g.Expect(edit(managerUser, func(n *corev1.Node) {
+		delete(n.Annotations, v1.AnnotationCordonedBy)
+		delete(n.Annotations, v1.AnnotationWasUnschedulable)
+	})).To(Succeed(), "the manager drops its mark, leaving someone else's cordon")
+
+	ledger := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "gpupool-cordons"},
+		Data: map[string]string{"gpu-node-1": `{"plan":"pool-a-20261201-never"}`}}
+	g.Expect(as("mallory").Create(ctx, ledger.DeepCopy())).To(MatchError(ContainSubstring(
+		"mallory may not write or delete ConfigMap gpupool-cordons")))
+	g.Expect(as(managerUser).Create(ctx, ledger.DeepCopy())).To(Succeed())
+	got := &corev1.ConfigMap{}
+	g.Expect(as("mallory").Get(ctx, client.ObjectKeyFromObject(ledger), got)).To(Succeed(), "reading is RBAC's business")
+	got.Data["gpu-node-2"] = `{"plan":"x"}`
+	g.Expect(as("mallory").Update(ctx, got)).To(MatchError(ContainSubstring("may not write or delete ConfigMap gpupool-cordons")))
+	g.Expect(as("mallory").Delete(ctx, got)).To(MatchError(ContainSubstring("may not write or delete ConfigMap gpupool-cordons")))
+	g.Expect(as("mallory").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other"}})).
+		To(Succeed(), "other ConfigMaps are not the policy's business")
 }

@@ -112,6 +112,9 @@ func Dashboard() (dashboard.Dashboard, error) { //nolint:staticcheck // the clas
 			"Nodes cordoned by an in-flight plan step, per policy, and by the state of the step (Configuring: waiting for NVIDIA mig-manager).", "short", false,
 			target{"count by (policy) (gpupool_node_step_started_timestamp_seconds" + sel + ")", "{{policy}}"},
 			target{"count by (state) (gpupool_node_step_state_timestamp_seconds" + sel + ")", "{{state}}"})).
+		WithPanel(panel("Nodes gpupool keeps cordoned",
+			"Nodes gpupool holds cordoned, by why: executing (a step under way), failed-step, orphaned (plan gone, GPUs not shown whole), outside-pool, mig-manager-busy. All but executing need a human.", "short", true,
+			target{"sum by (reason) (gpupool_cordoned_nodes)", "{{reason}}"})).
 		WithPanel(panel("Unreported nodes",
 			"Nodes left out of planning because their agent's report is missing, cannot read NVML, or is stale.", "short", false,
 			target{"sum by (policy) (gpupool_unreported_nodes" + sel + ")", "{{policy}}"})).
