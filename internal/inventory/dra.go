@@ -17,6 +17,31 @@ const draDriver = "gpu.nvidia.com"
 // reserved for, or nobody yet (Pod nil) for a claim allocated before its pod started.
 type DeviceHolder struct {
 	Pod *types.NamespacedName
+	// Claim is the ResourceClaim holding the device, "namespace/name".
+	Claim string
+	// GPU is the UUID of the physical GPU the device is on: a MIG device's parentUUID
+	// attribute, a whole GPU's own UUID; "" when the slice does not say.
+	GPU string
+}
+
+// poolID is one driver's pool, as the scheduler keys pools.
+type poolID struct{ driver, pool string }
+
+// newestGenerations is, per pool, the highest spec.pool.generation its slices carry. A driver
+// bumps the generation when it republishes a pool, and the slices of older generations linger
+// until it deletes them: the scheduler allocates only from a pool's newest generation and
+// ignores the rest as out of date (k8s.io/dynamic-resource-allocation
+// structured/internal/stable/pools_stable.go, addSlice and checkSlicesInPool, v0.37.2).
+func newestGenerations(slices []resourcev1.ResourceSlice) map[poolID]int64 {
+	out := map[poolID]int64{}
+	for i := range slices {
+		s := &slices[i].Spec
+		id := poolID{s.Driver, s.Pool.Name}
+		if g, ok := out[id]; !ok || s.Pool.Generation > g {
+			out[id] = s.Pool.Generation
+		}
+	}
+	return out
 }
 
 // DRAHolders finds, by device UUID (a MIG instance's or a whole GPU's), the devices allocated
@@ -26,18 +51,39 @@ type DeviceHolder struct {
 // from the device's "uuid" attribute in the node's ResourceSlices. The agent's PodResources
 // attribution sees only the device plugin's devices; without this, an instance a DRA pod holds
 // but does not use yet would look idle and could be re-carved under it.
+//
+// An allocation records no generation. The scheduler allocates from a pool's newest
+// generation, so a device name the newest generation lists is that device. A name only an
+// older generation lists is a device the claim got before the driver republished its pool:
+// the claim still holds it, so it counts under every UUID an older generation gives it (the
+// planner then leaves its GPU alone when the agent does not report it there, GPU.DRAHeld).
 func DRAHolders(claims []resourcev1.ResourceClaim, slices []resourcev1.ResourceSlice) map[string]DeviceHolder {
 	type key struct{ pool, device string }
-	uuids := map[key]string{}
+	type device struct{ uuid, gpu string }
+	newest := newestGenerations(slices)
+	current, older := map[key][]device{}, map[key][]device{}
 	for i := range slices {
 		s := &slices[i].Spec
 		if s.Driver != draDriver {
 			continue
 		}
+		byName := current
+		if s.Pool.Generation < newest[poolID{s.Driver, s.Pool.Name}] {
+			byName = older
+		}
 		for _, d := range s.Devices {
-			if a, ok := d.Attributes["uuid"]; ok && a.StringValue != nil {
-				uuids[key{s.Pool.Name, d.Name}] = *a.StringValue
+			a, ok := d.Attributes["uuid"]
+			if !ok || a.StringValue == nil {
+				continue
 			}
+			dev := device{uuid: *a.StringValue, gpu: *a.StringValue}
+			if t := d.Attributes["type"]; t.StringValue != nil && *t.StringValue == "mig" {
+				dev.gpu = ""
+				if p := d.Attributes["parentUUID"]; p.StringValue != nil {
+					dev.gpu = *p.StringValue
+				}
+			}
+			byName[key{s.Pool.Name, d.Name}] = append(byName[key{s.Pool.Name, d.Name}], dev)
 		}
 	}
 	var out map[string]DeviceHolder
@@ -46,7 +92,7 @@ func DRAHolders(claims []resourcev1.ResourceClaim, slices []resourcev1.ResourceS
 		if c.Status.Allocation == nil {
 			continue
 		}
-		var holder DeviceHolder
+		holder := DeviceHolder{Claim: c.Namespace + "/" + c.Name}
 		for _, r := range c.Status.ReservedFor {
 			if r.APIGroup == "" && r.Resource == "pods" {
 				holder.Pod = &types.NamespacedName{Namespace: c.Namespace, Name: r.Name}
@@ -57,11 +103,17 @@ func DRAHolders(claims []resourcev1.ResourceClaim, slices []resourcev1.ResourceS
 			if r.Driver != draDriver {
 				continue
 			}
-			if uuid, ok := uuids[key{r.Pool, r.Device}]; ok {
+			devices, ok := current[key{r.Pool, r.Device}]
+			if !ok {
+				devices = older[key{r.Pool, r.Device}]
+			}
+			for _, dev := range devices {
 				if out == nil {
 					out = map[string]DeviceHolder{}
 				}
-				out[uuid] = holder
+				h := holder
+				h.GPU = dev.gpu
+				out[dev.uuid] = h
 			}
 		}
 	}
@@ -74,6 +126,8 @@ func DRAHolders(claims []resourcev1.ResourceClaim, slices []resourcev1.ResourceS
 // creates MIG instances when claims are allocated and, when its plugin starts, destroys every
 // instance no claim holds (driver.go, device_state.go): a layout gpupool carved there would be
 // torn down, and the driver's own would be carved over. Such nodes are never gpupool's to carve.
+// Slices of every generation count: a node still showing the mode in a lingering older slice
+// is left alone a little longer, which is the safe side.
 func DynamicMIGNodes(slices []resourcev1.ResourceSlice) map[string]bool {
 	var out map[string]bool
 	for i := range slices {
@@ -111,12 +165,15 @@ const dynamicMIGBlocker = "NVIDIA's DRA driver runs DynamicMIG here: it carves M
 	"when it restarts, so gpupool leaves the node alone (see docs/dra.md)"
 
 // DRAPublished lists, per node (the driver's pool), the UUIDs of the MIG devices NVIDIA's DRA
-// driver publishes there; nodes without its slices are absent.
+// driver publishes there; nodes without its slices are absent. Only the pool's newest
+// generation counts, as for the scheduler (newestGenerations): an older slice not yet deleted
+// lists instances that may be gone.
 func DRAPublished(slices []resourcev1.ResourceSlice) map[string]map[string]bool {
 	var out map[string]map[string]bool
+	newest := newestGenerations(slices)
 	for i := range slices {
 		s := &slices[i].Spec
-		if s.Driver != draDriver {
+		if s.Driver != draDriver || s.Pool.Generation < newest[poolID{s.Driver, s.Pool.Name}] {
 			continue
 		}
 		if out == nil {

@@ -116,6 +116,12 @@ type GPU struct {
 	// NoBuiltinTable is set when the agent reported a profile table for a product the
 	// built-in table lacks, which is then planned from the report alone.
 	NoBuiltinTable bool
+	// DRAHeld says why a ResourceClaim holds the GPU although no instance or pod the agent
+	// reports shows it: a whole GPU allocated to a claim whose pod has not started, or a
+	// device allocated on the GPU that the report does not list (a slice of an older
+	// generation, an instance since replaced). Such a GPU is busy and never changed; "" when
+	// no claim holds it that way.
+	DRAHeld string
 }
 
 // Instance is a GPU instance at its real placement.
@@ -166,9 +172,9 @@ func (g *GPU) Layout() mig.Layout {
 	return l
 }
 
-// Busy reports whether any pod or process uses the GPU.
+// Busy reports whether any pod, process or DRA claim uses the GPU.
 func (g *GPU) Busy() bool {
-	if len(g.Pods) > 0 {
+	if len(g.Pods) > 0 || g.DRAHeld != "" {
 		return true
 	}
 	for _, in := range g.Instances {
@@ -233,9 +239,15 @@ func BuildFromRecords(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []*
 	// Pods holding a device NVIDIA's DRA driver allocated: their claims, not their requests,
 	// say what they need, so the planner could neither re-land them nor count them right.
 	claimHolders := map[types.NamespacedName]bool{}
-	for _, h := range opts.DeviceHolders {
+	// The devices claims hold, by the UUID of their GPU: one the agent does not report there
+	// still makes the GPU busy.
+	heldOn := map[string][]string{}
+	for uuid, h := range opts.DeviceHolders {
 		if h.Pod != nil {
 			claimHolders[*h.Pod] = true
+		}
+		if h.GPU != "" {
+			heldOn[h.GPU] = append(heldOn[h.GPU], uuid)
 		}
 	}
 
@@ -259,7 +271,7 @@ func BuildFromRecords(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []*
 		slices.SortFunc(n.Pods, func(a, b *Pod) int {
 			return cmp.Or(cmp.Compare(a.Key.Namespace, b.Key.Namespace), cmp.Compare(a.Key.Name, b.Key.Name))
 		})
-		n.GPUs, n.Blocker = gpusOf(obj, reports[n.Name], products, opts)
+		n.GPUs, n.Blocker = gpusOf(obj, reports[n.Name], products, opts, heldOn)
 		n.DRAStale = DRAStale(reports[n.Name], opts.DRAPublished[n.Name])
 		_, n.DRA = opts.DRAPublished[n.Name]
 		n.Unreported = n.Blocker != ""
@@ -276,7 +288,7 @@ func BuildFromRecords(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []*
 }
 
 // gpusOf reads the agent's report of one node.
-func gpusOf(node *corev1.Node, report *v1alpha1.GPUNode, products productCache, opts Options) ([]*GPU, string) {
+func gpusOf(node *corev1.Node, report *v1alpha1.GPUNode, products productCache, opts Options, heldOn map[string][]string) ([]*GPU, string) {
 	if report == nil {
 		return nil, "no GPUNode report: is the gpupool agent running on this node?"
 	}
@@ -290,7 +302,7 @@ func gpusOf(node *corev1.Node, report *v1alpha1.GPUNode, products productCache, 
 	if why := Stale(report, opts.Heartbeats, opts.Now, opts.MaxReportAge); why != "" {
 		return nil, why
 	}
-	return readGPUs(node, report, products, opts.DeviceHolders), ""
+	return readGPUs(node, report, products, opts.DeviceHolders, heldOn), ""
 }
 
 // MaxClockSkew is how far ahead of the manager's clock a report's or heartbeat's time may be
@@ -330,7 +342,7 @@ func Stale(report *v1alpha1.GPUNode, heartbeats map[string]time.Time, now time.T
 // the node's mig-parted entry, and checks it against the name the step carries.
 func NodeTarget(node *corev1.Node, report *v1alpha1.GPUNode, changes []v1alpha1.GPUChange) []mig.GPUTarget {
 	var out []mig.GPUTarget
-	for _, g := range readGPUs(node, report, productCache{}, nil) {
+	for _, g := range readGPUs(node, report, productCache{}, nil, nil) {
 		t := mig.GPUTarget{Index: g.Index, MIGEnabled: g.MIGEnabled, Layout: g.Layout()}
 		if i := slices.IndexFunc(changes, func(c v1alpha1.GPUChange) bool { return int(c.Index) == g.Index }); i >= 0 {
 			t.Layout = mig.LayoutOf(changes[i].To)
@@ -341,8 +353,10 @@ func NodeTarget(node *corev1.Node, report *v1alpha1.GPUNode, changes []v1alpha1.
 	return out
 }
 
-// readGPUs turns the agent's report of a node into GPUs, in index order.
-func readGPUs(node *corev1.Node, report *v1alpha1.GPUNode, products productCache, holders map[string]DeviceHolder) []*GPU {
+// readGPUs turns the agent's report of a node into GPUs, in index order. heldOn lists, by GPU
+// UUID, the devices claims hold on it (holders' keys).
+func readGPUs(node *corev1.Node, report *v1alpha1.GPUNode, products productCache, holders map[string]DeviceHolder,
+	heldOn map[string][]string) []*GPU {
 	gpus := make([]*GPU, 0, len(report.Status.GPUs))
 	for _, s := range report.Status.GPUs {
 		g := &GPU{Index: int(s.Index), ProductName: s.Product, Error: s.Error}
@@ -384,6 +398,7 @@ func readGPUs(node *corev1.Node, report *v1alpha1.GPUNode, products productCache
 		if h, ok := holders[s.UUID]; ok && h.Pod != nil {
 			g.Pods = append(g.Pods, *h.Pod) // a whole GPU the DRA driver allocated
 		}
+		g.DRAHeld = draHeld(s, holders, heldOn[s.UUID])
 		slices.SortFunc(g.Instances, func(a, b Instance) int {
 			return cmp.Or(cmp.Compare(a.Placement.Start, b.Placement.Start), cmp.Compare(a.Profile, b.Profile))
 		})
@@ -393,6 +408,36 @@ func readGPUs(node *corev1.Node, report *v1alpha1.GPUNode, products productCache
 	}
 	slices.SortFunc(gpus, func(a, b *GPU) int { return cmp.Compare(a.Index, b.Index) })
 	return gpus
+}
+
+// draHeld says why claims hold GPU s in ways its instances and pods do not show ("" when
+// none does): the whole GPU allocated with no pod yet, or a device on it that the agent does
+// not report.
+func draHeld(s v1alpha1.GPUStatus, holders map[string]DeviceHolder, held []string) string {
+	if s.UUID == "" || len(held) == 0 {
+		return ""
+	}
+	reported := map[string]bool{}
+	for _, in := range s.Instances {
+		if in.UUID != "" {
+			reported[in.UUID] = true
+		}
+	}
+	var why []string
+	for _, uuid := range held {
+		h := holders[uuid]
+		switch {
+		case uuid == s.UUID && h.Pod != nil:
+			// The holder is among the GPU's pods.
+		case uuid == s.UUID:
+			why = append(why, fmt.Sprintf("ResourceClaim %s holds the whole GPU and its pod has not started", h.Claim))
+		case !reported[uuid]:
+			why = append(why, fmt.Sprintf("ResourceClaim %s holds device %s, which the agent does not report on it "+
+				"(a ResourceSlice of an older generation, or an instance since replaced)", h.Claim, uuid))
+		}
+	}
+	slices.Sort(why)
+	return strings.Join(slices.Compact(why), "; ")
 }
 
 // unattributedGPUPods blocks a node whose pods hold GPU resources the agent has not tied to a

@@ -258,7 +258,7 @@ func newNodeInfo(n *inventory.Node, cat *catalog, d *dims, in *Input, classes in
 		layout := g.Layout()
 		gi := &gpuInfo{gpu: g, current: ni.prod.counts(layout), idle: !g.Busy(), currentOpt: -1,
 			freeNow: make([]int, len(ni.prod.names))}
-		if !g.MIGEnabled && len(g.Pods) == 0 {
+		if !g.MIGEnabled && len(g.Pods) == 0 && g.DRAHeld == "" {
 			gi.wholeNow = 1
 		}
 		for _, in := range g.Instances {
@@ -295,6 +295,9 @@ func changeable(gi *gpuInfo, n *inventory.Node, evictOK bool, paused string) (bo
 	g := gi.gpu
 	if g.Error != "" {
 		return false, fmt.Sprintf("the agent could not read GPU %d: %s", g.Index, g.Error)
+	}
+	if g.DRAHeld != "" {
+		return false, fmt.Sprintf("GPU %d is held through NVIDIA's DRA driver: %s", g.Index, g.DRAHeld)
 	}
 	for _, in := range g.Instances {
 		if in.Busy && in.Pod == nil {
