@@ -122,6 +122,12 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 		}
 		res := rollout.Step(plan.Name, step, cur, obs, timeouts, now)
 		for _, action := range res.Actions {
+			if action == rollout.ActionRestoreLabel {
+				if err := r.restoreLabel(ctx, step.Node, res.Status.PreviousMIGConfig); err != nil {
+					return 0, fmt.Errorf("plan %s, node %s, %s: %w", plan.Name, step.Node, action, err)
+				}
+				continue
+			}
 			msg, err := r.act(ctx, plan, policy, step, targets, action)
 			if err != nil {
 				return 0, fmt.Errorf("plan %s, node %s, %s: %w", plan.Name, step.Node, action, err)
@@ -364,6 +370,7 @@ func (r *PlanReconciler) observe(ctx context.Context, plan string, policy *v1alp
 	obs.TargetDrifted = nvidia.StepEntryName(targets, plan) != step.MIGConfigName
 	obs.LayoutExpected = slices.EqualFunc(gpuNode.Spec.ExpectedLayout, expectedLayout(targets), layoutEqual)
 	obs.GPUsWhole = gpusWhole(step, gpuNode)
+	obs.GPUsAtFrom, obs.GPUsAtTarget = gpusAt(step, gpuNode, false), gpusAt(step, gpuNode, true)
 	if c := meta.FindStatusCondition(gpuNode.Status.Conditions, v1alpha1.ConditionLayoutVerified); c != nil &&
 		c.ObservedGeneration == gpuNode.Generation {
 		obs.Verified, obs.VerifyMessage = c.Status, c.Message
@@ -503,6 +510,33 @@ func gpusWhole(step v1alpha1.NodeStep, gpuNode *v1alpha1.GPUNode) bool {
 	return true
 }
 
+// gpusAt says whether the agent reports every GPU the step changes whole at its new layout
+// (target) or at its old one, with no MIG mode change pending.
+func gpusAt(step v1alpha1.NodeStep, gpuNode *v1alpha1.GPUNode, target bool) bool {
+	for _, change := range step.GPUs {
+		i := slices.IndexFunc(gpuNode.Status.GPUs, func(g v1alpha1.GPUStatus) bool { return g.Index == change.Index })
+		if i < 0 {
+			return false
+		}
+		g := gpuNode.Status.GPUs[i]
+		if g.Error != "" || (g.MIGMode != nil && g.MIGMode.Pending != "" && g.MIGMode.Pending != g.MIGMode.Current) {
+			return false
+		}
+		have := mig.Layout{}
+		for _, in := range g.Instances {
+			have[in.Profile]++
+		}
+		want := change.From
+		if target {
+			want = change.To
+		}
+		if !have.Equal(mig.LayoutOf(want)) {
+			return false
+		}
+	}
+	return true
+}
+
 func expectedLayout(targets []mig.GPUTarget) []v1alpha1.GPULayout {
 	out := make([]v1alpha1.GPULayout, 0, len(targets))
 	for _, t := range targets {
@@ -597,6 +631,17 @@ func (r *PlanReconciler) editNode(ctx context.Context, plan *v1alpha1.Repartitio
 		}
 		node.Labels[v1alpha1.LabelDevicePluginConfig] = step.SharingConfigName
 	}
+	return r.Client.Patch(ctx, node, patch)
+}
+
+// restoreLabel sets nvidia.com/mig.config back to the entry the node had before the step.
+func (r *PlanReconciler) restoreLabel(ctx context.Context, name, previous string) error {
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(node.DeepCopy())
+	nvidia.RequestMIGConfig(node, previous)
 	return r.Client.Patch(ctx, node, patch)
 }
 
@@ -751,6 +796,12 @@ func namesInUse(ctx context.Context, c client.Reader, label string, ofStep func(
 			for _, s := range p.Spec.Steps {
 				if v := ofStep(s); v != "" {
 					inUse = append(inUse, v)
+				}
+			}
+			// The entry a failed step may set back (Restoring) must still be there to apply.
+			for _, st := range p.Status.Nodes {
+				if label == v1alpha1.LabelMIGConfig && st.PreviousMIGConfig != "" {
+					inUse = append(inUse, st.PreviousMIGConfig)
 				}
 			}
 		}

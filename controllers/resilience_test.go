@@ -220,7 +220,7 @@ func TestFailedNodeIsReopenedOnlyWhenNoGPUIsHalfConfigured(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPlanController(t)
 	for _, n := range []string{"whole", "half"} {
-		gpuNode(t, env, n, 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+		gpuNode(t, env, n, 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200", v1.LabelMIGConfig: "all-1g.18gb"})
 	}
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	policy.Spec.Disruption.Approval = v1.ApprovalAuto
@@ -239,6 +239,11 @@ func TestFailedNodeIsReopenedOnlyWhenNoGPUIsHalfConfigured(t *testing.T) {
 	setMIGState(t, env, "half", "failed")
 	setMIGState(t, env, "whole", "failed")
 
+	// "whole" kept its old layout: its label is set back, then mig-manager applies it.
+	g.Eventually(func(g Gomega) {
+		g.Expect(getNode(g, env, "whole").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "all-1g.18gb"))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	setMIGState(t, env, "whole", "success")
 	g.Eventually(func(g Gomega) {
 		got := getPlan(g, env, plan)
 		g.Expect(got.Status.Phase).To(Equal(v1.PlanFailed))
@@ -267,7 +272,8 @@ func relabelledUnderAuto(t *testing.T) (*testenv.Env, *clocktesting.FakeClock, *
 	t.Helper()
 	g := NewWithT(t)
 	env, clock := startPlanController(t)
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	// The GPU Operator labels every MIG node with the entry it applied.
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200", v1.LabelMIGConfig: "all-1g.18gb"})
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	policy.Spec.Disruption.Approval = v1.ApprovalAuto
 	policy.Spec.Disruption.ConfigureTimeout = &metav1.Duration{Duration: 5 * time.Minute}
@@ -291,11 +297,25 @@ func TestWedgedPendingFailsAfterConfigureTimeout(t *testing.T) {
 
 	clock.Step(6 * time.Minute)
 	poke(t, env, "gpu-1")
+	// The agent still shows the old layout, whole; but the label names the new entry, which a
+	// later mig-manager start would apply under running pods: it is set back first, and the
+	// node stays cordoned meanwhile.
+	g.Eventually(func(g Gomega) {
+		got := getPlan(g, env, plan)
+		g.Expect(got.Status.Nodes[0].State).To(Equal(v1.NodeRestoring))
+		g.Expect(got.Status.Nodes[0].Message).To(ContainSubstring(`mig-manager stayed at "pending" past configureTimeout 5m0s`))
+		node := getNode(g, env, "gpu-1")
+		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "all-1g.18gb"))
+		g.Expect(node.Spec.Unschedulable).To(BeTrue())
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(getNode(g, env, "gpu-1").Spec.Unschedulable).To(BeTrue())
+	}).WithTimeout(time.Second).WithPolling(200*time.Millisecond).Should(Succeed(), "not reopened before mig-manager applied the old entry")
+	setMIGState(t, env, "gpu-1", "success")
 	g.Eventually(func(g Gomega) {
 		got := getPlan(g, env, plan)
 		g.Expect(got.Status.Phase).To(Equal(v1.PlanFailed))
-		g.Expect(got.Status.Nodes[0].Message).To(ContainSubstring(`mig-manager stayed at "pending" past configureTimeout 5m0s`))
-		// The agent still shows the old layout, whole: the node is not left cordoned.
+		g.Expect(got.Status.Nodes[0].Message).To(ContainSubstring("was set back to all-1g.18gb"))
 		g.Expect(getNode(g, env, "gpu-1").Spec.Unschedulable).To(BeFalse())
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 }

@@ -167,7 +167,7 @@ const (
 )
 
 // NodeStepState is where one node's step is.
-// +kubebuilder:validation:Enum=Pending;Cordoned;Draining;Configuring;Verifying;Done;Failed
+// +kubebuilder:validation:Enum=Pending;Cordoned;Draining;Configuring;Verifying;Restoring;Done;Failed
 type NodeStepState string
 
 // Node step states, in order of progress; Failed may follow any of them.
@@ -177,8 +177,13 @@ const (
 	NodeDraining    NodeStepState = "Draining"
 	NodeConfiguring NodeStepState = "Configuring"
 	NodeVerifying   NodeStepState = "Verifying"
-	NodeDone        NodeStepState = "Done"
-	NodeFailed      NodeStepState = "Failed"
+	// NodeRestoring: the step failed with every GPU whole at its old layout while
+	// nvidia.com/mig.config named the new one; the label is set back to the one the node had,
+	// and the node stays cordoned until mig-manager has applied it, so that no later
+	// mig-manager start (an operator upgrade, a reboot) re-carves GPUs under running pods.
+	NodeRestoring NodeStepState = "Restoring"
+	NodeDone      NodeStepState = "Done"
+	NodeFailed    NodeStepState = "Failed"
 )
 
 // NodeStepStatus is the persisted progress of one node's step, so that any manager replica
@@ -205,6 +210,10 @@ type NodeStepStatus struct {
 	// an agent report observed after it says anything about the GPUs' layout.
 	// +optional
 	RebootSeenTime *metav1.Time `json:"rebootSeenTime,omitempty"`
+	// PreviousMIGConfig is the node's nvidia.com/mig.config before the step relabelled it,
+	// so that a failed step can set back the label that names the GPUs' layout.
+	// +optional
+	PreviousMIGConfig string `json:"previousMIGConfig,omitempty"`
 }
 
 // NodeWait is a pending step that waits for other steps.

@@ -3,6 +3,7 @@ package rollout
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +36,9 @@ const (
 	// ActionReleaseCordon drops gpupool's annotation but leaves the node cordoned, because
 	// someone else had cordoned it before the plan.
 	ActionReleaseCordon Action = "ReleaseCordon"
+	// ActionRestoreLabel sets nvidia.com/mig.config back to the step's PreviousMIGConfig, the
+	// entry that names the layout the GPUs still have.
+	ActionRestoreLabel Action = "RestoreLabel"
 )
 
 // Observation is what the controller saw of one node's world in this reconcile.
@@ -101,6 +105,9 @@ type Observation struct {
 	// either the old one or the new one: nothing is half-configured, so a failed node may
 	// take work again.
 	GPUsWhole bool
+	// GPUsAtFrom and GPUsAtTarget are true when every GPU the step changes has its old layout,
+	// or its new one: nvidia.com/mig.config names what the GPUs have only in one of these.
+	GPUsAtFrom, GPUsAtTarget bool
 }
 
 // Timeouts bound each wait of a step.
@@ -165,7 +172,8 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 	// plan's execution (a status writer forging progress where the admission policies are not
 	// installed). Acting on it would drain or relabel a node nobody cordoned: touch nothing, and
 	// leave the node as it is.
-	past := cur.State == v1alpha1.NodeDraining || cur.State == v1alpha1.NodeConfiguring || cur.State == v1alpha1.NodeVerifying
+	past := cur.State == v1alpha1.NodeDraining || cur.State == v1alpha1.NodeConfiguring || cur.State == v1alpha1.NodeVerifying ||
+		cur.State == v1alpha1.NodeRestoring
 	ours := obs.CordonedBy == plan || (cur.State == v1alpha1.NodeVerifying && obs.MIGConfig == step.MIGConfigName)
 	if past && !ours {
 		return fail(cur, now, fmt.Sprintf("refused: the step's status says %s but %s does not carry this plan's cordon (%s=%q); "+
@@ -254,6 +262,8 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 			if wait := since.Add(t.Propagation).Sub(now); wait > 0 {
 				return stay(cur, "waiting for the config to reach mig-manager", wait)
 			}
+			// Remembered before the relabel, so that a failed step can set it back.
+			cur.PreviousMIGConfig = obs.MIGConfig
 			return stay(cur, "relabelled "+v1alpha1.LabelMIGConfig+"="+step.MIGConfigName, slowLook, ActionRelabel)
 		}
 		if obs.MIGState == nvidia.StateRebooting && cur.RebootSeenTime == nil {
@@ -289,6 +299,9 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 				state, t.Configure), obs, t)
 		}
 		return stay(cur, "mig-manager is applying "+step.MIGConfigName, slowLook)
+
+	case v1alpha1.NodeRestoring:
+		return restoring(cur, obs, t, since, now)
 
 	case v1alpha1.NodeVerifying:
 		if obs.Verified == metav1.ConditionTrue && step.SharingConfigName != "" && !obs.SharingAdvertised {
@@ -350,17 +363,60 @@ func drainBackoff(waited time.Duration) time.Duration {
 }
 
 // failTouched fails a step after its GPUs may have been touched. The node is reopened only
-// when the agent shows every changed GPU with a whole layout (old or new) and the policy does
-// not ask to keep failed nodes cordoned: a half-configured GPU must not take new work.
+// when the agent shows every changed GPU with a whole layout, nvidia.com/mig.config names that
+// layout (so that no later mig-manager start, an operator upgrade or a reboot, re-carves the
+// GPUs under the pods the node takes again) and the policy does not ask to keep failed nodes
+// cordoned. GPUs whole at their old layout under a label naming the new one have the label set
+// back first (Restoring); a half-configured GPU, or GPUs partly re-carved, keep the node
+// cordoned for a human.
 func failTouched(cur v1alpha1.NodeStepStatus, now time.Time, msg string, obs Observation, t Timeouts) StepResult {
-	if !obs.GPUsWhole || t.KeepFailedCordoned {
-		why := "a GPU may be half-configured"
-		if obs.GPUsWhole {
-			why = "the policy keeps failed nodes cordoned"
-		}
-		return fail(cur, now, msg+"; the node stays cordoned ("+why+"): fix it, then run kubectl uncordon "+cur.Node, nil)
+	labelRight := obs.GPUsAtTarget || (obs.GPUsAtFrom && obs.MIGConfig == cur.PreviousMIGConfig)
+	switch {
+	case !obs.GPUsWhole:
+		return fail(cur, now, msg+"; the node stays cordoned (a GPU may be half-configured): fix it, then run kubectl uncordon "+cur.Node, nil)
+	case !labelRight && obs.GPUsAtFrom && cur.PreviousMIGConfig != "":
+		cur.Message = msg
+		return move(cur, v1alpha1.NodeRestoring, now, msg+"; the GPUs kept their old layout: setting "+v1alpha1.LabelMIGConfig+
+			" back to "+cur.PreviousMIGConfig+" before the node takes work again", quickLook, ActionRestoreLabel)
+	case !labelRight:
+		return fail(cur, now, msg+"; the node stays cordoned: its GPUs are whole but "+v1alpha1.LabelMIGConfig+"="+obs.MIGConfig+
+			" does not name their layout, so a restart of mig-manager would re-carve them; set the label to the entry that names "+
+			"their layout, then run kubectl uncordon "+cur.Node, nil)
+	case t.KeepFailedCordoned:
+		return fail(cur, now, msg+"; the node stays cordoned (the policy keeps failed nodes cordoned): fix it, then run kubectl uncordon "+cur.Node, nil)
 	}
-	return fail(cur, now, msg+"; the node was reopened: the agent shows every GPU with a whole layout", reopen(cur))
+	return fail(cur, now, msg+"; the node was reopened: the agent shows every GPU with a whole layout, which "+
+		v1alpha1.LabelMIGConfig+" names", reopen(cur))
+}
+
+// restoring waits for mig-manager to apply the label a failed step set back, then fails the
+// step for good: reopening the node when the GPUs are whole at the layout the label names.
+// cur.Message still says why the step failed.
+func restoring(cur v1alpha1.NodeStepStatus, obs Observation, t Timeouts, since, now time.Time) StepResult {
+	why, _, _ := strings.Cut(cur.Message, "; the GPUs kept their old layout")
+	if !obs.GPUsAtFrom {
+		return fail(cur, now, why+"; the node stays cordoned: while "+v1alpha1.LabelMIGConfig+" was set back to "+cur.PreviousMIGConfig+
+			", its GPUs stopped showing their old layout; check them (nvidia-smi mig -lgi), then run kubectl uncordon "+cur.Node, nil)
+	}
+	if now.Sub(since) >= t.Configure {
+		return fail(cur, now, why+"; the node stays cordoned: mig-manager did not apply "+cur.PreviousMIGConfig+" within configureTimeout "+
+			t.Configure.String()+"; check it, then run kubectl uncordon "+cur.Node, nil)
+	}
+	if obs.MIGConfig != cur.PreviousMIGConfig {
+		return stay(cur, cur.Message, quickLook, ActionRestoreLabel)
+	}
+	switch obs.MIGState {
+	case nvidia.StateSuccess:
+		restored := why + "; " + v1alpha1.LabelMIGConfig + " was set back to " + cur.PreviousMIGConfig + ", the layout the GPUs kept"
+		if t.KeepFailedCordoned {
+			return fail(cur, now, restored+"; the node stays cordoned (the policy keeps failed nodes cordoned): run kubectl uncordon "+cur.Node, nil)
+		}
+		return fail(cur, now, restored+"; the node was reopened", reopen(cur))
+	case nvidia.StateFailed, nvidia.StateRebooting:
+		return fail(cur, now, why+"; the node stays cordoned: mig-manager reported "+string(obs.MIGState)+" applying "+cur.PreviousMIGConfig+
+			"; check the nvidia-mig-manager pod's log, then run kubectl uncordon "+cur.Node, nil)
+	}
+	return stay(cur, cur.Message, slowLook)
 }
 
 // reopen gives the node back: uncordon it, unless someone else had cordoned it first.
@@ -420,6 +476,10 @@ func Progress(steps []v1alpha1.NodeStep, status []v1alpha1.NodeStepStatus, budge
 			done++
 		case v1alpha1.NodeFailed:
 			failed++
+		case v1alpha1.NodeRestoring:
+			// Failed, with its label being set back: no new node starts, and the plan waits.
+			failed++
+			activeReconfiguring++
 		case "", v1alpha1.NodePending:
 			pending = append(pending, s)
 		default:

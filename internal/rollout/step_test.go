@@ -95,9 +95,23 @@ func verified(o rollout.Observation, s metav1.ConditionStatus) rollout.Observati
 }
 
 // whole says the agent reports every changed GPU with its old or its new layout.
+// whole is an agent report of every changed GPU whole at the step's new layout.
 func whole(o rollout.Observation) rollout.Observation {
-	o.GPUsWhole = true
+	o.GPUsWhole, o.GPUsAtTarget = true, true
 	return o
+}
+
+// wholeOld is an agent report of every changed GPU whole at its old layout: mig-manager never
+// got to re-carve them.
+func wholeOld(o rollout.Observation) rollout.Observation {
+	o.GPUsWhole, o.GPUsAtFrom = true, true
+	return o
+}
+
+// withPrevious is a step status that remembers the label the node had before the relabel.
+func withPrevious(cur v1alpha1.NodeStepStatus, label string) v1alpha1.NodeStepStatus {
+	cur.PreviousMIGConfig = label
+	return cur
 }
 
 // TestDrainPassesBackOffExponentially guards that a drain blocked by PodDisruptionBudgets
@@ -209,6 +223,22 @@ func TestStepFailures(t *testing.T) {
 			state: v1alpha1.NodeFailed, keepCordoned: true,
 			message:   "the node stays cordoned (the policy keeps failed nodes cordoned): fix it, then run kubectl uncordon gpu-1",
 			invariant: "keepFailedNodesCordoned wins over reopening"},
+		{name: "mig-manager failed before touching the GPUs: the label is set back before the node reopens",
+			cur: withPrevious(at(v1alpha1.NodeConfiguring, false), "all-1g.18gb"),
+			obs: wholeOld(configured(cordoned(), nodeStep.MIGConfigName, "failed")), after: 2 * time.Minute,
+			state: v1alpha1.NodeRestoring, actions: []rollout.Action{rollout.ActionRestoreLabel},
+			message:   "the GPUs kept their old layout: setting nvidia.com/mig.config back to all-1g.18gb before the node takes work again",
+			invariant: "a node never takes work while its label names a layout its GPUs do not have"},
+		{name: "mig-manager wedged in pending with the old layout: the label is set back too",
+			cur: withPrevious(at(v1alpha1.NodeConfiguring, false), "all-1g.18gb"), obs: wholeOld(relabelled), after: 11 * time.Minute,
+			state: v1alpha1.NodeRestoring, actions: []rollout.Action{rollout.ActionRestoreLabel},
+			message:   `mig-manager stayed at "pending" past configureTimeout 10m0s; the GPUs kept their old layout`,
+			invariant: "a later mig-manager start must not apply the new entry under running pods"},
+		{name: "old layout but the label before the step is not known: the node stays cordoned",
+			cur: at(v1alpha1.NodeConfiguring, false), obs: wholeOld(configured(cordoned(), nodeStep.MIGConfigName, "failed")),
+			after: 2 * time.Minute, state: v1alpha1.NodeFailed,
+			message:   "the node stays cordoned: its GPUs are whole but nvidia.com/mig.config=" + nodeStep.MIGConfigName + " does not name their layout",
+			invariant: "never reopened under a label that would re-carve it"},
 		{name: "node deleted mid-step", cur: at(v1alpha1.NodeDraining, false), obs: rollout.Observation{},
 			state: v1alpha1.NodeFailed, message: "node gpu-1 no longer exists", invariant: "no step waits on a node that is gone"},
 		{name: "cordon undone by someone is re-asserted", cur: at(v1alpha1.NodeCordoned, false),
@@ -272,6 +302,8 @@ func TestProgress(t *testing.T) {
 			phase: v1alpha1.PlanExecuting, progress: "0/3", invariant: "a fault does not spread across the pool"},
 		{name: "failed once nothing is active", status: st(v1alpha1.NodeFailed, v1alpha1.NodeDone), budget: 3,
 			phase: v1alpha1.PlanFailed, progress: "1/3"},
+		{name: "a failed step setting its label back stops new starts and keeps the plan going", status: st(v1alpha1.NodeRestoring),
+			budget: 3, phase: v1alpha1.PlanExecuting, progress: "0/3", invariant: "Restoring is a failure still in flight"},
 		{name: "all done", status: st(v1alpha1.NodeDone, v1alpha1.NodeDone, v1alpha1.NodeDone), budget: 1,
 			phase: v1alpha1.PlanSucceeded, progress: "3/3"},
 		{name: "budget lowered to zero mid-plan: the active node finishes", status: st(v1alpha1.NodeDone, v1alpha1.NodeConfiguring),
@@ -582,4 +614,70 @@ func TestProgressHourlyCap(t *testing.T) {
 	start, _, phase, _ := rollout.Progress(steps, done, rollout.Budgets{Disrupting: 3, Reconfiguring: 3, HourlyCapped: true})
 	g.Expect(start).To(BeEmpty())
 	g.Expect(phase).To(Equal(v1alpha1.PlanFailed), "Progress stops it; the controller turns a cap-only stop into a wait")
+}
+
+// TestRestoringSetsTheLabelBackThenReopens walks a failed step whose GPUs kept their old
+// layout: the label goes back to the entry the node had, mig-manager applies it, and only then
+// is the node reopened; anything else on the way keeps it cordoned for a human.
+func TestRestoringSetsTheLabelBackThenReopens(t *testing.T) {
+	const previous = "all-1g.18gb"
+	restoring := withPrevious(at(v1alpha1.NodeRestoring, false), previous)
+	restoring.Message = "mig-manager reported failed for " + nodeStep.MIGConfigName + "; the GPUs kept their old layout: setting it back"
+	cases := []struct {
+		name         string
+		cur          v1alpha1.NodeStepStatus
+		obs          rollout.Observation
+		after        time.Duration
+		keepCordoned bool
+		state        v1alpha1.NodeStepState
+		actions      []rollout.Action
+		message      string
+	}{
+		{name: "the label is not set back yet", cur: restoring, obs: wholeOld(configured(cordoned(), nodeStep.MIGConfigName, "failed")),
+			state: v1alpha1.NodeRestoring, actions: []rollout.Action{rollout.ActionRestoreLabel}},
+		{name: "mig-manager is applying it", cur: restoring, obs: wholeOld(configured(cordoned(), previous, "pending")),
+			state: v1alpha1.NodeRestoring},
+		{name: "applied: the node is reopened, saying why the step failed", cur: restoring,
+			obs: wholeOld(configured(cordoned(), previous, "success")), state: v1alpha1.NodeFailed,
+			actions: []rollout.Action{rollout.ActionUncordon},
+			message: "mig-manager reported failed for " + nodeStep.MIGConfigName + "; nvidia.com/mig.config was set back to all-1g.18gb, the layout the GPUs kept; the node was reopened"},
+		{name: "applied, on a node someone else had cordoned", cur: withPrevious(func() v1alpha1.NodeStepStatus {
+			c := restoring
+			c.WasUnschedulable = true
+			return c
+		}(), previous), obs: wholeOld(configured(cordoned(), previous, "success")), state: v1alpha1.NodeFailed,
+			actions: []rollout.Action{rollout.ActionReleaseCordon}},
+		{name: "applied, but the policy keeps failed nodes cordoned", cur: restoring, keepCordoned: true,
+			obs: wholeOld(configured(cordoned(), previous, "success")), state: v1alpha1.NodeFailed, message: "the node stays cordoned"},
+		{name: "mig-manager failed the old entry too", cur: restoring, obs: wholeOld(configured(cordoned(), previous, "failed")),
+			state: v1alpha1.NodeFailed, message: "mig-manager reported failed applying all-1g.18gb"},
+		{name: "the GPUs changed meanwhile", cur: restoring, obs: configured(cordoned(), previous, "success"),
+			state: v1alpha1.NodeFailed, message: "its GPUs stopped showing their old layout"},
+		{name: "mig-manager never applies it", cur: restoring, obs: wholeOld(configured(cordoned(), previous, "pending")),
+			after: 10 * time.Minute, state: v1alpha1.NodeFailed, message: "did not apply all-1g.18gb within configureTimeout"},
+		{name: "a forged Restoring status on a node this plan never cordoned does nothing", cur: restoring,
+			obs: wholeOld(rollout.Observation{NodeExists: true, MIGConfig: "all-balanced"}), state: v1alpha1.NodeFailed,
+			message: "refused: the step's status says Restoring"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			limits := timeouts
+			limits.KeepFailedCordoned = tc.keepCordoned
+			res := rollout.Step(planName, nodeStep, tc.cur, tc.obs, limits, t0.Add(tc.after))
+			g.Expect(res.Status.State).To(Equal(tc.state))
+			g.Expect(res.Actions).To(Equal(tc.actions))
+			g.Expect(res.Status.Message).To(ContainSubstring(tc.message))
+		})
+	}
+}
+
+// TestRelabelRemembersThePreviousLabel: the label the node had is kept in the step's status
+// when the step relabels it, so that a failure can set it back.
+func TestRelabelRemembersThePreviousLabel(t *testing.T) {
+	g := NewWithT(t)
+	obs := configured(cordoned(), "all-1g.18gb", "success")
+	res := rollout.Step(planName, nodeStep, at(v1alpha1.NodeConfiguring, false), obs, timeouts, t0.Add(time.Hour))
+	g.Expect(res.Actions).To(Equal([]rollout.Action{rollout.ActionRelabel}))
+	g.Expect(res.Status.PreviousMIGConfig).To(Equal("all-1g.18gb"))
 }
