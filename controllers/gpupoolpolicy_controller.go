@@ -303,7 +303,24 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 		}
 	}
 	return &pool.Cluster{Policies: policies, Nodes: nodes.Items, GPUNodes: gpuNodes.Items,
-		Pods: pods, PDBs: pdbs.Items, Plans: plans.Items, Claims: claims, Slices: resourceSlices.Items, Heartbeats: heartbeats}, nil
+		Pods: pods, PDBs: pdbs.Items, Plans: plans.Items, Claims: claims, Slices: resourceSlices.Items, Heartbeats: heartbeats,
+		MIGManagerReboot: r.migManagerReboot(ctx)}, nil
+}
+
+// migManagerReboot reads from NVIDIA's ClusterPolicy whether mig-manager may reboot a node
+// whose MIG mode change fails, so that the planner keeps such changes off nodes where a reboot
+// would kill pods. Without a readable ClusterPolicy it is unknown, which the planner treats
+// as a reboot wherever a toggle needs a GPU reset.
+func (r *PolicyReconciler) migManagerReboot(ctx context.Context) planner.MIGManagerReboot {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(nvidia.ClusterPolicyGVK.GroupVersion().WithKind(nvidia.ClusterPolicyGVK.Kind + "List"))
+	if err := r.Client.List(ctx, list); err != nil || len(list.Items) == 0 {
+		return planner.RebootUnknown
+	}
+	if nvidia.MIGManagerWithReboot(&list.Items[0]) {
+		return planner.RebootOnFailure
+	}
+	return planner.RebootNever
 }
 
 // heartbeats reads the agents' Leases: per node, when its agent last renewed. A Lease counts

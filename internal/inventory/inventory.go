@@ -149,6 +149,11 @@ type Pod struct {
 	Blocker string
 	// PDBs covering the pod ("namespace/name"); each eviction spends one of their budgets.
 	PDBs []string
+	// NodeLocal is true for DaemonSet and static (mirror) pods: they belong to the node, a
+	// drain leaves them (kubectl drain ignores them too) and they come back with the node after
+	// a reboot. Every other pod dies with the node if mig-manager reboots it (see the planner's
+	// Input.MIGManagerReboot).
+	NodeLocal bool
 	// NodeSelector, RequiredAffinity and Tolerations are the pod's placement rules: the
 	// replacement its controller makes from the same template lands only where they hold.
 	NodeSelector     map[string]string
@@ -474,6 +479,7 @@ func newPod(p *podrecord.Record, budgets *budgets, opts Options) *Pod {
 		UID:              p.UID,
 		Requests:         p.Requests,
 		Priority:         p.Priority,
+		NodeLocal:        p.Mirror || p.Controller == "DaemonSet",
 		NodeSelector:     p.NodeSelector,
 		RequiredAffinity: p.RequiredAffinity,
 		Tolerations:      p.Tolerations,

@@ -3,6 +3,8 @@ package nvidia
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -56,6 +58,40 @@ func OperatorNamespace(obj *unstructured.Unstructured) string {
 	}
 	ns, _, _ := unstructured.NestedString(obj.Object, "status", "namespace")
 	return ns
+}
+
+// MIGManagerWithReboot says whether the ClusterPolicy makes mig-manager reboot a node whose
+// MIG mode change fails. The operator copies spec.migManager.env into mig-manager's container
+// and sets WITH_REBOOT nowhere else (gpu-operator controllers/object_controls.go
+// TransformMIGManager; assets/state-mig-manager/0600_daemonset.yaml and the Helm values set
+// none), and mig-manager reads WITH_REBOOT as its --with-reboot flag (mig-parted
+// cmd/nvidia-mig-manager/main.go, parsed as a Go boolean). spec.migManager.args replace the
+// container's shell script, which may pass -r or --with-reboot itself. Anything that might
+// turn the flag on (a value that is not a boolean, a script that mentions a reboot) counts as
+// on: a wrong "off" would let gpupool reboot a node under running pods.
+func MIGManagerWithReboot(obj *unstructured.Unstructured) bool {
+	if obj == nil {
+		return false
+	}
+	env, _, _ := unstructured.NestedSlice(obj.Object, "spec", "migManager", "env")
+	for _, e := range env {
+		m, ok := e.(map[string]any)
+		if !ok || m["name"] != "WITH_REBOOT" {
+			continue
+		}
+		v, _ := m["value"].(string)
+		if on, err := strconv.ParseBool(v); err != nil || on {
+			return true
+		}
+	}
+	args, _, _ := unstructured.NestedSlice(obj.Object, "spec", "migManager", "args")
+	for _, a := range args {
+		text, _ := a.(string)
+		if strings.Contains(strings.ToLower(text), "reboot") || slices.Contains(strings.Fields(text), "-r") {
+			return true
+		}
+	}
+	return false
 }
 
 // CheckClusterPolicy lists the settings of the GPU Operator's ClusterPolicy that gpupool needs

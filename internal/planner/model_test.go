@@ -267,6 +267,9 @@ func mayRunOn(p *inventory.Pod, node *corev1.Node) bool {
 // changes evict has left the node, with its CPU and memory: each evicted pod must then be
 // placed again, on this node or another. ok is false when an evicted pod is not on the node.
 func (w *world) freed(nm *nodeModel, change map[int]target) (capacity []int64, evicted []types.NamespacedName, ok bool) {
+	if !modeChangeSpares(nm, change) {
+		return nil, nil, false
+	}
 	capacity, evicted = w.gpuCapacity(nm, change, evictedBy(nm, change))
 	if capacity == nil {
 		return nil, nil, false
@@ -335,6 +338,9 @@ func isCurrent(g *inventory.GPU, t target) bool {
 // return as pending and must fit on their node again, and their CPU and memory stay counted
 // as requested. ok is false when they do not fit again.
 func (w *world) capacity(nm *nodeModel, change map[int]target) (capacity []int64, evicted []types.NamespacedName, ok bool) {
+	if !modeChangeSpares(nm, change) {
+		return nil, nil, false
+	}
 	capacity, evicted = w.gpuCapacity(nm, change, evictedBy(nm, change))
 	if capacity == nil {
 		return nil, nil, false
@@ -357,6 +363,50 @@ func (w *world) capacity(nm *nodeModel, change map[int]target) (capacity []int64
 }
 
 // evictedBy is the set of pods held on the GPUs a change re-carves.
+// modeChangeSpares reports whether a change leaves alone every pod it does not evict, read
+// from NVIDIA's mig-parted rather than the planner: to change one GPU's MIG mode on Ampere,
+// where the change waits for a reset, "apply --mode-only" resets every GPU of the node
+// (cmd/nvidia-mig-parted/apply/mode.go), so every GPU a mode change keeps there must be unused.
+// (Where mig-manager may also reboot the node, no pod without a GPU may stay either; generated
+// pools hold none, so reboot_test.go's tables check that rule. The same apply also clears every
+// MIG-enabled GPU, on any product; the planner does not enforce that yet, see toggleHurts.)
+func modeChangeSpares(nm *nodeModel, change map[int]target) bool {
+	toggles := false
+	for pos, t := range change {
+		toggles = toggles || t.off == nm.node.GPUs[pos].MIGEnabled
+	}
+	if !toggles {
+		return true
+	}
+	gone := evictedBy(nm, change)
+	ampere := false
+	for _, g := range nm.node.GPUs {
+		ampere = ampere || g.Product == nil || strings.HasPrefix(g.Product.Name, "A100") || strings.HasPrefix(g.Product.Name, "A30")
+	}
+	for pos, g := range nm.node.GPUs {
+		if _, changed := change[pos]; changed {
+			continue
+		}
+		if g.Error != "" {
+			return false
+		}
+		if !ampere {
+			continue
+		}
+		for _, key := range g.Pods {
+			if !gone[key] {
+				return false
+			}
+		}
+		for _, in := range g.Instances {
+			if in.Busy && (in.Pod == nil || !gone[*in.Pod]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 func evictedBy(nm *nodeModel, change map[int]target) map[types.NamespacedName]bool {
 	gone := map[types.NamespacedName]bool{}
 	for pos := range change {

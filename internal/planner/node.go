@@ -50,6 +50,9 @@ func (ni *nodeInfo) freedInto(ch choice, buf *state) (state, bool) {
 			}
 		}
 	}
+	if ni.toggleHurts(ch, st.evicted) {
+		return st, false
+	}
 	for i, gi := range ni.gpus {
 		if ch[i] != keep {
 			o := &pi.options[ch[i]]
@@ -93,6 +96,55 @@ func (ni *nodeInfo) freedInto(ch choice, buf *state) (state, bool) {
 		}
 	}
 	return st, true
+}
+
+// toggleHurts says whether a choice changes a GPU's MIG mode while pods it does not evict
+// would suffer for it. Where the change stays pending until a reset (Ampere), mig-parted
+// resets every GPU of the node (cmd/nvidia-mig-parted/apply/mode.go ApplyMigMode,
+// cmd/nvidia-mig-parted/util/device.go ResetAllGPUs), and where a failure may make mig-manager
+// reboot the node (rebootRisk) every pod there dies: on such a node (resetAll) every GPU the
+// choice keeps must be unused, and no pod but DaemonSet and static ones may stay (stayers).
+//
+// Not enforced yet: to toggle any GPU, ApplyMigMode also destroys the instances of every
+// MIG-enabled GPU of the node, Hopper included, so pods on a kept MIG-enabled GPU lose their
+// devices (or, in use, fail the step). Forbidding that leaves the greedy search unable to
+// find the drain-and-move plans the exhaustive optimum finds (TestPlanReachesTheOptimumWithMoves).
+func (ni *nodeInfo) toggleHurts(ch choice, evicted []types.NamespacedName) bool {
+	toggles := false
+	for i, gi := range ni.gpus {
+		if ch[i] != keep && ni.prod.options[ch[i]].disabled == gi.gpu.MIGEnabled {
+			toggles = true
+			break
+		}
+	}
+	if !toggles {
+		return false
+	}
+	if len(ni.stayers) > 0 {
+		return true
+	}
+	for i, gi := range ni.gpus {
+		if ch[i] != keep {
+			continue
+		}
+		if gi.gpu.Error != "" {
+			return true // what uses it is unknown
+		}
+		if gi.idle || !ni.resetAll {
+			continue
+		}
+		// A kept GPU in use is fine only when every pod on it leaves anyway (a multi-GPU pod
+		// evicted from a changed GPU) and nothing else holds it.
+		if len(gi.gpu.Pods) == 0 || !allIn(gi.gpu.Pods, evicted) {
+			return true
+		}
+		for _, in := range gi.gpu.Instances {
+			if in.Busy && in.Pod == nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // stateFor is the node's offer under a choice with every evicted pod back on the node; ok is

@@ -534,10 +534,46 @@ func (p *planState) evictionsToHost(c *class, ni *nodeInfo) (int, string) {
 	if len(costs) < need {
 		return 0, why
 	}
+	if why := ni.toggleObstacle(c, need); why != "" {
+		return 0, why
+	}
 	slices.Sort(costs)
 	total := 0
 	for _, n := range costs[:need] {
 		total += n
 	}
 	return total, ""
+}
+
+// toggleObstacle says why the node cannot host a pod of the class when doing so needs a GPU's
+// MIG mode changed and toggleHurts forbids every such change; "" otherwise.
+func (ni *nodeInfo) toggleObstacle(c *class, need int) string {
+	inMode := 0
+	for _, gi := range ni.gpus {
+		if gi.changeable && gi.gpu.MIGEnabled == (c.whole == 0) {
+			inMode++
+		}
+	}
+	if inMode >= need {
+		return ""
+	}
+	if len(ni.stayers) > 0 {
+		names := make([]string, 0, 3)
+		for _, key := range ni.stayers[:min(3, len(ni.stayers))] {
+			names = append(names, key.String())
+		}
+		if more := len(ni.stayers) - len(names); more > 0 {
+			names = append(names, fmt.Sprintf("%d more", more))
+		}
+		return fmt.Sprintf("hosting it on node %s changes a GPU's MIG mode, and %s: the reboot would kill %s, "+
+			"which gpupool does not evict, so the change waits until no such pod runs there",
+			ni.node.Name, ni.rebootRisk, strings.Join(names, ", "))
+	}
+	for _, gi := range ni.gpus {
+		if !gi.changeable && !gi.idle && ni.resetAll {
+			return fmt.Sprintf("hosting it on node %s changes a GPU's MIG mode, which there resets every GPU of the node "+
+				"(or reboots it), and GPU %d is in use and may not change (%s)", ni.node.Name, gi.gpu.Index, gi.blocker)
+		}
+	}
+	return ""
 }

@@ -85,6 +85,15 @@ type nodeInfo struct {
 	landed []landing
 	// accepted is the node's accepted proposal while the greedy runs; nil when it has none.
 	accepted *proposal
+	// rebootRisk says why toggling a GPU's MIG mode on the node may make mig-manager reboot
+	// it; "" when it may not (see MIGManagerReboot).
+	rebootRisk string
+	// stayers are the pods such a reboot would kill that no change of the node's GPUs evicts:
+	// every pod holding no GPU but DaemonSet and static pods; set only with rebootRisk.
+	stayers []types.NamespacedName
+	// resetAll is true when a MIG mode toggle on the node may reset every GPU of it: one of
+	// its GPUs needs a reset to toggle (toggleReset), or a reboot may follow a failure.
+	resetAll bool
 }
 
 // catalog resolves the policy's catalog against GPU products.
@@ -287,7 +296,58 @@ func newNodeInfo(n *inventory.Node, cat *catalog, d *dims, in *Input, classes in
 			ni.idleGPUs++
 		}
 	}
+	ni.resetAll = slices.ContainsFunc(n.GPUs, func(g *inventory.GPU) bool { return toggleReset(g) != "" })
+	if ni.rebootRisk = rebootRisk(n, in.MIGManagerReboot); ni.rebootRisk != "" {
+		ni.resetAll = true
+		onGPU := map[types.NamespacedName]bool{}
+		for _, g := range n.GPUs {
+			for _, key := range g.Pods {
+				onGPU[key] = true
+			}
+		}
+		for _, p := range n.Pods {
+			if !p.NodeLocal && !onGPU[p.Key] {
+				ni.stayers = append(ni.stayers, p.Key)
+			}
+		}
+	}
 	return ni
+}
+
+// ampere are the products whose MIG mode change NVML leaves pending until a GPU reset
+// (nvmlDeviceSetMigMode; from Hopper on, the mode changes without one), so mig-parted resets
+// every GPU of the node to apply it (cmd/nvidia-mig-parted/apply/mode.go ApplyMigMode).
+var ampere = []string{"A30-24GB", "A100-40GB", "A100-80GB"}
+
+// rebootRisk says why a MIG mode toggle on the node may make mig-manager reboot it, or ""
+// (see MIGManagerReboot for mig-manager's rule).
+func rebootRisk(n *inventory.Node, r MIGManagerReboot) string {
+	switch r {
+	case RebootNever:
+		return ""
+	case RebootOnFailure:
+		return "the GPU Operator runs mig-manager with WITH_REBOOT (ClusterPolicy spec.migManager.env), which reboots the node when a MIG mode change fails"
+	}
+	for _, g := range n.GPUs {
+		if why := toggleReset(g); why != "" {
+			return why + ", which mig-manager turns into a reboot of the node if it fails and WITH_REBOOT is set, " +
+				"and gpupool could not read the GPU Operator's ClusterPolicy to know it is not"
+		}
+	}
+	return ""
+}
+
+// toggleReset says why toggling the GPU's MIG mode needs a GPU reset, or "" when it is known
+// not to (bare metal from Hopper on; in a VM the reset may still be needed, which mig-parted
+// then attempts and fails while a GPU is in use, failing the step).
+func toggleReset(g *inventory.GPU) string {
+	switch {
+	case g.Product == nil || g.NoBuiltinTable:
+		return fmt.Sprintf("GPU %d (%s) is not known to change MIG mode without a GPU reset", g.Index, g.ProductName)
+	case slices.Contains(ampere, g.Product.Name):
+		return fmt.Sprintf("GPU %d (%s) changes MIG mode only at a GPU reset", g.Index, g.Product.Name)
+	}
+	return ""
 }
 
 // changeable decides whether a GPU may be re-carved, and if so which pods that evicts.

@@ -192,6 +192,9 @@ func checkStep(pc *planCheck, s *scenario, w *world, nm *nodeModel, step *planne
 			pc.fail("%s changes a GPU %s holds without evicting it", step.Node, key)
 		}
 	}
+	if !modeChangeSpares(nm, stepChange(nm, step)) {
+		pc.fail("%s changes a GPU's MIG mode while another GPU of the node, which mig-parted would clear or reset, is in use", step.Node)
+	}
 	for _, e := range step.Evictions {
 		if e.Landing == step.Node {
 			continue

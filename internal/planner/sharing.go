@@ -73,6 +73,11 @@ func (p *planState) shareNode(ni *nodeInfo) *shareProposal {
 	if lead == nil {
 		return nil
 	}
+	for _, gi := range ni.gpus {
+		if len(ni.stayers) > 0 && gi.gpu.MIGEnabled != lead.sharedMIG() {
+			return nil // the MIG mode toggle may reboot the node under its pods (toggleHurts)
+		}
+	}
 	layout := p.shareLayout(ni, lead)
 	devices := len(ni.gpus) // replicas per device times devices is the node's capacity
 	choices := p.shareChoices(ni)

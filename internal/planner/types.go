@@ -45,6 +45,12 @@ type Input struct {
 	// what is left of the policy's maxDisruptiveStepsPerHour (pool.DisruptiveStepsLeft). Nil
 	// means no hourly cap beyond maxDisruptedNodes.
 	DisruptiveStepsLeft *int
+	// MIGManagerReboot is what the GPU Operator's ClusterPolicy says of mig-manager rebooting
+	// a node whose MIG mode change fails; the zero value, RebootUnknown, assumes a reboot
+	// wherever a toggle needs a GPU reset. A step that toggles MIG mode where a reboot may
+	// follow is planned only while nothing but the step's evictions and DaemonSet or static
+	// pods runs on the node: a reboot kills every pod there, not only those on changed GPUs.
+	MIGManagerReboot MIGManagerReboot
 	// AllowMPS lets the planner share whole GPUs with MPS where the catalog allows it. Leave it
 	// false on clusters of NVIDIA's GPU Operator with the mixed MIG strategy, which gpupool needs:
 	// the operator passes the strategy to every device plugin, and the device plugin refuses to
@@ -61,6 +67,32 @@ type Input struct {
 	// Now is the planning time (carried into the result, never read from a clock).
 	Now time.Time
 }
+
+// MIGManagerReboot says whether NVIDIA's mig-manager reboots a node when it cannot change a
+// GPU's MIG mode. mig-manager (mig-parted pkg/mig/reconfigure/reconfigure.go, Run) runs
+// "mig-parted apply --mode-only" and, when that or the assertion after it fails for any reason
+// and it runs with --with-reboot (env WITH_REBOOT, cmd/nvidia-mig-manager/main.go), labels
+// the node rebooting and reboots the host. The mode apply fails whenever a GPU the change
+// must clear or reset is in use: it destroys every MIG instance of every MIG-enabled GPU of
+// the node and, when a mode change stays pending (GPUs that need a reset to toggle: Ampere,
+// A100 and A30), resets every GPU of the node with nvidia-smi -r
+// (cmd/nvidia-mig-parted/apply/mode.go ApplyMigMode, util/device.go ResetAllGPUs), which
+// also fails while nvidia_drm or another host client holds a GPU (mig-parted issue 181).
+// The GPU Operator sets WITH_REBOOT only from ClusterPolicy spec.migManager.env
+// (gpu-operator controllers/object_controls.go TransformMIGManager; its DaemonSet asset and
+// Helm values set none), so by default mig-manager never reboots.
+type MIGManagerReboot int
+
+// What gpupool knows of mig-manager's reboots.
+const (
+	// RebootUnknown: no ClusterPolicy was read. A toggle on GPUs that need a reset may reboot
+	// (the reset is what fails in practice); on later GPUs it is taken not to.
+	RebootUnknown MIGManagerReboot = iota
+	// RebootNever: mig-manager runs without WITH_REBOOT; a failed mode change fails the step.
+	RebootNever
+	// RebootOnFailure: WITH_REBOOT is set; any MIG mode toggle may reboot the node.
+	RebootOnFailure
+)
 
 // Reason says why a pending pod is not served by the plan.
 type Reason string

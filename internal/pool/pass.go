@@ -50,6 +50,9 @@ type Cluster struct {
 	Slices []resourcev1.ResourceSlice
 	// Heartbeats are, per node, when its agent last renewed its Lease; nil when unknown.
 	Heartbeats map[string]time.Time
+	// MIGManagerReboot is what the GPU Operator's ClusterPolicy says of mig-manager rebooting
+	// nodes (nvidia.MIGManagerWithReboot); RebootUnknown when no ClusterPolicy was read.
+	MIGManagerReboot planner.MIGManagerReboot
 }
 
 // Unbound are the pods not bound to a node that may ask for GPUs, with their records'
@@ -118,6 +121,8 @@ type Pass struct {
 	MinPendingAge time.Duration
 	Window        time.Duration
 	Now           time.Time
+	// MIGManagerReboot is the cluster's, for the planner.
+	MIGManagerReboot planner.MIGManagerReboot
 }
 
 // NewPass assembles a policy's pass over the cluster at now. The policy's nodeSelector must
@@ -127,7 +132,7 @@ func NewPass(policy *v1alpha1.GPUPoolPolicy, c *Cluster, now time.Time, opts Opt
 	if err != nil {
 		return nil, fmt.Errorf("spec.nodeSelector: %w", err)
 	}
-	p := &Pass{Policy: policy, Selector: selector, Now: now,
+	p := &Pass{Policy: policy, Selector: selector, Now: now, MIGManagerReboot: c.MIGManagerReboot,
 		MinPendingAge: DurationOr(policy.Spec.Planning.MinPendingAge, DefaultMinPendingAge),
 		Window:        DurationOr(policy.Spec.Planning.StabilizationWindow, DefaultStabilizationWindow)}
 	p.Conflicts = conflictingNodes(policy, selector, c)
@@ -152,7 +157,7 @@ func (p *Pass) Input() planner.Input {
 	return planner.Input{Snapshot: p.Snapshot, Pending: p.Pending, Policy: p.Policy, Frozen: p.Frozen,
 		InFlightDisrupting: p.InFlight.Disrupting, InFlightReconfiguring: p.InFlight.Reconfiguring,
 		EvictionsPaused: EvictionsPaused(p.Policy, p.Own, p.Now), DisruptiveStepsLeft: ptr.To(DisruptiveStepsLeft(p.Policy, p.Own, p.Now)),
-		Now: p.Now}
+		MIGManagerReboot: p.MIGManagerReboot, Now: p.Now}
 }
 
 // DurationOr is the duration, or def when it is unset. Zero is a value, not "unset":
