@@ -269,8 +269,9 @@ func TestUndecodablePolicyDoesNotStopTheOthers(t *testing.T) {
 }
 
 // TestPolicyProblemsTheAPICannotSeeBecomeConditions guards the conditions for what only the
-// controller can judge: a catalog profile the product does not have, and an entry that an
-// earlier one shadows, are named with the field and the fix, while planning goes on.
+// controller can judge: a catalog profile the product does not have, an entry that an earlier
+// one shadows, and a profile of one product under a name several products match, are named
+// with the field and the fix, while planning goes on.
 func TestPolicyProblemsTheAPICannotSeeBecomeConditions(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -278,8 +279,9 @@ func TestPolicyProblemsTheAPICannotSeeBecomeConditions(t *testing.T) {
 	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	policy.Spec.Catalog = []v1.CatalogEntry{
-		{Product: "H200", MIGProfiles: []v1.MIGProfileName{"1g.18gb", "3g.40gb"}},
+		{Product: "NVIDIA H200", MIGProfiles: []v1.MIGProfileName{"1g.18gb", "3g.40gb"}},
 		{Product: "NVIDIA-H200", MIGProfiles: []v1.MIGProfileName{"7g.141gb"}},
+		{Product: "H100", MIGProfiles: []v1.MIGProfileName{"1g.10gb"}},
 	}
 	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
 	g.Eventually(func(g Gomega) {
@@ -288,7 +290,9 @@ func TestPolicyProblemsTheAPICannotSeeBecomeConditions(t *testing.T) {
 		c := condition(p, v1.ConditionSpecValid)
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(c.Message).To(ContainSubstring("spec.catalog[0].migProfiles: H200-141GB has no MIG profile 3g.40gb"))
-		g.Expect(c.Message).To(ContainSubstring(`spec.catalog[1].product: entry "NVIDIA-H200" is never used`))
+		g.Expect(c.Message).To(ContainSubstring(`spec.catalog[1].product: entry "NVIDIA-H200" is never used on a GPU gpupool knows`))
+		g.Expect(c.Message).To(ContainSubstring(`spec.catalog[2].migProfiles: "H100" applies to H100-80GB, H100-94GB, H100-96GB, ` +
+			`but MIG profile 1g.10gb exists on H100-80GB only`))
 		g.Expect(condition(p, v1.ConditionReady).Status).To(Equal(metav1.ConditionTrue), "planning goes on")
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 }

@@ -141,8 +141,13 @@ type Product struct {
 	// Match lists dash-separated token sets matched against nvidia.com/gpu.product
 	// label values and NVML names; see LookupProduct. A token written "!X" vetoes
 	// the entry when X is present (H100 NVL is a different, 94GB product).
-	Match         []string
-	PCIDeviceIDs  []uint16 // PCI device IDs (vendor 0x10DE) of boards with this geometry
+	Match        []string
+	PCIDeviceIDs []uint16 // PCI device IDs (vendor 0x10DE) of boards with this geometry
+	// Names are device names NVML reports for boards of this product (nvidia-smi's name);
+	// each board's nvidia.com/gpu.product label is ProductLabel of its name. The list need
+	// not be complete: a policy's catalog is checked against it (a catalog entry's product
+	// matches GPUs by substring of either name, or of Name).
+	Names         []string
 	MemorySlices  int
 	ComputeSlices int
 	Profiles      []Profile // in catalog order: larger profiles first
@@ -210,6 +215,7 @@ var builtin = []*Product{
 		Name:          "A30-24GB",
 		Match:         []string{"A30"},
 		PCIDeviceIDs:  []uint16{0x20B7},
+		Names:         []string{"NVIDIA A30"},
 		MemorySlices:  4,
 		ComputeSlices: 4,
 		// Memory from go-nvml's A30 mock, which design.md says matches real devices.
@@ -225,6 +231,7 @@ var builtin = []*Product{
 		Name:          "A100-40GB",
 		Match:         []string{"A100-40GB", "A800-40GB"},
 		PCIDeviceIDs:  []uint16{0x20B0, 0x20B1, 0x20F1, 0x20F6},
+		Names:         []string{"NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB"},
 		MemorySlices:  8,
 		ComputeSlices: 7,
 		// Memory from go-nvml's dgxa100 mock (an nvidia-smi capture).
@@ -237,6 +244,7 @@ var builtin = []*Product{
 		Name:          "A100-80GB",
 		Match:         []string{"A100-80GB", "A800-80GB"},
 		PCIDeviceIDs:  []uint16{0x20B2, 0x20B5, 0x20F3, 0x20F5},
+		Names:         []string{"NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A800-SXM4-80GB"},
 		MemorySlices:  8,
 		ComputeSlices: 7,
 		// Memory from go-nvml's A100 80GB mock.
@@ -252,6 +260,7 @@ var builtin = []*Product{
 		Match: []string{"H100-80GB", "H100-PCIE-!NVL-!94GB-!96GB", "H100-SXM5-!94GB-!96GB-!64GB", "H800-!NVL-!94GB"},
 		// 0x2324 is the H800-80GB, which NVIDIA's config groups with the H100-80GB.
 		PCIDeviceIDs:  []uint16{0x2330, 0x2331, 0x2322, 0x2324},
+		Names:         []string{"NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H800"},
 		MemorySlices:  8,
 		ComputeSlices: 7,
 		Profiles: eightSlice{
@@ -264,6 +273,7 @@ var builtin = []*Product{
 		Name:          "H200-141GB",
 		Match:         []string{"H200"},
 		PCIDeviceIDs:  []uint16{0x2335, 0x233B},
+		Names:         []string{"NVIDIA H200", "NVIDIA H200 NVL"},
 		MemorySlices:  8,
 		ComputeSlices: 7,
 		Profiles: eightSlice{
@@ -276,6 +286,7 @@ var builtin = []*Product{
 		Name:          "B200",
 		Match:         []string{"B200"},
 		PCIDeviceIDs:  []uint16{0x2901},
+		Names:         []string{"NVIDIA B200"},
 		MemorySlices:  8,
 		ComputeSlices: 7,
 		Profiles: eightSlice{
@@ -288,6 +299,7 @@ var builtin = []*Product{
 		Name:          "H100-94GB",
 		Match:         []string{"H100-NVL", "H800-NVL", "H100-94GB", "H800-94GB"},
 		PCIDeviceIDs:  []uint16{0x2321, 0x233A}, // H100 NVL, H800 NVL
+		Names:         []string{"NVIDIA H100 NVL", "NVIDIA H800 NVL"},
 		MemorySlices:  8,
 		ComputeSlices: 7,
 		Profiles: eightSlice{
@@ -301,6 +313,7 @@ var builtin = []*Product{
 		// GH200's Hopper GPU with 96GB HBM3, the H100-96GB, the PG506-96GB and the H20.
 		Match:         []string{"H100-96GB", "H20", "PG506-96GB", "GH200-!144G-!HBM3E"},
 		PCIDeviceIDs:  []uint16{0x2342, 0x233D, 0x20B6, 0x2329},
+		Names:         []string{"NVIDIA H20", "NVIDIA GH200 480GB"},
 		MemorySlices:  8,
 		ComputeSlices: 7,
 		Profiles: eightSlice{
@@ -313,6 +326,7 @@ var builtin = []*Product{
 		Name:          "GH200-144GB",
 		Match:         []string{"GH200-144G", "GH200-HBM3E", "GH200-144GB"},
 		PCIDeviceIDs:  []uint16{0x2348},
+		Names:         []string{"NVIDIA GH200 144G HBM3e"},
 		MemorySlices:  8,
 		ComputeSlices: 7,
 		Profiles: eightSlice{
@@ -325,6 +339,7 @@ var builtin = []*Product{
 		Name:          "GB200",
 		Match:         []string{"GB200"},
 		PCIDeviceIDs:  []uint16{0x2941},
+		Names:         []string{"NVIDIA GB200"},
 		MemorySlices:  8,
 		ComputeSlices: 7,
 		Profiles: eightSlice{
@@ -342,6 +357,7 @@ var builtin = []*Product{
 		Name:          "B300",
 		Match:         []string{"B300"},
 		PCIDeviceIDs:  []uint16{0x3182},
+		Names:         []string{"NVIDIA B300 SXM6 AC"},
 		MemorySlices:  8,
 		ComputeSlices: 7,
 		Profiles: eightSlice{
@@ -354,6 +370,7 @@ var builtin = []*Product{
 		Name:          "GB300",
 		Match:         []string{"GB300"},
 		PCIDeviceIDs:  []uint16{0x31C2},
+		Names:         []string{"NVIDIA GB300"},
 		MemorySlices:  8,
 		ComputeSlices: 7,
 		Profiles: eightSlice{
@@ -366,6 +383,7 @@ var builtin = []*Product{
 		Name:          "RTX-PRO-6000-Blackwell",
 		Match:         []string{"RTX-PRO-6000-BLACKWELL"},
 		PCIDeviceIDs:  []uint16{0x2BB5}, // Server Edition, as NVIDIA's config filters it
+		Names:         []string{"NVIDIA RTX PRO 6000 Blackwell Server Edition"},
 		MemorySlices:  4,
 		ComputeSlices: 4,
 		Profiles:      rtxProBlackwell(),
@@ -463,6 +481,22 @@ func LookupProductByPCIID(id uint32) (*Product, bool) {
 		}
 	}
 	return nil, false
+}
+
+// ProductLabel is the nvidia.com/gpu.product label GPU Feature Discovery writes for a GPU of
+// this NVML device name: characters other than letters, digits, '-', '_', '.' and spaces
+// dropped, and runs of spaces turned into one '-' (NVIDIA/k8s-device-plugin
+// internal/lm/resource.go, getProductName, and its sanitise). The suffixes GFD adds under
+// the single MIG strategy or sharing are not included.
+func ProductLabel(nvmlName string) string {
+	keep := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.', r == ' ':
+			return r
+		}
+		return -1
+	}, nvmlName)
+	return strings.Join(strings.Fields(keep), "-")
 }
 
 func productTokens(name string) []string {

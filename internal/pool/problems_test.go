@@ -60,11 +60,42 @@ func TestProblems(t *testing.T) {
 			s.Catalog[0].Sharing = &v1alpha1.SharingCatalog{MPS: &v1alpha1.MPSReplicaChoices{Replicas: []int32{4}}}
 		}, field: "spec.catalog[0].sharing.mps", message: "allow spec.catalog[0].sharing.timeSlicing to share them at all"},
 		{name: "an entry an earlier one shadows", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
-			s.Catalog[0].Product = "H100"
-			s.Catalog = append(s.Catalog, v1alpha1.CatalogEntry{Product: "H100-NVL", AllowWholeGPU: true})
+			s.Catalog = []v1alpha1.CatalogEntry{{Product: "H100", AllowWholeGPU: true}, {Product: "H100-NVL", AllowWholeGPU: true}}
 		}, field: "spec.catalog[1].product", message: `entry "H100-NVL" is never used`},
 		{name: "the more specific entry first shadows nothing", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
 			s.Catalog = []v1alpha1.CatalogEntry{{Product: "H100-NVL", AllowWholeGPU: true}, {Product: "H100", AllowWholeGPU: true}}
+		}},
+		// The planner matches the canonical name on every GPU of a built-in product, so an entry
+		// spelling the label of an H100 80GB board never applies after "H100-80GB", though
+		// neither name contains the other.
+		{name: "an entry an earlier one takes whole under another spelling", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.Catalog = []v1alpha1.CatalogEntry{{Product: "H100-80GB", AllowWholeGPU: true}, {Product: "NVIDIA H100 80GB HBM3", AllowWholeGPU: true}}
+		}, field: "spec.catalog[1].product", message: `entry "NVIDIA H100 80GB HBM3" is never used on a GPU gpupool knows: ` +
+			`spec.catalog[0] ("H100-80GB") takes every H100-80GB GPU`},
+		{name: "an entry whose every product earlier entries take", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.Catalog = []v1alpha1.CatalogEntry{{Product: "H100", AllowWholeGPU: true}, {Product: "NVIDIA-H200", AllowWholeGPU: true},
+				{Product: "NVL", AllowWholeGPU: true}}
+		}, field: "spec.catalog[2].product", message: `spec.catalog[0] ("H100") takes every H100-94GB GPU`},
+		{name: "an entry that still has a product of its own", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.Catalog = []v1alpha1.CatalogEntry{{Product: "NVL", AllowWholeGPU: true}, {Product: "H100", AllowWholeGPU: true}}
+		}},
+		// "H100" applies to the 80, 94 and 96GB H100s, whose profiles differ: 1g.10gb is only
+		// the 80GB's, and the others never use it, which nothing told the user.
+		{name: "a profile of one product under a name that several match", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.Catalog = []v1alpha1.CatalogEntry{{Product: "H100", MIGProfiles: []v1alpha1.MIGProfileName{"1g.10gb"}}}
+		}, field: "spec.catalog[0].migProfiles", message: `"H100" applies to H100-80GB, H100-94GB, H100-96GB, but MIG profile 1g.10gb ` +
+			`exists on H100-80GB only, so it is never used on H100-94GB and H100-96GB: give each product its own entry (such as "H100-80GB")`},
+		// "H20" is also a substring of every H200's and GH200's names.
+		{name: "a product name inside another product's", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.Catalog = []v1alpha1.CatalogEntry{{Product: "H20", MIGProfiles: []v1alpha1.MIGProfileName{"1g.12gb"}}}
+		}, field: "spec.catalog[0].migProfiles", message: "exists on H100-96GB only, so it is never used on H200-141GB and GH200-144GB"},
+		{name: "a profile none of the products has", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.Catalog = []v1alpha1.CatalogEntry{{Product: "A100", MIGProfiles: []v1alpha1.MIGProfileName{"1g.18gb"}}}
+		}, field: "spec.catalog[0].migProfiles", message: `"A100" applies to A100-40GB, A100-80GB, and none has MIG profile 1g.18gb`},
+		{name: "specific entries first leave the general one a single product", mutate: func(s *v1alpha1.GPUPoolPolicySpec) {
+			s.Catalog = []v1alpha1.CatalogEntry{{Product: "H100-94GB", MIGProfiles: []v1alpha1.MIGProfileName{"1g.12gb"}},
+				{Product: "H100-96GB", MIGProfiles: []v1alpha1.MIGProfileName{"1g.12gb"}},
+				{Product: "H100", MIGProfiles: []v1alpha1.MIGProfileName{"1g.10gb", "3g.40gb"}}}
 		}},
 	}
 	for _, tc := range cases {
