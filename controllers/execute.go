@@ -841,5 +841,6 @@ func (r *PlanReconciler) updateConfigMap(ctx context.Context, name string, next 
 // evictionRules are the policy's choices about which pods may be evicted at all.
 func evictionRules(policy *v1alpha1.GPUPoolPolicy) inventory.EvictionRules {
 	return inventory.EvictionRules{EvictEmptyDir: policy.Spec.Disruption.EvictEmptyDir,
-		EvictUnmanaged: policy.Spec.Disruption.EvictUnmanaged}
+		EvictUnmanaged: policy.Spec.Disruption.EvictUnmanaged,
+		DrainTimeout:   pool.DurationOr(policy.Spec.Disruption.DrainTimeout, rollout.DefaultDrainTimeout)}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
 )
 
 const node = "gpu-node-1"
@@ -188,6 +190,21 @@ func TestPassOutcomes(t *testing.T) {
 				t.Errorf("Done() = %v with outcome %s", res.Done(), tc.want)
 			}
 		})
+	}
+}
+
+// A pod whose grace period the drain could not wait out is never evicted: the step would time
+// out with it still terminating.
+func TestPassRefusesAGracePeriodLongerThanTheDrain(t *testing.T) {
+	long := newPod("team", "a", func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(3600)) })
+	c, log := newClient(t, nil, long)
+	res, err := Pass(context.Background(), c, node, []types.NamespacedName{key("team", "a")},
+		Options{Rules: inventory.EvictionRules{DrainTimeout: 15 * time.Minute}})
+	if err != nil {
+		t.Fatalf("Pass: %v", err)
+	}
+	if got := res.Pods[0]; got.Outcome != Refused || !strings.Contains(got.Message, "drainTimeout") || len(log.keys) > 0 {
+		t.Errorf("outcome %s (%q), %d evictions; want Refused naming drainTimeout, none", got.Outcome, got.Message, len(log.keys))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"k8s.io/utils/ptr"
 
@@ -90,6 +91,24 @@ func TestEvictionBlockers(t *testing.T) {
 		name: "generic ephemeral volume with evictEmptyDir true",
 		pod:  []fixture.PodOption{withVolume("cache", ephemeral())},
 		opts: inventory.Options{EvictEmptyDir: true},
+	}, {
+		name: "a grace period shorter than drainTimeout",
+		pod:  []fixture.PodOption{grace(600)},
+		opts: inventory.Options{DrainTimeout: 15 * time.Minute},
+	}, {
+		// The kubelet may take the whole grace period: the step would time out after evicting.
+		name:    "a grace period as long as drainTimeout",
+		pod:     []fixture.PodOption{grace(900)},
+		opts:    inventory.Options{DrainTimeout: 15 * time.Minute, EvictUnmanaged: true, EvictEmptyDir: true},
+		blocker: "its terminationGracePeriodSeconds (15m0s) is not shorter than the policy's drainTimeout (15m0s), so the step would time out with the pod still terminating (raise spec.disruption.drainTimeout above it)",
+	}, {
+		name:    "an unset grace period is the API server's 30s",
+		pod:     []fixture.PodOption{grace(-1)},
+		opts:    inventory.Options{DrainTimeout: 20 * time.Second},
+		blocker: "its terminationGracePeriodSeconds (30s) is not shorter than the policy's drainTimeout (20s), so the step would time out with the pod still terminating (raise spec.disruption.drainTimeout above it)",
+	}, {
+		name: "no drainTimeout checks no grace period",
+		pod:  []fixture.PodOption{grace(7200)},
 	}, {
 		name: "volumes other than emptyDir do not block",
 		pod: []fixture.PodOption{

@@ -138,6 +138,16 @@ func emptyDir() corev1.VolumeSource {
 	return corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
 }
 
+// grace sets spec.terminationGracePeriodSeconds; a negative value leaves it unset.
+func grace(seconds int64) fixture.PodOption {
+	return func(p *corev1.Pod) {
+		p.Spec.TerminationGracePeriodSeconds = nil
+		if seconds >= 0 {
+			p.Spec.TerminationGracePeriodSeconds = ptr.To(seconds)
+		}
+	}
+}
+
 // ephemeral is a generic ephemeral volume source: a PersistentVolumeClaim made for the pod.
 func ephemeral() corev1.VolumeSource {
 	return corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{

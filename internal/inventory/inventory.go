@@ -42,6 +42,8 @@ type Options struct {
 	EvictEmptyDir bool
 	// EvictUnmanaged allows evicting pods that no controller recreates.
 	EvictUnmanaged bool
+	// DrainTimeout is the policy's drainTimeout (EvictionRules.DrainTimeout); zero checks nothing.
+	DrainTimeout time.Duration
 	// DeviceHolders are the devices NVIDIA's DRA driver allocated, by UUID (DRAHolders): such
 	// an instance or GPU is busy, held by its claim's pod, whatever the agent attributed.
 	DeviceHolders map[string]DeviceHolder
@@ -498,7 +500,8 @@ func evictionBlocker(p *podrecord.Record, pdbs []string, budgets *budgets, opts 
 	if p.DeletionTimestamp != nil && !p.Mirror && !p.DoNotDisrupt {
 		return "already terminating"
 	}
-	if why := SafetyBlocker(p, EvictionRules{EvictEmptyDir: opts.EvictEmptyDir, EvictUnmanaged: opts.EvictUnmanaged}); why != "" {
+	if why := SafetyBlocker(p, EvictionRules{EvictEmptyDir: opts.EvictEmptyDir, EvictUnmanaged: opts.EvictUnmanaged,
+		DrainTimeout: opts.DrainTimeout}); why != "" {
 		return why
 	}
 	// The Eviction API refuses a pod that more than one budget covers, whatever they allow.
@@ -655,6 +658,10 @@ type EvictionRules struct {
 	EvictEmptyDir bool
 	// EvictUnmanaged allows evicting pods that no controller recreates (they are lost).
 	EvictUnmanaged bool
+	// DrainTimeout is the policy's drainTimeout, defaults applied; zero checks nothing (an
+	// offline what-if). A pod whose grace period is not shorter is never evicted: the step
+	// would time out with the pod still terminating, its GPUs neither free nor given back.
+	DrainTimeout time.Duration
 }
 
 // SafetyBlocker says why evicting the pod is never safe under the rules, whatever its
@@ -681,6 +688,13 @@ func SafetyBlocker(p *podrecord.Record, rules EvictionRules) string {
 		// (podrecord.Record.EphemeralVolume): the data is as lost as an emptyDir's.
 		return fmt.Sprintf("uses generic ephemeral volume %q, whose PersistentVolumeClaim is deleted with the pod, so eviction "+
 			"would lose its data (policy evictEmptyDir is false)", p.EphemeralVolume)
+	case rules.DrainTimeout > 0 && p.GracePeriod >= rules.DrainTimeout:
+		// Refused rather than evicted with a shorter grace period: the pod asked for that
+		// long to shut down (a checkpoint, a drained connection), and cutting it short could
+		// lose what eviction promises to keep. The kubelet may use the whole grace period, so
+		// the step, whose drain must end within drainTimeout, would time out after evicting.
+		return fmt.Sprintf("its terminationGracePeriodSeconds (%s) is not shorter than the policy's drainTimeout (%s), so the "+
+			"step would time out with the pod still terminating (raise spec.disruption.drainTimeout above it)", p.GracePeriod, rules.DrainTimeout)
 	}
 	return ""
 }

@@ -10,9 +10,12 @@
 package podrecord
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
@@ -59,6 +62,10 @@ type Record struct {
 	// claim (kubernetes pkg/controller/volume/ephemeral/controller.go): eviction loses its data
 	// as it loses an emptyDir's.
 	EphemeralVolume string
+	// GracePeriod is spec.terminationGracePeriodSeconds (the API server's default, 30s, when
+	// unset): how long the kubelet may let an evicted pod terminate, since an eviction without
+	// its own grace period uses the pod's.
+	GracePeriod time.Duration
 	// Unbound is the pod itself, slimmed, while it is not bound to a node and may ask for GPUs
 	// (through the device plugin or through ResourceClaims): pending demand reads its
 	// containers, conditions, scheduling gates and claims. nil once bound.
@@ -105,6 +112,7 @@ func New(p *corev1.Pod, shared *Interner) *Record {
 	if owner := metav1.GetControllerOf(p); owner != nil {
 		r.Controller = shared.String(owner.Kind)
 	}
+	r.GracePeriod = time.Duration(ptr.Deref(p.Spec.TerminationGracePeriodSeconds, corev1.DefaultTerminationGracePeriodSeconds)) * time.Second
 	_, r.Mirror = p.Annotations[corev1.MirrorPodAnnotationKey]
 	for _, v := range p.Spec.Volumes {
 		if v.EmptyDir != nil && r.EmptyDirVolume == "" {

@@ -20,6 +20,7 @@ import (
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/planner"
 	"github.com/gpupool/gpupool/internal/podrecord"
+	"github.com/gpupool/gpupool/internal/rollout"
 )
 
 // Defaults of spec.planning, as the CRD markers default them; objects that no API server
@@ -140,6 +141,7 @@ func NewPass(policy *v1alpha1.GPUPoolPolicy, c *Cluster, now time.Time, opts Opt
 	p.Snapshot = inventory.BuildFromRecords(c.Nodes, c.GPUNodes, c.Pods, c.PDBs, inventory.Options{
 		Now: now, MaxReportAge: opts.MaxReportAge, Heartbeats: c.Heartbeats,
 		EvictEmptyDir: policy.Spec.Disruption.EvictEmptyDir, EvictUnmanaged: policy.Spec.Disruption.EvictUnmanaged,
+		DrainTimeout:  DurationOr(policy.Spec.Disruption.DrainTimeout, rollout.DefaultDrainTimeout),
 		DeviceHolders: inventory.DRAHolders(c.Claims, c.Slices), DynamicMIGNodes: inventory.DynamicMIGNodes(c.Slices),
 		DRAPublished: inventory.DRAPublished(c.Slices),
 	})
