@@ -197,7 +197,25 @@ func (r *CordonReconciler) judge(ctx context.Context, name string) (reconcile.Re
 		plan = nil // a later plan of the same name
 	}
 	if rollout.StaleRecord(node, *rec, plan) {
-		return reconcile.Result{}, "", r.ledger().drop(ctx, name, rec.Plan)
+		// Judged again on what the API server says now, not on the cache: a record dropped
+		// while its cordon is being applied would make the plan's own cordon read as somebody
+		// else's.
+		fresh := &v1alpha1.RepartitionPlan{}
+		if err := r.APIReader.Get(ctx, types.NamespacedName{Name: rec.Plan}, fresh); apierrors.IsNotFound(err) {
+			fresh = nil
+		} else if err != nil {
+			return reconcile.Result{}, "", fmt.Errorf("reading plan %s that recorded a cordon of node %s: %w", rec.Plan, name, err)
+		}
+		current := &corev1.Node{}
+		if err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, current); apierrors.IsNotFound(err) {
+			current = nil
+		} else if err != nil {
+			return reconcile.Result{}, "", fmt.Errorf("reading node %s: %w", name, err)
+		}
+		if rollout.StaleRecord(current, *rec, fresh) {
+			return reconcile.Result{}, "", r.ledger().drop(ctx, name, rec.Plan)
+		}
+		return reconcile.Result{RequeueAfter: 30 * time.Second}, "", nil
 	}
 	if rollout.CordonedByPlan(node, rec) == "" {
 		// Written ahead of a cordon the plan's step has yet to apply.

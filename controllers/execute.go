@@ -121,6 +121,18 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 			}
 		}
 		res := rollout.Step(plan.Name, step, cur, obs, timeouts, now)
+		if relabels(res.Actions) {
+			// A relabel is not undone by doing it twice: decided on a cached status older than
+			// the plan's last write (a node event can come before the plan's own), it would
+			// set back a label the step has since moved on from. Act only on the current plan.
+			current, err := r.planIsCurrent(ctx, plan)
+			if err != nil {
+				return 0, err
+			}
+			if !current {
+				return time.Second, nil
+			}
+		}
 		for _, action := range res.Actions {
 			if action == rollout.ActionRestoreLabel {
 				if err := r.restoreLabel(ctx, step.Node, res.Status.PreviousMIGConfig); err != nil {
@@ -632,6 +644,22 @@ func (r *PlanReconciler) editNode(ctx context.Context, plan *v1alpha1.Repartitio
 		node.Labels[v1alpha1.LabelDevicePluginConfig] = step.SharingConfigName
 	}
 	return r.Client.Patch(ctx, node, patch)
+}
+
+// relabels says whether actions change nvidia.com/mig.config.
+func relabels(actions []rollout.Action) bool {
+	return slices.ContainsFunc(actions, func(a rollout.Action) bool {
+		return a == rollout.ActionRelabel || a == rollout.ActionRestoreLabel
+	})
+}
+
+// planIsCurrent says whether the cached plan is the API server's latest version.
+func (r *PlanReconciler) planIsCurrent(ctx context.Context, plan *v1alpha1.RepartitionPlan) (bool, error) {
+	latest := &v1alpha1.RepartitionPlan{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(plan), latest); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return latest.ResourceVersion == plan.ResourceVersion, nil
 }
 
 // restoreLabel sets nvidia.com/mig.config back to the entry the node had before the step.

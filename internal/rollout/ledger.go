@@ -95,8 +95,11 @@ func StaleRecord(node *corev1.Node, rec CordonRecord, plan *v1alpha1.Repartition
 		return true
 	}
 	switch plan.Status.Phase {
-	case v1alpha1.PlanApproved, v1alpha1.PlanExecuting:
-		// A cordon written ahead and not applied yet: the step applies it, or ends.
+	case "", v1alpha1.PlanAwaitingApproval, v1alpha1.PlanApproved, v1alpha1.PlanExecuting:
+		// A cordon written ahead and not applied yet: the step applies it, or ends. A plan that
+		// looks unapproved is one a cache has not seen approved yet: only an approved plan
+		// writes a record. Dropping the record under the step would make its own cordon read
+		// as someone else's, and the node would never be reopened.
 		i := slices.IndexFunc(plan.Status.Nodes, func(s v1alpha1.NodeStepStatus) bool { return s.Node == node.Name })
 		return i >= 0 && (plan.Status.Nodes[i].State == v1alpha1.NodeDone || plan.Status.Nodes[i].State == v1alpha1.NodeFailed)
 	}

@@ -58,6 +58,10 @@ type Observation struct {
 	// policy's eviction rules (it became unsafe since planning, or the plan never should have
 	// named it), and why. The step is cancelled before it evicts anything more.
 	Unsafe string
+	// Claimed, when set, says which ResourceClaim of NVIDIA's DRA driver now holds a device on
+	// a GPU the step changes (ClaimOnStep): allocated after planning, it would lose its device
+	// to the carve. Before the relabel the step is cancelled and the node reopened.
+	Claimed string
 	// TargetDrifted is true when the entry name the step carries is not the name of the target
 	// gpupool would write now (nvidia.StepEntryName): a GPU the step leaves alone changed,
 	// appeared or vanished since planning. The step is cancelled before its entry is written.
@@ -198,6 +202,18 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 			undo = reopen(cur)
 		}
 		return fail(cur, now, "cancelled: "+obs.Unsafe, undo)
+	}
+	if false && obs.Claimed != "" {
+		switch {
+		case cur.State == v1alpha1.NodePending:
+			return fail(cur, now, "cancelled: "+obs.Claimed, nil)
+		case cur.State == v1alpha1.NodeCordoned || cur.State == v1alpha1.NodeDraining:
+			return fail(cur, now, "cancelled: "+obs.Claimed, reopen(cur))
+		case cur.State == v1alpha1.NodeConfiguring && obs.MIGConfig != step.MIGConfigName:
+			// The entry may be written, but until the label names it mig-manager was never
+			// asked to touch the GPUs: the node can be given back as it was.
+			return fail(cur, now, "cancelled before the relabel: "+obs.Claimed, reopen(cur))
+		}
 	}
 	if obs.TargetDrifted && !obs.ConfigWritten {
 		// The entry is not written, so mig-manager has nothing to apply: the GPUs are as they
@@ -389,32 +405,34 @@ func failTouched(cur v1alpha1.NodeStepStatus, now time.Time, msg string, obs Obs
 		v1alpha1.LabelMIGConfig+" names", reopen(cur))
 }
 
-// restoring waits for mig-manager to apply the label a failed step set back, then fails the
-// step for good: reopening the node when the GPUs are whole at the layout the label names.
-// cur.Message still says why the step failed.
+// restoring sets back the label of a failed step whose GPUs kept their old layout, then fails
+// the step for good, reopening the node once the label names that layout and the agent, in a
+// report from after the restore (or mig-manager's success), still shows it whole: whatever
+// mig-manager does with the label later, a restart included, it applies the layout the GPUs
+// have. cur.Message still says why the step failed.
 func restoring(cur v1alpha1.NodeStepStatus, obs Observation, t Timeouts, since, now time.Time) StepResult {
 	why, _, _ := strings.Cut(cur.Message, "; the GPUs kept their old layout")
 	if !obs.GPUsAtFrom {
 		return fail(cur, now, why+"; the node stays cordoned: while "+v1alpha1.LabelMIGConfig+" was set back to "+cur.PreviousMIGConfig+
 			", its GPUs stopped showing their old layout; check them (nvidia-smi mig -lgi), then run kubectl uncordon "+cur.Node, nil)
 	}
-	if now.Sub(since) >= t.Configure {
-		return fail(cur, now, why+"; the node stays cordoned: mig-manager did not apply "+cur.PreviousMIGConfig+" within configureTimeout "+
-			t.Configure.String()+"; check it, then run kubectl uncordon "+cur.Node, nil)
-	}
-	if obs.MIGConfig != cur.PreviousMIGConfig {
+	timedOut := now.Sub(since) >= t.Configure
+	if obs.MIGConfig != cur.PreviousMIGConfig && !timedOut {
 		return stay(cur, cur.Message, quickLook, ActionRestoreLabel)
 	}
-	switch obs.MIGState {
-	case nvidia.StateSuccess:
+	// mig-manager's success, or a report the agent made after the restore, shows the GPUs as
+	// they are now; a failed apply of the old entry that left them whole changed nothing.
+	fresh := obs.MIGState == nvidia.StateSuccess || (obs.MIGState != nvidia.StateRebooting && obs.ReportTime.After(since))
+	switch {
+	case obs.MIGConfig == cur.PreviousMIGConfig && fresh:
 		restored := why + "; " + v1alpha1.LabelMIGConfig + " was set back to " + cur.PreviousMIGConfig + ", the layout the GPUs kept"
 		if t.KeepFailedCordoned {
 			return fail(cur, now, restored+"; the node stays cordoned (the policy keeps failed nodes cordoned): run kubectl uncordon "+cur.Node, nil)
 		}
 		return fail(cur, now, restored+"; the node was reopened", reopen(cur))
-	case nvidia.StateFailed, nvidia.StateRebooting:
-		return fail(cur, now, why+"; the node stays cordoned: mig-manager reported "+string(obs.MIGState)+" applying "+cur.PreviousMIGConfig+
-			"; check the nvidia-mig-manager pod's log, then run kubectl uncordon "+cur.Node, nil)
+	case timedOut:
+		return fail(cur, now, why+"; the node stays cordoned: "+v1alpha1.LabelMIGConfig+" was not set back to "+cur.PreviousMIGConfig+
+			" and seen applied within configureTimeout "+t.Configure.String()+"; check the GPUs and the label, then run kubectl uncordon "+cur.Node, nil)
 	}
 	return stay(cur, cur.Message, slowLook)
 }

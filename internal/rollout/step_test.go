@@ -649,12 +649,30 @@ func TestRestoringSetsTheLabelBackThenReopens(t *testing.T) {
 			actions: []rollout.Action{rollout.ActionReleaseCordon}},
 		{name: "applied, but the policy keeps failed nodes cordoned", cur: restoring, keepCordoned: true,
 			obs: wholeOld(configured(cordoned(), previous, "success")), state: v1alpha1.NodeFailed, message: "the node stays cordoned"},
-		{name: "mig-manager failed the old entry too", cur: restoring, obs: wholeOld(configured(cordoned(), previous, "failed")),
-			state: v1alpha1.NodeFailed, message: "mig-manager reported failed applying all-1g.18gb"},
+		{name: "mig-manager failed the old entry too: wait for a report from after it", cur: restoring,
+			obs: wholeOld(configured(cordoned(), previous, "failed")), after: 2 * time.Second, state: v1alpha1.NodeRestoring},
+		{name: "mig-manager failed the old entry, and the GPUs are still whole at it", cur: restoring,
+			obs: func() rollout.Observation {
+				o := wholeOld(configured(cordoned(), previous, "failed"))
+				o.ReportTime = t0.Add(time.Second)
+				return o
+			}(), after: 2 * time.Second, state: v1alpha1.NodeFailed, actions: []rollout.Action{rollout.ActionUncordon}},
 		{name: "the GPUs changed meanwhile", cur: restoring, obs: configured(cordoned(), previous, "success"),
 			state: v1alpha1.NodeFailed, message: "its GPUs stopped showing their old layout"},
-		{name: "mig-manager never applies it", cur: restoring, obs: wholeOld(configured(cordoned(), previous, "pending")),
-			after: 10 * time.Minute, state: v1alpha1.NodeFailed, message: "did not apply all-1g.18gb within configureTimeout"},
+		{name: "mig-manager wedged, but a report from after the restore shows the old layout", cur: restoring,
+			obs: func() rollout.Observation {
+				o := wholeOld(configured(cordoned(), previous, "pending"))
+				o.ReportTime = t0.Add(time.Second)
+				return o
+			}(), after: 2 * time.Second, state: v1alpha1.NodeFailed, actions: []rollout.Action{rollout.ActionUncordon},
+			message: "was set back to all-1g.18gb"},
+		{name: "mig-manager rebooting the node: wait", cur: restoring, obs: func() rollout.Observation {
+			o := wholeOld(configured(cordoned(), previous, "rebooting"))
+			o.ReportTime = t0.Add(time.Second)
+			return o
+		}(), after: 2 * time.Second, state: v1alpha1.NodeRestoring},
+		{name: "never seen applied", cur: restoring, obs: wholeOld(configured(cordoned(), previous, "pending")),
+			after: 10 * time.Minute, state: v1alpha1.NodeFailed, message: "seen applied within configureTimeout"},
 		{name: "a forged Restoring status on a node this plan never cordoned does nothing", cur: restoring,
 			obs: wholeOld(rollout.Observation{NodeExists: true, MIGConfig: "all-balanced"}), state: v1alpha1.NodeFailed,
 			message: "refused: the step's status says Restoring"},

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -87,13 +88,72 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 		Expect(entry).NotTo(Equal(first.Spec.Steps[0].MIGConfigName), "a plan's entry names are its own")
 		started := stepStatus(retry, node).StartedTime.Time
 		Expect(started.Sub(failedAt)).To(BeNumerically(">=", time.Minute-time.Second), "the retry waited out the backoff")
-		Expect(labels.values()).To(Equal([]string{"all-1g", first.Spec.Steps[0].MIGConfigName, entry}))
+		Expect(labels.values()).To(Equal([]string{"all-1g", first.Spec.Steps[0].MIGConfigName, "all-1g", entry}),
+			"the failed step set the label back to the entry of the layout the GPUs kept before the node took work again")
 		s.waitRunning("train-3g", 1, time.Minute)
 		evictions := victimDeletions(deletions)
 		Expect(evictions).To(HaveLen(2), "one eviction per attempt, within maxDisruptiveStepsPerHour 2")
 		Expect(evicted(retry)).To(ConsistOf(s.ns + "/" + back.Name))
 		Expect(deletions.err() + labels.err()).To(BeEmpty())
 		AddReportEntry("retry: first failure to retry start", started.Sub(failedAt).Round(time.Second).String())
+	})
+
+	// Guards maxDisruptiveStepsPerHour as a cap, not a gate: with one evicting step left in the
+	// hour and two nodes whose re-carve each evicts a pod, maxDisruptedNodes 2 would allow both
+	// at once; the plan holds one, the other pod waits with the cap as its reason, and no
+	// second eviction follows within the hour.
+	It("never lets a plan exceed what is left of maxDisruptiveStepsPerHour", func() {
+		s := newScenario("hourly")
+		s.createPolicy(func(spec *v1alpha1.GPUPoolPolicySpec) {
+			spec.Disruption.Approval = v1alpha1.ApprovalAuto
+			spec.Disruption.MaxDisruptedNodes = ptr.To(intstr.FromInt32(2))
+			spec.Disruption.MaxDisruptiveStepsPerHour = ptr.To[int32](1)
+		})
+		victims := map[string]corev1.Pod{}
+		for i, node := range s.nodes {
+			victims[node] = s.victimOnGPU0Named(node, fmt.Sprintf("-%d", i))
+		}
+		deletions := watchDeletions(s.ns)
+		// Two 4g pods: one per GPU, and only GPU 0 of each node can change (a pin holds GPU 1),
+		// so serving both takes an evicting step on each node.
+		s.deploy("train-4g", 2, s.inPool(), "nvidia.com/mig-4g.71gb", 1, nil)
+		s.unpauseWhenPending(2)
+
+		first := s.waitPlan(time.Minute, v1alpha1.PlanSucceeded, v1alpha1.PlanFailed)
+		evicting := 0
+		for _, step := range first.Spec.Steps {
+			if len(step.Evictions) > 0 {
+				evicting++
+			}
+		}
+		Expect(evicting).To(Equal(1), "the plan holds no more evicting steps than the hour has left")
+		Expect(first.Status.Phase).To(Equal(v1alpha1.PlanSucceeded), s.diagnostics)
+		Eventually(func(g Gomega) {
+			running := 0
+			for _, p := range s.pods("train-4g") {
+				if p.Status.Phase == corev1.PodRunning {
+					running++
+				}
+			}
+			g.Expect(running).To(Equal(1))
+		}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed(), s.diagnostics)
+
+		Eventually(func(g Gomega) {
+			c := s.condition(g, v1alpha1.ConditionDemandSatisfied)
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Message).To(ContainSubstring("maxDisruptiveStepsPerHour"))
+		}).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
+		Consistently(func(g Gomega) {
+			g.Expect(victimDeletions(deletions)).To(HaveLen(1), "one eviction in the hour")
+			for _, p := range s.plans(g) {
+				for _, step := range p.Spec.Steps {
+					if p.Name != first.Name && len(step.Evictions) > 0 {
+						g.Expect(p.Status.Nodes).To(BeEmpty(), "plan %s started an evicting step past the hour's cap", p.Name)
+					}
+				}
+			}
+		}).WithTimeout(15*time.Second).WithPolling(time.Second).Should(Succeed(), s.diagnostics)
+		Expect(deletions.err()).To(BeEmpty())
 	})
 
 	// Guards a reconfiguration that needs a reboot: the step waits in Configuring while
@@ -526,15 +586,21 @@ func waitLeader(replicas []simcluster.Replica) (leader, other simcluster.Replica
 // pod on GPU 1, so that serving a 3g pod means evicting the victim, which fits again on GPU 1
 // and, after a failure, comes back to GPU 0 (the device plugin hands out GPU 0's slices first).
 func (s *scenario) victimOnGPU0(node string) corev1.Pod {
-	s.deploy("victim", 1, onNode(node), mig1g, 1, nil)
-	victim := s.waitRunning("victim", 1, 30*time.Second)[0]
+	return s.victimOnGPU0Named(node, "")
+}
+
+// victimOnGPU0Named is victimOnGPU0 with suffix on the names of its Deployment and pods, for a
+// scenario that puts a victim on each of several nodes.
+func (s *scenario) victimOnGPU0Named(node, suffix string) corev1.Pod {
+	s.deploy("victim"+suffix, 1, onNode(node), mig1g, 1, nil)
+	victim := s.waitRunning("victim"+suffix, 1, 30*time.Second)[0]
 	s.waitGPUHolds(node, 0, victim.Name)
-	hold := s.bare("hold", onNode(node), mig1g, 6)
+	hold := s.bare("hold"+suffix, onNode(node), mig1g, 6)
 	s.waitRunning(hold.Name, 1, 30*time.Second)
 	s.waitGPUHolds(node, 0, victim.Name, hold.Name)
-	s.bare("pin", onNode(node), mig1g, 1)
-	s.waitRunning("pin", 1, 30*time.Second)
-	s.waitGPUHolds(node, 1, "pin")
+	s.bare("pin"+suffix, onNode(node), mig1g, 1)
+	s.waitRunning("pin"+suffix, 1, 30*time.Second)
+	s.waitGPUHolds(node, 1, "pin"+suffix)
 	Expect(k8s.Delete(suiteCtx, hold, client.GracePeriodSeconds(0))).To(Succeed())
 	Eventually(func() error {
 		return k8s.Get(suiteCtx, client.ObjectKeyFromObject(hold), &corev1.Pod{})

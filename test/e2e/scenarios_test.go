@@ -154,16 +154,20 @@ var _ = Describe("gpupool on a simulated GPU cluster", func() {
 		plan := s.waitPlan(time.Minute, v1alpha1.PlanAwaitingApproval)
 		approve(plan)
 
+		before := getNode(Default, node).Labels[v1alpha1.LabelMIGConfig]
 		final := s.waitPhase(plan.Name, v1alpha1.PlanFailed, 2*time.Minute)
 		st := stepStatus(final, node)
 		Expect(st.State).To(Equal(v1alpha1.NodeFailed))
 		Expect(st.Message).To(ContainSubstring("mig-manager reported failed"))
+		Expect(st.Message).To(ContainSubstring("was set back to " + before))
 		Expect(st.Message).To(ContainSubstring("reopened"))
 		Eventually(func(g Gomega) { expectOpen(g, node) }).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
-		Expect(getNode(Default, node).Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfigState, "failed"))
+		Expect(getNode(Default, node).Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfig, before),
+			"the node takes work again only under the label that names the layout its GPUs kept")
 		Expect(layouts(Default, node)).To(HaveEach(Equal(map[string]int{"1g.18gb": 7})))
 		Expect(getNode(Default, node).Annotations[sim.AnnotationFault]).NotTo(ContainSubstring(sim.FaultFailNext),
 			"the simulator consumes fail-next when it fires")
+		expectRestartChangesNothing(s, node)
 	})
 
 	// Guards configureTimeout: mig-manager wedged in "pending" fails the step once the timeout
@@ -180,13 +184,20 @@ var _ = Describe("gpupool on a simulated GPU cluster", func() {
 		plan := s.waitPlan(time.Minute, v1alpha1.PlanAwaitingApproval)
 		approve(plan)
 
+		before := getNode(Default, node).Labels[v1alpha1.LabelMIGConfig]
 		final := s.waitPhase(plan.Name, v1alpha1.PlanFailed, 2*time.Minute)
 		st := stepStatus(final, node)
 		Expect(st.State).To(Equal(v1alpha1.NodeFailed))
 		Expect(st.Message).To(ContainSubstring("configureTimeout 5s"))
 		Expect(st.Message).To(ContainSubstring(`"pending"`))
+		Expect(st.Message).To(ContainSubstring("was set back to " + before))
 		Eventually(func(g Gomega) { expectOpen(g, node) }).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
+		Expect(getNode(Default, node).Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfig, before))
 		Expect(layouts(Default, node)).To(HaveEach(Equal(map[string]int{"1g.18gb": 7})))
+		// The wedge clears (an operator upgrade restarts mig-manager): it applies what the label
+		// names, the layout the GPUs have, and nothing under the node's pods changes.
+		annotateNode(node, sim.AnnotationFault, "")
+		expectRestartChangesNothing(s, node)
 	})
 
 	// Guards gpupool.io/do-not-disrupt: the planner never lists such a pod in evictions, even
@@ -425,3 +436,19 @@ var _ = Describe("cross-node moves", func() {
 		Expect(s.pods("pin-x")).To(ConsistOf(HaveField("Status.Phase", corev1.PodRunning)), "the pinned pod never moved")
 	})
 })
+
+// expectRestartChangesNothing restarts the simulated mig-manager on a node that took work
+// again after a failed step (as an operator upgrade or a reboot does): it applies the label's
+// current value at once, and no GPU of the node in service changes.
+func expectRestartChangesNothing(s *scenario, node string) {
+	GinkgoHelper()
+	want := layouts(Default, node)
+	annotateNode(node, sim.AnnotationRestartMIGManager, "after-failed-step")
+	Eventually(func(g Gomega) {
+		g.Expect(getNode(g, node).Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfigState, "success"))
+	}).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
+	Consistently(func(g Gomega) {
+		g.Expect(layouts(g, node)).To(Equal(want), "a restarted mig-manager re-carves nothing on a node in service")
+		expectOpen(g, node)
+	}).WithTimeout(3*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
+}

@@ -47,6 +47,8 @@ var scenarioNodes = []struct {
 	{"mps", 1},
 	{"leader", 1},
 	{"triage", 2},
+	{"provenance", 1},
+	{"hourly", 2},
 	// One device-plugin node; the scenario's second node is the DRA node (see BeforeSuite).
 	{"dra", 1},
 	// Last: its second node is the one node that starts all-7g (see BeforeSuite).

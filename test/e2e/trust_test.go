@@ -5,12 +5,15 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/test/simcluster"
 )
 
 var _ = Describe("the trust boundary", func() {
@@ -59,6 +62,52 @@ var _ = Describe("the trust boundary", func() {
 			g.Expect(p.Status.Approved).To(BeFalse())
 			expectOpen(g, node)
 			g.Expect(s.pods("victim")).To(ConsistOf(HaveField("UID", victim.UID)), "nothing was evicted")
+		}).WithTimeout(3*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
+	})
+})
+
+var _ = Describe("cordon provenance", func() {
+	// Guards who cordoned a node, as gpupool goes by it: a user who may patch nodes (a label
+	// tool, an on-call engineer) cannot write gpupool's cordon annotation on an admin-cordoned
+	// node, so the cordon janitor never takes that cordon for gpupool's and never reopens it,
+	// and nobody but the manager writes gpupool's cordon ledger.
+	It("refuses a forged cordon annotation and a forged ledger, and uncordons nothing", func() {
+		s := newScenario("provenance")
+		node := s.nodes[0]
+		s.createPolicy(nil)
+		Expect(k8s.Create(suiteCtx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "e2e-node-patcher"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch", "update"}},
+				{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "create", "update", "patch", "delete"}}},
+		})).To(Or(Succeed(), MatchError(ContainSubstring("already exists"))))
+		mallory := impersonating("node-patcher", "e2e-node-patcher")
+
+		// The admin cordons the node for maintenance.
+		n := getNode(Default, node)
+		patch := client.MergeFrom(n.DeepCopy())
+		n.Spec.Unschedulable = true
+		Expect(k8s.Patch(suiteCtx, n, patch)).To(Succeed())
+		DeferCleanup(uncordon, node)
+
+		n = getNode(Default, node)
+		patch = client.MergeFrom(n.DeepCopy())
+		metav1.SetMetaDataAnnotation(&n.ObjectMeta, v1alpha1.AnnotationCordonedBy, s.policy+"-never-existed")
+		Expect(mallory.Patch(suiteCtx, n, patch)).To(MatchError(ContainSubstring(
+			"node-patcher may not add, change or remove gpupool.io/ annotations on node " + node)))
+		ledger := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: simcluster.OperatorNamespace, Name: "gpupool-cordons"},
+			Data: map[string]string{node: `{"plan":"` + s.policy + `-never-existed"}`}}
+		err := mallory.Create(suiteCtx, ledger)
+		if apierrors.IsAlreadyExists(err) {
+			got := &corev1.ConfigMap{}
+			Expect(k8s.Get(suiteCtx, client.ObjectKeyFromObject(ledger), got)).To(Succeed())
+			got.Data = ledger.Data
+			err = mallory.Update(suiteCtx, got)
+		}
+		Expect(err).To(MatchError(ContainSubstring("node-patcher may not write or delete ConfigMap gpupool-cordons")))
+
+		Consistently(func(g Gomega) {
+			got := getNode(g, node)
+			g.Expect(got.Spec.Unschedulable).To(BeTrue(), "the admin's cordon stays")
+			g.Expect(got.Annotations).NotTo(HaveKey(v1alpha1.AnnotationCordonedBy))
 		}).WithTimeout(3*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
 	})
 })
