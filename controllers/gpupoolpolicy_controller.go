@@ -674,6 +674,18 @@ func (r *PolicyReconciler) propose(ctx context.Context, policy *v1alpha1.GPUPool
 		return nil, nil
 	case want == nil:
 		return nil, r.supersede(ctx, awaiting, "pending demand no longer needs it")
+	case awaiting != nil && rollout.RecordedApproval(awaiting) != want.Spec.Approval:
+		// The plan under review was made under another approval mode, and no later mode
+		// approves it (rollout.ModeApproves): replace it with the same change made under the
+		// policy's mode now, so that a mode its approvers chose applies to what is proposed.
+		if err := r.supersede(ctx, awaiting, fmt.Sprintf("superseded: the policy's approval is now %s, this plan was made under %s",
+			want.Spec.Approval, rollout.RecordedApproval(awaiting))); err != nil {
+			return nil, err
+		}
+		if refusedRecently(plans, want, now) {
+			// A new mode does not override a human's no either.
+			return nil, nil
+		}
 	case awaiting != nil && hashAs(want, awaiting.Name) == awaiting.Spec.Hash:
 		return awaiting, nil
 	case awaiting != nil && now.Sub(awaiting.CreationTimestamp.Time) < window && !pool.Extends(want, awaiting):

@@ -1,6 +1,7 @@
 package controllers_test
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"testing"
@@ -136,6 +137,10 @@ func signPlan(t *testing.T, env *testenv.Env, plan *v1.RepartitionPlan) {
 	policy := &v1.GPUPoolPolicy{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: plan.Spec.Policy}, policy)).To(Succeed(), "the plan's policy must exist")
 	plan.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(policy, v1.GroupVersion.WithKind("GPUPoolPolicy"))}
+	if plan.Spec.Approval == "" {
+		// The mode the manager records: the policy's when it makes the plan.
+		plan.Spec.Approval = cmp.Or(policy.Spec.Disruption.Approval, v1.ApprovalManual)
+	}
 	plan.Spec.Disruptive = false
 	for i := range plan.Spec.Steps {
 		step := &plan.Spec.Steps[i]

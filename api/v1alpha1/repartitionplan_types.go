@@ -28,6 +28,14 @@ type RepartitionPlanSpec struct {
 	// +optional
 	Disruptive bool `json:"disruptive,omitempty"`
 
+	// Approval is the policy's approval mode when the manager made the plan. The plan starts
+	// without a human only while both this mode and the policy's mode now allow it, so that a
+	// plan made to wait for a human is never approved by a later edit of the policy. A plan
+	// without it (made before the field existed) always waits for gpupool.io/approve.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="approval is immutable: it records the policy's approval mode when the plan was made"
+	// +optional
+	Approval ApprovalMode `json:"approval,omitempty"`
+
 	// Steps are the per-node changes, applied within the policy's disruption budget.
 	// +listType=map
 	// +listMapKey=node

@@ -362,6 +362,40 @@ var _ = Describe("RepartitionPlan validation", func() {
 		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want 422 Invalid, got: %v", err)
 		Expect(err.Error()).To(ContainSubstring("status.phase"))
 	})
+
+	It("refuses any change of the approval mode a plan was made under", func(ctx SpecContext) {
+		p := validPlan("recorded-mode")
+		p.Spec.Approval = v1.ApprovalManual
+		Expect(env.Client.Create(ctx, p)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(env.Client.Delete(ctx, p)).To(Succeed()) })
+
+		loosened := p.DeepCopy()
+		loosened.Spec.Approval = v1.ApprovalAuto
+		err := env.Client.Update(ctx, loosened)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want 422 Invalid, got: %v", err)
+		Expect(err.Error()).To(ContainSubstring("spec.approval"))
+		Expect(err.Error()).To(ContainSubstring("approval is immutable"))
+
+		dropped := p.DeepCopy()
+		dropped.Spec.Approval = ""
+		err = env.Client.Update(ctx, dropped)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "removing the field is a change too, got: %v", err)
+		Expect(err.Error()).To(ContainSubstring("spec is immutable"))
+
+		expectInvalid(func() client.Object { q := validPlan("unknown-mode"); q.Spec.Approval = "Always"; return q }(),
+			"spec.approval", "Unsupported value")
+	})
+
+	It("refuses adding the approval mode to a plan made without one", func(ctx SpecContext) {
+		p := validPlan("legacy")
+		Expect(env.Client.Create(ctx, p)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(env.Client.Delete(ctx, p)).To(Succeed()) })
+		added := p.DeepCopy()
+		added.Spec.Approval = v1.ApprovalAuto
+		err := env.Client.Update(ctx, added)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want 422 Invalid, got: %v", err)
+		Expect(err.Error()).To(ContainSubstring("spec is immutable"))
+	})
 })
 
 var _ = Describe("GPUNode validation", func() {

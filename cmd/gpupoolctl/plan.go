@@ -21,6 +21,7 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/planner"
+	"github.com/gpupool/gpupool/internal/rollout"
 	"github.com/gpupool/gpupool/internal/snapshot"
 )
 
@@ -281,7 +282,7 @@ func writePolicy(ew *errWriter, pr *snapshot.PolicyReport, unserved []snapshot.U
 	if pr.Plan == nil {
 		ew.printf("  No change: %s.\n", noChangeReason(pr))
 	} else {
-		writePlan(ew, pr, approval)
+		writePlan(ew, pr)
 	}
 	for _, node := range slices.Sorted(maps.Keys(pr.Frozen)) {
 		ew.printf("  Left alone: node %s (%s).\n", node, pr.Frozen[node])
@@ -332,7 +333,7 @@ func noChangeReason(pr *snapshot.PolicyReport) string {
 	return "no change the policy allows serves a pending pod (see Unserved)"
 }
 
-func writePlan(ew *errWriter, pr *snapshot.PolicyReport, approval v1alpha1.ApprovalMode) {
+func writePlan(ew *errWriter, pr *snapshot.PolicyReport) {
 	plan := pr.Plan
 	gpus, evictions := 0, 0
 	for _, s := range plan.Spec.Steps {
@@ -344,8 +345,9 @@ func writePlan(ew *errWriter, pr *snapshot.PolicyReport, approval v1alpha1.Appro
 		evicts = "evicts " + plural(evictions, "pod")
 	}
 	gate := "waits for approval"
-	switch {
-	case approval == v1alpha1.ApprovalAuto, approval == v1alpha1.ApprovalAutoIdle && !plan.Spec.Disruptive:
+	// The plan controller's own rule (the plan records the mode it is made under, here the
+	// policy's), so that what-if never promises what the controller would not do.
+	if _, ok := rollout.ModeApproves(plan, pr.Policy); ok {
 		gate = "applies without approval"
 	}
 	ew.wrap("  ", "    ", fmt.Sprintf("Plan %s (hash %s): %s on %s, %s; %s.", plan.Name, plan.Spec.Hash,

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -24,7 +25,11 @@ func (r *Result) RepartitionPlan(policy *v1alpha1.GPUPoolPolicy, now time.Time) 
 	if len(r.Steps) == 0 {
 		return nil
 	}
-	spec := v1alpha1.RepartitionPlanSpec{Policy: policy.Name, Disruptive: r.Disruptive()}
+	// The plan records the approval mode it is made under: the plan controller approves it
+	// without a human only while this mode and the policy's mode now both allow it
+	// (rollout.ModeApproves), so loosening the policy later never approves it.
+	spec := v1alpha1.RepartitionPlanSpec{Policy: policy.Name, Disruptive: r.Disruptive(),
+		Approval: cmp.Or(policy.Spec.Disruption.Approval, v1alpha1.ApprovalManual)}
 	for _, s := range r.Steps {
 		step := v1alpha1.NodeStep{
 			Node:          s.Node,

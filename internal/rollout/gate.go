@@ -115,11 +115,61 @@ func autoApproves(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy
 	if policy.Spec.Planning.Paused {
 		return "", false
 	}
-	switch mode := policy.Spec.Disruption.Approval; mode {
+	return ModeApproves(plan, policy)
+}
+
+// ModeApproves reports whether approval modes approve the plan without a human, and under
+// which mode: the more cautious of the mode the plan was made under (spec.approval) and the
+// policy's mode now. Auto approves every plan, AutoIdle only a plan that evicts no pod. Both
+// modes count so that neither can be loosened after the fact: a plan made to wait for a human
+// is not approved by a later edit of the policy (an admission policy asks the approve verb of
+// whoever loosens it, but the manager does not rely on it being installed), and a policy set
+// back to Manual stops plans made under Auto. A plan without spec.approval, made before the
+// field existed, is never approved by a mode.
+func ModeApproves(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy) (v1alpha1.ApprovalMode, bool) {
+	mode := Stricter(RecordedApproval(plan), EffectiveApproval(policy))
+	switch mode {
 	case v1alpha1.ApprovalAuto:
 		return mode, true
 	case v1alpha1.ApprovalAutoIdle:
 		return mode, !plan.Spec.Disruptive
 	}
 	return "", false
+}
+
+// RecordedApproval is the approval mode a plan was made under; Manual for a plan that does
+// not say, which no mode approves.
+func RecordedApproval(plan *v1alpha1.RepartitionPlan) v1alpha1.ApprovalMode {
+	return orManual(plan.Spec.Approval)
+}
+
+// EffectiveApproval is the policy's approval mode now, Manual when unset (the CRD's default).
+func EffectiveApproval(policy *v1alpha1.GPUPoolPolicy) v1alpha1.ApprovalMode {
+	return orManual(policy.Spec.Disruption.Approval)
+}
+
+// orManual reads an unset or unknown mode as Manual, so that nothing unexpected approves.
+func orManual(mode v1alpha1.ApprovalMode) v1alpha1.ApprovalMode {
+	switch mode {
+	case v1alpha1.ApprovalAuto, v1alpha1.ApprovalAutoIdle:
+		return mode
+	}
+	return v1alpha1.ApprovalManual
+}
+
+// Stricter is the more cautious of two approval modes: Manual before AutoIdle before Auto.
+func Stricter(a, b v1alpha1.ApprovalMode) v1alpha1.ApprovalMode {
+	rank := func(m v1alpha1.ApprovalMode) int {
+		switch orManual(m) {
+		case v1alpha1.ApprovalAuto:
+			return 2
+		case v1alpha1.ApprovalAutoIdle:
+			return 1
+		}
+		return 0
+	}
+	if rank(a) <= rank(b) {
+		return orManual(a)
+	}
+	return orManual(b)
 }

@@ -44,6 +44,10 @@ func TestGate(t *testing.T) {
 		message   string
 		ignored   string
 		invariant string
+		// made is the mode the plan records it was made under (spec.approval); unset, the
+		// policy's mode, as the manager records it, unless legacy (a plan from before the field).
+		made   v1alpha1.ApprovalMode
+		legacy bool
 	}{
 		{name: "manual plan waits and says how to approve", plan: plan(true, "", nil),
 			policy: policy(v1alpha1.ApprovalManual, false, 0), age: time.Minute,
@@ -88,6 +92,42 @@ func TestGate(t *testing.T) {
 		{name: "a paused policy approves nothing by itself", plan: plan(false, "", nil),
 			policy: policy(v1alpha1.ApprovalAuto, true, 0), phase: v1alpha1.PlanAwaitingApproval,
 			reason: rollout.ReasonAwaitingApproval, invariant: "paused means no automatic change"},
+		{name: "a plan made under Manual is not approved by a later switch to Auto", plan: plan(true, "", nil),
+			made: v1alpha1.ApprovalManual, policy: policy(v1alpha1.ApprovalAuto, false, 0),
+			phase: v1alpha1.PlanAwaitingApproval, reason: rollout.ReasonAwaitingApproval,
+			invariant: "a plan waiting for a human is never approved by loosening the policy"},
+		{name: "a plan made under Manual is not approved by a later switch to AutoIdle", plan: plan(false, "", nil),
+			made: v1alpha1.ApprovalManual, policy: policy(v1alpha1.ApprovalAutoIdle, false, 0),
+			phase: v1alpha1.PlanAwaitingApproval, reason: rollout.ReasonAwaitingApproval,
+			invariant: "a plan waiting for a human is never approved by loosening the policy"},
+		{name: "a disruptive plan made under AutoIdle is not approved by a later switch to Auto", plan: plan(true, "", nil),
+			made: v1alpha1.ApprovalAutoIdle, policy: policy(v1alpha1.ApprovalAuto, false, 0),
+			phase: v1alpha1.PlanAwaitingApproval, reason: rollout.ReasonAwaitingApproval,
+			invariant: "the more cautious of the two modes decides"},
+		{name: "an idle plan made under AutoIdle is approved under Auto", plan: plan(false, "", nil),
+			made: v1alpha1.ApprovalAutoIdle, policy: policy(v1alpha1.ApprovalAuto, false, 0),
+			phase: v1alpha1.PlanApproved, reason: rollout.ReasonApprovedByPolicy, message: "approval AutoIdle allows this plan",
+			invariant: "both modes allow an idle plan"},
+		{name: "a plan made under Auto waits once the policy is back to Manual", plan: plan(true, "", nil),
+			made: v1alpha1.ApprovalAuto, policy: policy(v1alpha1.ApprovalManual, false, 0),
+			phase: v1alpha1.PlanAwaitingApproval, reason: rollout.ReasonAwaitingApproval,
+			invariant: "a current Manual stops automatic approval"},
+		{name: "a disruptive plan made under Auto waits once the policy is AutoIdle", plan: plan(true, "", nil),
+			made: v1alpha1.ApprovalAuto, policy: policy(v1alpha1.ApprovalAutoIdle, false, 0),
+			phase: v1alpha1.PlanAwaitingApproval, reason: rollout.ReasonAwaitingApproval,
+			invariant: "the more cautious of the two modes decides"},
+		{name: "a plan from before spec.approval is never approved by a mode", plan: plan(false, "", nil),
+			legacy: true, policy: policy(v1alpha1.ApprovalAuto, false, 0),
+			phase: v1alpha1.PlanAwaitingApproval, reason: rollout.ReasonAwaitingApproval,
+			invariant: "a plan that does not say under which mode it was made waits for a human"},
+		{name: "a plan from before spec.approval is approved by a human", plan: plan(true, "", approve("1f3e9a7c00000000")),
+			legacy: true, policy: policy(v1alpha1.ApprovalAuto, false, 0),
+			phase: v1alpha1.PlanApproved, reason: rollout.ReasonApprovedByUser,
+			invariant: "the approve annotation still works on older plans"},
+		{name: "a human approves a plan made under Manual whatever the policy says now", plan: plan(true, "", approve("1f3e9a7c00000000")),
+			made: v1alpha1.ApprovalManual, policy: policy(v1alpha1.ApprovalAuto, false, 0),
+			phase: v1alpha1.PlanApproved, reason: rollout.ReasonApprovedByUser,
+			invariant: "the hash-bound approval is independent of the modes"},
 		{name: "expires after the policy's planTTL", plan: plan(true, "", nil),
 			policy: policy(v1alpha1.ApprovalManual, false, 10*time.Minute), age: 10 * time.Minute,
 			phase: v1alpha1.PlanExpired, reason: rollout.ReasonExpired, message: "planTTL 10m0s",
@@ -112,6 +152,12 @@ func TestGate(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
+			switch {
+			case tc.made != "":
+				tc.plan.Spec.Approval = tc.made
+			case !tc.legacy && tc.policy != nil:
+				tc.plan.Spec.Approval = tc.policy.Spec.Disruption.Approval
+			}
 			d := rollout.Gate(tc.plan, tc.policy, created.Add(tc.age))
 			g.Expect(d.Phase).To(Equal(tc.phase), tc.invariant)
 			g.Expect(d.Reason).To(Equal(tc.reason))
@@ -119,5 +165,19 @@ func TestGate(t *testing.T) {
 			g.Expect(d.IgnoredApproval).To(Equal(tc.ignored))
 			g.Expect(d.Changed(tc.plan)).To(Equal(tc.phase != v1alpha1.PlanAwaitingApproval && tc.plan.Status.Phase != tc.phase))
 		})
+	}
+}
+
+func TestStricter(t *testing.T) {
+	modes := []v1alpha1.ApprovalMode{"", v1alpha1.ApprovalManual, v1alpha1.ApprovalAutoIdle, v1alpha1.ApprovalAuto, "Bogus"}
+	rank := map[v1alpha1.ApprovalMode]int{"": 0, v1alpha1.ApprovalManual: 0, "Bogus": 0, v1alpha1.ApprovalAutoIdle: 1, v1alpha1.ApprovalAuto: 2}
+	for _, a := range modes {
+		for _, b := range modes {
+			got := rollout.Stricter(a, b)
+			want := min(rank[a], rank[b])
+			if rank[got] != want || got == "" || got == "Bogus" {
+				t.Errorf("Stricter(%q, %q) = %q: want the more cautious mode, unset and unknown read as Manual", a, b, got)
+			}
+		}
 	}
 }

@@ -135,10 +135,10 @@ func ownConfigName(name string) bool {
 }
 
 // Approved says whether the plan's approval holds now: its gpupool.io/approve annotation
-// carries its own hash (an admission policy lets only approvers set it), or its policy's
-// approval mode approves it by itself. The plan's recorded phase is never evidence: whoever may
-// write a plan's status could write "Approved". A plan whose approval does not hold starts no
-// node.
+// carries its own hash (an admission policy lets only approvers set it), or both the mode it
+// was made under and its policy's approval mode now approve it (ModeApproves). The plan's
+// recorded phase is never evidence: whoever may write a plan's status could write "Approved".
+// A plan whose approval does not hold starts no node.
 func Approved(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy) bool {
 	if policy == nil {
 		return false
@@ -152,11 +152,6 @@ func Approved(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy) bo
 	}
 	// Not autoApproves: pausing a policy stops planning and new approvals, while plans it
 	// approved before run to completion.
-	switch policy.Spec.Disruption.Approval {
-	case v1alpha1.ApprovalAuto:
-		return true
-	case v1alpha1.ApprovalAutoIdle:
-		return !plan.Spec.Disruptive
-	}
-	return false
+	_, ok := ModeApproves(plan, policy)
+	return ok
 }

@@ -124,6 +124,20 @@ func TestApprovedNeedsEvidenceNotAPhase(t *testing.T) {
 	}
 	auto := manual.DeepCopy()
 	auto.Spec.Disruption.Approval = v1alpha1.ApprovalAuto
+	if Approved(plan, auto) {
+		t.Fatal("a plan made before spec.approval existed was approved by the policy's mode")
+	}
+	plan.Spec.Approval = v1alpha1.ApprovalManual
+	if Approved(plan, auto) {
+		t.Fatal("a plan made under Manual was approved by a later switch of its policy to Auto")
+	}
+	plan.Spec.Approval = v1alpha1.ApprovalAuto
+	if !Approved(plan, auto) {
+		t.Fatal("a plan made under Auto was not approved under Auto")
+	}
+	if Approved(plan, manual) {
+		t.Fatal("a plan made under Auto kept its approval after its policy went back to Manual")
+	}
 	auto.Spec.Planning.Paused = true
 	if !Approved(plan, auto) {
 		t.Fatal("pausing an Auto policy withdrew the approval of a plan it approved; paused only stops new plans")
