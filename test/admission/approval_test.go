@@ -31,7 +31,7 @@ func TestOnlyApproversMayApproveOrRejectPlans(t *testing.T) {
 
 	objs, err := testenv.KustomizationObjects(filepath.Join(env.RepoRoot, "config", "approval"))
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(objs).To(HaveLen(3))
+	g.Expect(objs).To(HaveLen(5), "the approver role, two policies and their bindings")
 	for _, obj := range objs {
 		g.Expect(env.Client.Create(ctx, obj)).To(Succeed(), "creating %s %s", obj.GetKind(), obj.GetName())
 	}
