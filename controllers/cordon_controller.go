@@ -143,19 +143,23 @@ func (r *CordonReconciler) track(node, reason string) {
 	r.Metrics.SetCordoned(counts)
 }
 
-// inSomePool says whether any policy selects node now.
-func (r *CordonReconciler) inSomePool(ctx context.Context, node *corev1.Node) (bool, error) {
+// leftItsPool says whether node was taken out of every pool while gpupool held it cordoned: no
+// policy selects it now, though the policy it was cordoned for still exists. A node whose
+// policy was deleted (gpupool being removed from it) is given back as its cordon was taken.
+func (r *CordonReconciler) leftItsPool(ctx context.Context, node *corev1.Node, rec *rollout.CordonRecord) (bool, error) {
 	policies, _, err := listPolicies(ctx, r.Client)
 	if err != nil {
 		return false, err
 	}
+	policyExists := false
 	for i := range policies {
 		sel, err := policies[i].Spec.NodeSelector.AsSelector()
 		if err == nil && !sel.Empty() && sel.Matches(labels.Set(node.Labels)) {
-			return true, nil
+			return false, nil
 		}
+		policyExists = policyExists || policies[i].Name == rec.Policy
 	}
-	return false, nil
+	return policyExists || rec.Policy == "", nil
 }
 
 // Reconcile resolves one annotated node that no live plan explains: uncordon it when gpupool
@@ -240,12 +244,13 @@ func (r *CordonReconciler) judge(ctx context.Context, name string) (reconcile.Re
 		return reconcile.Result{}, metrics.CordonOrphaned, r.keep(ctx, node, d)
 	}
 	if d.Uncordon {
-		inPool, err := r.inSomePool(ctx, node)
+		keep, err := r.leftItsPool(ctx, node, rec)
 		if err != nil {
 			return reconcile.Result{}, "", err
 		}
-		if !inPool {
-			// gpupool reopens only nodes of its pools: one no policy selects is somebody else's.
+		if keep {
+			// gpupool reopens only nodes of its pools: one its policy no longer selects was
+			// taken out of the pool by someone, and is theirs to reopen.
 			d = rollout.CordonDecision{Action: rollout.CordonKeep, Gone: d.Gone,
 				Why: "no GPUPoolPolicy selects the node any more, so gpupool does not reopen it"}
 			return reconcile.Result{}, metrics.CordonOutsidePool, r.keep(ctx, node, d)

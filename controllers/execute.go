@@ -688,7 +688,7 @@ func (r *PlanReconciler) cordon(ctx context.Context, plan *v1alpha1.RepartitionP
 	if err != nil {
 		return err
 	}
-	intent := rollout.CordonIntent(node, plan.Name, string(plan.UID), rec)
+	intent := rollout.CordonIntent(node, plan.Name, string(plan.UID), plan.Spec.Policy, rec)
 	if err := r.ledger().put(ctx, name, intent); err != nil {
 		return err
 	}

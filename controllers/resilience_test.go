@@ -418,7 +418,7 @@ func TestOrphanedCordonsAreReleasedOnStart(t *testing.T) {
 	ctx := context.Background()
 	env := startEnv(t)
 	clock := clocktesting.NewFakeClock(time.Now())
-	for _, n := range []string{"ours", "theirs", "failed", "busy", "forged", "left-pool"} {
+	for _, n := range []string{"ours", "theirs", "failed", "busy", "forged", "left-pool", "policy-gone"} {
 		gpuNode(t, env, n, 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
 	}
 	autoPolicy(t, env)
@@ -441,7 +441,8 @@ func TestOrphanedCordonsAreReleasedOnStart(t *testing.T) {
 	}
 	// What a manager that cordoned these nodes and stopped left in its ledger.
 	ledger := map[string]rollout.CordonRecord{"ours": {Plan: "pool-a-gone"}, "theirs": {Plan: "pool-a-gone", WasUnschedulable: true},
-		"failed": {Plan: failed.Name, PlanUID: string(failed.UID)}, "busy": {Plan: "pool-a-gone"}, "left-pool": {Plan: "pool-a-gone"}}
+		"failed": {Plan: failed.Name, PlanUID: string(failed.UID)}, "busy": {Plan: "pool-a-gone"}, "left-pool": {Plan: "pool-a-gone", Policy: "pool-a"},
+		"policy-gone": {Plan: "pool-z-gone", Policy: "pool-z"}}
 	writeLedger(t, env, ledger)
 	cordon("ours", "pool-a-gone", nil)
 	cordon("theirs", "pool-a-gone", nil)
@@ -456,6 +457,8 @@ func TestOrphanedCordonsAreReleasedOnStart(t *testing.T) {
 	cordon("forged", "pool-a-never-existed", nil)
 	// gpupool's own cordon of a node that no policy selects any more: not reopened.
 	cordon("left-pool", "pool-a-gone", map[string]string{"pool": "elsewhere"})
+	// gpupool's own cordon for a policy since deleted: given back as it was taken.
+	cordon("policy-gone", "pool-z-gone", map[string]string{"pool": "z"})
 
 	startManager(t, env, clock, false)
 	g.Eventually(func(g Gomega) {
@@ -466,6 +469,7 @@ func TestOrphanedCordonsAreReleasedOnStart(t *testing.T) {
 		g.Expect(theirs.Annotations).NotTo(HaveKey(v1.AnnotationCordonedBy))
 		g.Expect(theirs.Annotations).NotTo(HaveKey(v1.AnnotationWasUnschedulable))
 		g.Expect(nodeEvents(g, env, "ours")).To(ContainElement("OrphanedCordonReleased"))
+		g.Expect(getNode(g, env, "policy-gone").Spec.Unschedulable).To(BeFalse(), "a deleted policy's cordon is given back")
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Consistently(func(g Gomega) {
 		g.Expect(getNode(g, env, "failed").Spec.Unschedulable).To(BeTrue(), "a failed plan's deliberate cordon stays")

@@ -24,6 +24,9 @@ type CordonRecord struct {
 	// later plan of the same name is not taken for it.
 	Plan    string `json:"plan"`
 	PlanUID string `json:"planUID,omitempty"`
+	// Policy is the plan's policy, so that a node whose cordon outlives its plan is judged
+	// against the pool it was cordoned for.
+	Policy string `json:"policy,omitempty"`
 	// WasUnschedulable is true when someone else had cordoned the node before the plan did:
 	// gpupool then never uncordons it.
 	WasUnschedulable bool `json:"wasUnschedulable,omitempty"`
@@ -67,11 +70,11 @@ func CordonedByPlan(node *corev1.Node, rec *CordonRecord) string {
 // CordonIntent is the record to write before cordoning node for plan: whether someone else
 // had cordoned the node is judged from this version of it, and the cordon is applied to this
 // version only. A record that already holds this plan's applied cordon is kept as it is.
-func CordonIntent(node *corev1.Node, plan, planUID string, rec *CordonRecord) CordonRecord {
+func CordonIntent(node *corev1.Node, plan, planUID, policy string, rec *CordonRecord) CordonRecord {
 	if CordonedByPlan(node, rec) == plan {
 		return *rec
 	}
-	return CordonRecord{Plan: plan, PlanUID: planUID, WasUnschedulable: node.Spec.Unschedulable}
+	return CordonRecord{Plan: plan, PlanUID: planUID, Policy: policy, WasUnschedulable: node.Spec.Unschedulable}
 }
 
 // MayUncordon says whether gpupool may clear spec.unschedulable on node for plan: the ledger

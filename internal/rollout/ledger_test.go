@@ -48,7 +48,7 @@ func TestCordonProvenance(t *testing.T) {
 			g := NewWithT(t)
 			g.Expect(rollout.CordonedByPlan(tc.node, tc.rec)).To(Equal(tc.cordonedBy))
 			g.Expect(rollout.MayUncordon(tc.node, "p", tc.rec)).To(Equal(tc.mayUncordon))
-			g.Expect(rollout.CordonIntent(tc.node, "p", "uid", tc.rec).WasUnschedulable).To(Equal(tc.intentForeig))
+			g.Expect(rollout.CordonIntent(tc.node, "p", "uid", "pool", tc.rec).WasUnschedulable).To(Equal(tc.intentForeig))
 		})
 	}
 }
