@@ -67,6 +67,32 @@ func TestEvictionBlockers(t *testing.T) {
 		pod:     []fixture.PodOption{nonControllerOwner()},
 		blocker: unmanaged,
 	}, {
+		// Any object may be a pod's controller; a ConfigMap never makes another pod.
+		name:    "a controller that is no workload controller",
+		pod:     []fixture.PodOption{fixture.OwnedBy("v1", "ConfigMap", "cm")},
+		blocker: "controlled by ConfigMap, which gpupool does not know to recreate its pods, so eviction may lose it (policy evictUnmanaged is false; set it if that controller recreates them)",
+	}, {
+		name:    "a custom controller gpupool cannot vouch for",
+		pod:     []fixture.PodOption{fixture.OwnedBy("example.com/v1", "TrainingRun", "run")},
+		blocker: "controlled by TrainingRun.example.com, which gpupool does not know to recreate its pods, so eviction may lose it (policy evictUnmanaged is false; set it if that controller recreates them)",
+	}, {
+		name:    "a kind named like a built-in one in another group",
+		pod:     []fixture.PodOption{fixture.OwnedBy("example.com/v1", "ReplicaSet", "rs")},
+		blocker: "controlled by ReplicaSet.example.com, which gpupool does not know to recreate its pods, so eviction may lose it (policy evictUnmanaged is false; set it if that controller recreates them)",
+	}, {
+		name: "a custom controller under evictUnmanaged",
+		pod:  []fixture.PodOption{fixture.OwnedBy("example.com/v1", "TrainingRun", "run")},
+		opts: inventory.Options{EvictUnmanaged: true},
+	}, {
+		name: "a StatefulSet pod",
+		pod:  []fixture.PodOption{fixture.OwnedBy("apps/v1", "StatefulSet", "db")},
+	}, {
+		name: "a Job pod",
+		pod:  []fixture.PodOption{fixture.OwnedBy("batch/v1", "Job", "train")},
+	}, {
+		name: "a ReplicationController pod",
+		pod:  []fixture.PodOption{fixture.OwnedBy("v1", "ReplicationController", "web")},
+	}, {
 		name: "unmanaged pod with evictUnmanaged true",
 		pod:  []fixture.PodOption{fixture.Unowned()},
 		opts: inventory.Options{EvictUnmanaged: true},

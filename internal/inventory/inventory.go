@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -664,12 +665,39 @@ type EvictionRules struct {
 	DrainTimeout time.Duration
 }
 
+// recreatingControllers are the controllers known to replace a pod of theirs that is evicted,
+// by API group and kind. A controller ownerReference says who owns a pod, not that the owner
+// makes another: any object may be a pod's controller (a ConfigMap, a Node, a custom
+// resource), and some custom controllers never replace a pod (Spark's executors are
+// controlled by their driver pod; a workflow's step pods are retried only by its own policy).
+// kubectl drain counts any controller ownerReference as managed (k8s.io/kubectl
+// pkg/drain/filters.go, unreplicatedFilter), and the Eviction API looks at no owner at all,
+// only at PodDisruptionBudgets. gpupool is stricter, because a pod lost to an eviction is lost
+// for good: only these built-in kinds count as managed, and a pod of any other controller is
+// evicted only under evictUnmanaged, whose user vouches for it. Each replaces a pod deleted
+// before it is done (kubernetes pkg/controller/replicaset, statefulset and job); a Job's
+// replacement counts against its backoffLimit, or ends the Job where its podFailurePolicy says
+// so for a disruption, which is the Job's author's choice. DaemonSet pods are never evicted.
+var recreatingControllers = map[schema.GroupKind]bool{
+	{Group: "apps", Kind: "ReplicaSet"}:        true,
+	{Group: "apps", Kind: "StatefulSet"}:       true,
+	{Group: "batch", Kind: "Job"}:              true,
+	{Group: "", Kind: "ReplicationController"}: true,
+}
+
+// RecreatesPods reports whether a pod's controller, by API group and kind, is known to replace
+// a pod of its that is evicted (recreatingControllers).
+func RecreatesPods(group, kind string) bool {
+	return recreatingControllers[schema.GroupKind{Group: group, Kind: kind}]
+}
+
 // SafetyBlocker says why evicting the pod is never safe under the rules, whatever its
 // PodDisruptionBudgets allow; "" when it may be evicted. The planner uses it to choose pods and
 // the plan controller uses it again just before evicting, so a pod that became unsafe since
 // planning (or that a forged plan names) is never evicted. The rules follow kubectl drain's
-// defaults (mirror and DaemonSet pods, unmanaged pods, emptyDir data) and gpupool's
-// do-not-disrupt annotation. PodSafetyBlocker is the same for a whole Pod.
+// defaults (mirror and DaemonSet pods, unmanaged pods, emptyDir data), stricter where a pod
+// would be lost (only controllers known to recreate pods manage them; generic ephemeral
+// volumes lose their data as emptyDir does), and gpupool's do-not-disrupt annotation. PodSafetyBlocker is the same for a whole Pod.
 func SafetyBlocker(p *podrecord.Record, rules EvictionRules) string {
 	switch {
 	case p.DoNotDisrupt:
@@ -680,6 +708,9 @@ func SafetyBlocker(p *podrecord.Record, rules EvictionRules) string {
 		return "a DaemonSet pod"
 	case p.Controller == "" && !rules.EvictUnmanaged:
 		return "not managed by a controller, so nothing would recreate it (policy evictUnmanaged is false)"
+	case !RecreatesPods(p.ControllerGroup, p.Controller) && !rules.EvictUnmanaged:
+		return fmt.Sprintf("controlled by %s, which gpupool does not know to recreate its pods, so eviction may lose it "+
+			"(policy evictUnmanaged is false; set it if that controller recreates them)", schema.GroupKind{Group: p.ControllerGroup, Kind: p.Controller})
 	case p.EmptyDirVolume != "" && !rules.EvictEmptyDir:
 		return fmt.Sprintf("uses emptyDir volume %q whose data eviction would lose (policy evictEmptyDir is false)", p.EmptyDirVolume)
 	case p.EphemeralVolume != "" && !rules.EvictEmptyDir:

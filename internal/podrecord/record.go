@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -49,6 +50,9 @@ type Record struct {
 	Tolerations      []corev1.Toleration
 	// Controller is the kind of the pod's controlling owner ("" when nothing recreates it).
 	Controller string
+	// ControllerGroup is that owner's API group: with the kind it tells a controller known to
+	// recreate pods from any other of the same kind (inventory.RecreatesPods). Interned.
+	ControllerGroup string
 	// DoNotDisrupt is true when the pod is annotated gpupool.io/do-not-disrupt=true.
 	DoNotDisrupt bool
 	// Mirror is true for the API server's copy of a kubelet's static pod.
@@ -111,6 +115,10 @@ func New(p *corev1.Pod, shared *Interner) *Record {
 	}
 	if owner := metav1.GetControllerOf(p); owner != nil {
 		r.Controller = shared.String(owner.Kind)
+		// An apiVersion that does not parse names no group a check could expect.
+		if gv, err := schema.ParseGroupVersion(owner.APIVersion); err == nil {
+			r.ControllerGroup = shared.String(gv.Group)
+		}
 	}
 	r.GracePeriod = time.Duration(ptr.Deref(p.Spec.TerminationGracePeriodSeconds, corev1.DefaultTerminationGracePeriodSeconds)) * time.Second
 	_, r.Mirror = p.Annotations[corev1.MirrorPodAnnotationKey]
