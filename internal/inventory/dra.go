@@ -2,6 +2,8 @@ package inventory
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -13,10 +15,12 @@ import (
 // (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/main.go; docs/dra.md).
 const draDriver = "gpu.nvidia.com"
 
-// DeviceHolder is who holds a device NVIDIA's DRA driver allocated: the pod the claim is
-// reserved for, or nobody yet (Pod nil) for a claim allocated before its pod started.
+// DeviceHolder is who holds a device NVIDIA's DRA driver allocated: the pods the claim is
+// reserved for, or nobody yet (no Pods) for a claim allocated before its pod started.
 type DeviceHolder struct {
-	Pod *types.NamespacedName
+	// Pods are every pod the claim is reserved for (status.reservedFor), sorted: a claim may be
+	// shared, and each of its pods uses the device; freeing it means evicting them all.
+	Pods []types.NamespacedName
 	// Claim is the ResourceClaim holding the device, "namespace/name".
 	Claim string
 	// GPU is the UUID of the physical GPU the device is on: a MIG device's parentUUID
@@ -57,13 +61,13 @@ func newestGenerations(slices []resourcev1.ResourceSlice) map[poolID]int64 {
 // older generation lists is a device the claim got before the driver republished its pool:
 // the claim still holds it, so it counts under every UUID an older generation gives it (the
 // planner then leaves its GPU alone when the agent does not report it there, GPU.DRAHeld).
-func DRAHolders(claims []resourcev1.ResourceClaim, slices []resourcev1.ResourceSlice) map[string]DeviceHolder {
+func DRAHolders(claims []resourcev1.ResourceClaim, resourceSlices []resourcev1.ResourceSlice) map[string]DeviceHolder {
 	type key struct{ pool, device string }
 	type device struct{ uuid, gpu string }
-	newest := newestGenerations(slices)
+	newest := newestGenerations(resourceSlices)
 	current, older := map[key][]device{}, map[key][]device{}
-	for i := range slices {
-		s := &slices[i].Spec
+	for i := range resourceSlices {
+		s := &resourceSlices[i].Spec
 		if s.Driver != draDriver {
 			continue
 		}
@@ -94,11 +98,14 @@ func DRAHolders(claims []resourcev1.ResourceClaim, slices []resourcev1.ResourceS
 		}
 		holder := DeviceHolder{Claim: c.Namespace + "/" + c.Name}
 		for _, r := range c.Status.ReservedFor {
+			// Consumers are in the claim's namespace (resource.k8s.io/v1 types.go,
+			// ResourceClaimConsumerReference); pods are the only kind the kubelet runs.
 			if r.APIGroup == "" && r.Resource == "pods" {
-				holder.Pod = &types.NamespacedName{Namespace: c.Namespace, Name: r.Name}
-				break
+				holder.Pods = append(holder.Pods, types.NamespacedName{Namespace: c.Namespace, Name: r.Name})
 			}
 		}
+		slices.SortFunc(holder.Pods, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
+		holder.Pods = slices.Compact(holder.Pods)
 		for _, r := range c.Status.Allocation.Devices.Results {
 			if r.Driver != draDriver {
 				continue
@@ -113,6 +120,14 @@ func DRAHolders(claims []resourcev1.ResourceClaim, slices []resourcev1.ResourceS
 				}
 				h := holder
 				h.GPU = dev.gpu
+				if prev, ok := out[dev.uuid]; ok {
+					// Two claims name one device (an older generation's name, a shared
+					// device): the device has every pod of either.
+					h.Pods = append(slices.Clone(prev.Pods), h.Pods...)
+					slices.SortFunc(h.Pods, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
+					h.Pods = slices.Compact(h.Pods)
+					h.Claim = prev.Claim
+				}
 				out[dev.uuid] = h
 			}
 		}

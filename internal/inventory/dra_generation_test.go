@@ -126,3 +126,49 @@ func TestDRASliceGenerations(t *testing.T) {
 		t.Errorf("DRAPublished = %v, want node-b's generation 1 kept beside node-a's generation 2", got)
 	}
 }
+
+// A ResourceClaim may be reserved for several pods (status.reservedFor), and each of them uses
+// its device: every one holds the GPU and none is moved, not only the first.
+func TestSharedClaimHasEveryConsumerAsHolder(t *testing.T) {
+	const gpu0 = "GPU-0000"
+	slice := poolSlice(1, draDevice{"gpu-0-mig-1g10gb-19-0", "MIG-1g.10gb-0", gpu0}, draDevice{"gpu-1", "GPU-0001", ""})
+	consumers := func(c resourcev1.ResourceClaim, names ...string) resourcev1.ResourceClaim {
+		c.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{
+			// Not a pod: holds the device for nobody gpupool could evict.
+			{APIGroup: "example.com", Resource: "jobsets", Name: "not-a-pod"}}
+		for _, n := range names {
+			c.Status.ReservedFor = append(c.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: n})
+		}
+		return c
+	}
+	claims := []resourcev1.ResourceClaim{
+		consumers(allocated("mig", "gpu.nvidia.com", "gpu-0-mig-1g10gb-19-0", ""), "reader-b", "reader-a"),
+		consumers(allocated("whole", "gpu.nvidia.com", "gpu-1", ""), "trainer-a", "trainer-b"),
+	}
+	var pods []*corev1.Pod
+	for _, name := range []string{"reader-a", "reader-b", "trainer-a", "trainer-b"} {
+		p := fixture.Pod("team/"+name, fixture.Running(nodeA), fixture.Requests("cpu", "1"))
+		pods = append(pods, &p)
+	}
+	gpus := []v1alpha1.GPUStatus{fixture.MIGGPU(0, h100, fixture.Instance("1g.10gb", 0, 1)), fixture.WholeGPU(1, h100)}
+	gpus[1].UUID = "GPU-0001"
+	n := inventory.Build([]corev1.Node{fixture.GPUHost(nodeA, h100Label, nil)},
+		[]v1alpha1.GPUNode{report(nodeA, gpus)}, pods, nil,
+		inventory.Options{Now: now, DeviceHolders: inventory.DRAHolders(claims, []resourcev1.ResourceSlice{slice})}).Nodes[0]
+	for i, want := range [][]string{{"team/reader-a", "team/reader-b"}, {"team/trainer-a", "team/trainer-b"}} {
+		if got := keys(n.GPUs[i].Pods); !slices.Equal(got, want) {
+			t.Errorf("GPU %d pods %v, want every pod of its claim %v", i, got, want)
+		}
+		for _, key := range want {
+			if p := podOf(t, n, key); p.Evictable || !strings.Contains(p.Blocker, "DRA driver allocated") {
+				t.Errorf("%s: evictable %t, blocker %q; want it kept, as its claim's other pods", key, p.Evictable, p.Blocker)
+			}
+		}
+	}
+	if in := n.GPUs[0].Instances[0]; !in.Busy || in.Pod == nil {
+		t.Errorf("the shared instance %+v, want busy and held", in)
+	}
+	if n.Blocker != "" || n.GPUs[0].DRAHeld != "" || n.GPUs[1].DRAHeld != "" {
+		t.Errorf("node blocker %q, DRAHeld %q, %q; want the holders named, nothing else", n.Blocker, n.GPUs[0].DRAHeld, n.GPUs[1].DRAHeld)
+	}
+}

@@ -251,8 +251,8 @@ func BuildFromRecords(nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, pods []*
 	// still makes the GPU busy.
 	heldOn := map[string][]string{}
 	for uuid, h := range opts.DeviceHolders {
-		if h.Pod != nil {
-			claimHolders[*h.Pod] = true
+		for _, p := range h.Pods {
+			claimHolders[p] = true
 		}
 		if h.GPU != "" {
 			heldOn[h.GPU] = append(heldOn[h.GPU], uuid)
@@ -393,9 +393,12 @@ func readGPUs(node *corev1.Node, report *v1alpha1.GPUNode, products productCache
 				inst.Pod = &key
 				g.Pods = append(g.Pods, key)
 			} else if h, ok := holders[in.UUID]; ok {
-				inst.Busy, inst.Pod = true, h.Pod
-				if h.Pod != nil {
-					g.Pods = append(g.Pods, *h.Pod)
+				inst.Busy = true
+				if len(h.Pods) > 0 {
+					// A shared claim's first pod stands for the instance; every one of its
+					// pods holds the GPU, so changing it would have to evict them all.
+					inst.Pod = &h.Pods[0]
+					g.Pods = append(g.Pods, h.Pods...)
 				}
 			}
 			g.Instances = append(g.Instances, inst)
@@ -403,8 +406,8 @@ func readGPUs(node *corev1.Node, report *v1alpha1.GPUNode, products productCache
 		for _, p := range s.Pods {
 			g.Pods = append(g.Pods, types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
 		}
-		if h, ok := holders[s.UUID]; ok && h.Pod != nil {
-			g.Pods = append(g.Pods, *h.Pod) // a whole GPU the DRA driver allocated
+		if h, ok := holders[s.UUID]; ok {
+			g.Pods = append(g.Pods, h.Pods...) // a whole GPU the DRA driver allocated
 		}
 		g.DRAHeld = draHeld(s, holders, heldOn[s.UUID])
 		slices.SortFunc(g.Instances, func(a, b Instance) int {
@@ -435,7 +438,7 @@ func draHeld(s v1alpha1.GPUStatus, holders map[string]DeviceHolder, held []strin
 	for _, uuid := range held {
 		h := holders[uuid]
 		switch {
-		case uuid == s.UUID && h.Pod != nil:
+		case uuid == s.UUID && len(h.Pods) > 0:
 			// The holder is among the GPU's pods.
 		case uuid == s.UUID:
 			why = append(why, fmt.Sprintf("ResourceClaim %s holds the whole GPU and its pod has not started", h.Claim))

@@ -3,11 +3,17 @@ package planner_test
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	. "github.com/onsi/gomega"
 
 	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/fixture"
+	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/planner"
 )
 
@@ -66,4 +72,40 @@ func names(keys []types.NamespacedName) []string {
 		out = append(out, k.String())
 	}
 	return out
+}
+
+// Every pod a shared ResourceClaim is reserved for uses its device, not only the first one
+// listed: a later one is no more movable than the first, even where it also holds a device
+// plugin's instance on a GPU a plan could re-carve.
+func TestEveryPodOfASharedClaimStays(t *testing.T) {
+	g := NewWithT(t)
+	c := newCluster(t)
+	c.node("n", "NVIDIA-H200", "1g.18gb:7", "1g.18gb:7")
+	c.running("second", "n", 1, "1g.18gb")
+	first := newPod("first", nil)
+	first.Spec.NodeName, first.Status.Phase = "n", corev1.PodRunning
+	c.pods = append(c.pods, first)
+	c.pending("big", mig1("7g.141gb"))
+	gpu0 := &c.gpuNodes[0].Status.GPUs[0]
+	gpu0.UUID, gpu0.Instances[0].UUID = "GPU-0", "MIG-0"
+	claim := resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "shared"}}
+	claim.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{
+		{Request: "gpu", Driver: "gpu.nvidia.com", Pool: "n", Device: "gpu-0-mig-1g18gb-19-0"}}}}
+	claim.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: "first"}, {Resource: "pods", Name: "second"}}
+	slice := resourcev1.ResourceSlice{Spec: resourcev1.ResourceSliceSpec{Driver: "gpu.nvidia.com", NodeName: ptr.To("n"),
+		Pool: resourcev1.ResourcePool{Name: "n", ResourceSliceCount: 1},
+		Devices: []resourcev1.Device{{Name: "gpu-0-mig-1g18gb-19-0", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+			"type": {StringValue: ptr.To("mig")}, "uuid": {StringValue: ptr.To("MIG-0")}, "parentUUID": {StringValue: ptr.To("GPU-0")}}}}}}
+
+	in := c.input(policy(budget(2)))
+	in.Snapshot = inventory.Build(c.nodes, c.gpuNodes, fixture.Pointers(c.pods), c.pdbs, inventory.Options{Now: now,
+		DeviceHolders: inventory.DRAHolders([]resourcev1.ResourceClaim{claim}, []resourcev1.ResourceSlice{slice})})
+	res, err := planner.Plan(in)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, s := range res.Steps {
+		for _, e := range s.Evictions {
+			g.Expect(e.Pod).NotTo(Equal(pod("second")), "the claim's second pod uses its device too")
+		}
+	}
+	g.Expect(res.Steps).To(BeEmpty(), "GPU 0 is the claim's and GPU 1 holds one of its pods")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gpupool/gpupool/internal/inventory"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
@@ -64,8 +65,8 @@ func heldDevices(s *snapshot.Snapshot, pod *corev1.Pod) []string {
 	// device plugin's.
 	claimed := inventory.DRAHolders(s.Claims, s.Slices)
 	heldByClaim := func(uuid string) bool {
-		h, ok := claimed[uuid]
-		return ok && h.Pod != nil && h.Pod.Namespace == pod.Namespace && h.Pod.Name == pod.Name
+		// Every pod a shared claim is reserved for holds its device.
+		return slices.Contains(claimed[uuid].Pods, types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name})
 	}
 	var out []string
 	for _, gpu := range s.GPUNodes[i].Status.GPUs {
@@ -74,7 +75,7 @@ func heldDevices(s *snapshot.Snapshot, pod *corev1.Pod) []string {
 				out = append(out, inst.Profile)
 			}
 		}
-		if len(gpu.Instances) == 0 && slices.Contains(gpu.Pods, ref) {
+		if len(gpu.Instances) == 0 && (slices.Contains(gpu.Pods, ref) || (gpu.UUID != "" && heldByClaim(gpu.UUID))) {
 			out = append(out, fmt.Sprintf("GPU %d", gpu.Index))
 		}
 	}
