@@ -92,6 +92,11 @@ type PolicyReconciler struct {
 	// also fresh while its node's agent pod is Ready (inventory.ReadinessHeartbeats). nil reads
 	// no pod's readiness.
 	AgentPodSelector labels.Selector
+	// AgentDaemonSet and AgentServiceAccount name the DaemonSet that must control an agent pod
+	// and the ServiceAccount it must run as, in AgentNamespace: a pod that only wears the
+	// selector's labels vouches for nothing. Readiness is read only when both are set.
+	AgentDaemonSet      string
+	AgentServiceAccount string
 	// Metrics receives each pool's demand and stranded slices; nil records nothing.
 	Metrics *metrics.Metrics
 	// EventCoalescing is how long the cluster's events (pods, nodes, reports, budgets) gather
@@ -285,7 +290,8 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 	if r.AgentPodSelector != nil {
 		// The agents' pods run on the GPU nodes, so they are among the nodes' pods read above.
 		heartbeats = inventory.ReadinessHeartbeats(heartbeats, pods, nodes.Items,
-			inventory.AgentPods{Namespace: r.AgentNamespace, Selector: r.AgentPodSelector}, r.Clock.Now())
+			inventory.AgentPods{Namespace: r.AgentNamespace, Selector: r.AgentPodSelector,
+				DaemonSet: r.AgentDaemonSet, ServiceAccount: r.AgentServiceAccount}, r.Clock.Now())
 	}
 	var claims []resourcev1.ResourceClaim
 	var resourceSlices resourcev1.ResourceSliceList

@@ -330,20 +330,13 @@ func TestAgentReadinessKeepsAnUnchangedReportFresh(t *testing.T) {
 	ctx := context.Background()
 	env, clock := startPolicyController(t)
 	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
-	node := &corev1.Node{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
-	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
-		LastTransitionTime: metav1.NewTime(clock.Now().Add(-time.Hour))}}
-	g.Expect(env.Client.Status().Update(ctx, node)).To(Succeed())
+	readyNode(t, env, "gpu-1", clock.Now().Add(-time.Hour))
 	g.Expect(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}})).To(Succeed())
-	agentPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: "agent-x7k2p", Labels: agentPodLabels},
-		Spec: corev1.PodSpec{NodeName: "gpu-1", Containers: []corev1.Container{{Name: "agent", Image: "gpupool/agent"}}}}
+	agentPod := daemonSetAgentPod("agent-x7k2p", "gpu-1")
 	g.Expect(env.Client.Create(ctx, agentPod)).To(Succeed())
 	setReady := func(status corev1.ConditionStatus) {
 		t.Helper()
-		agentPod.Status.Phase = corev1.PodRunning
-		agentPod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.NewTime(clock.Now())}}
-		g.Expect(env.Client.Status().Update(ctx, agentPod)).To(Succeed())
+		setPodReady(t, env, agentPod, status, clock.Now())
 	}
 	setReady(corev1.ConditionTrue)
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
@@ -372,6 +365,84 @@ func TestAgentReadinessKeepsAnUnchangedReportFresh(t *testing.T) {
 	// Ready again: the pod's own event brings the node back.
 	setReady(corev1.ConditionTrue)
 	expectLeftOut(t, env, policy, 0, "every pool node's agent reports its GPUs")
+}
+
+// readyNode gives node a Ready condition, as its kubelet would, True since since.
+func readyNode(t *testing.T, env *testenv.Env, name string, since time.Time) {
+	t.Helper()
+	g := NewWithT(t)
+	node := &corev1.Node{}
+	g.Expect(env.Client.Get(context.Background(), client.ObjectKey{Name: name}, node)).To(Succeed())
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(since)}}
+	g.Expect(env.Client.Status().Update(context.Background(), node)).To(Succeed())
+}
+
+// daemonSetAgentPod is node's agent pod as the agent DaemonSet's controller makes it: the
+// selector's labels, a controller reference to the DaemonSet, run as the agent's
+// ServiceAccount. Not created.
+func daemonSetAgentPod(name, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: name, Labels: agentPodLabels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: agentDaemonSet,
+				UID: "agent-daemonset-uid", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: agentServiceAccount,
+			Containers: []corev1.Container{{Name: "agent", Image: "gpupool/agent"}}},
+	}
+}
+
+// setPodReady writes pod's status Running with the Ready condition status, changed at since,
+// as its kubelet would.
+func setPodReady(t *testing.T, env *testenv.Env, pod *corev1.Pod, status corev1.ConditionStatus, since time.Time) {
+	t.Helper()
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.NewTime(since)}}
+	NewWithT(t).Expect(env.Client.Status().Update(context.Background(), pod)).To(Succeed())
+}
+
+// TestImpostorAgentPodsKeepNoSilentNodeInPlanning guards issue 34's attack on the readiness
+// heartbeat: ready pods that wear the agent DaemonSet's labels on a node whose agent is down
+// kept that node in planning, so the planner cordoned and drained on a stale report. A pod the
+// DaemonSet does not control, or that runs as another ServiceAccount, vouches for nothing:
+// the node is left out once its own agent has been unready past the report-age limit.
+func TestImpostorAgentPodsKeepNoSilentNodeInPlanning(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	env, clock := startPolicyController(t)
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	readyNode(t, env, "gpu-1", clock.Now().Add(-time.Hour))
+	g.Expect(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}})).To(Succeed())
+
+	// The node's own agent is down: its pod is not ready.
+	agentPod := daemonSetAgentPod("agent-x7k2p", "gpu-1")
+	g.Expect(env.Client.Create(ctx, agentPod)).To(Succeed())
+	setPodReady(t, env, agentPod, corev1.ConditionFalse, clock.Now())
+
+	// Impostors on the same node, ready, with the DaemonSet's labels.
+	bare := daemonSetAgentPod("agent-bare", "gpu-1")
+	bare.OwnerReferences = nil
+	ofAReplicaSet := daemonSetAgentPod("agent-of-a-replicaset", "gpu-1")
+	ofAReplicaSet.OwnerReferences[0].Kind = "ReplicaSet"
+	ofAnotherDaemonSet := daemonSetAgentPod("agent-of-another-daemonset", "gpu-1")
+	ofAnotherDaemonSet.OwnerReferences[0].Name = "lookalike"
+	asAnotherAccount := daemonSetAgentPod("agent-as-default", "gpu-1")
+	asAnotherAccount.Spec.ServiceAccountName = "default"
+	for _, p := range []*corev1.Pod{bare, ofAReplicaSet, ofAnotherDaemonSet, asAnotherAccount} {
+		g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+		setPodReady(t, env, p, corev1.ConditionTrue, clock.Now())
+	}
+
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	expectLeftOut(t, env, policy, 0, "every pool node's agent reports its GPUs")
+
+	// Three minutes on, the impostors are still ready; the agent is not, nor is its report new:
+	// the node is left out (named by its report's age, a moment newer than the agent's last
+	// sign of life). Had an impostor counted, its readiness would have vouched for now.
+	clock.Step(3 * time.Minute)
+	patch := client.MergeFrom(policy.DeepCopy())
+	policy.Annotations = map[string]string{"example.com/poke": "1"}
+	g.Expect(env.Client.Patch(ctx, policy, patch)).To(Succeed(), "any event runs a pass")
+	expectLeftOut(t, env, policy, 1, "are left out of planning, their GPUs unseen: gpu-1 (")
 }
 
 // TestApprovedPlanIsNeverSuperseded guards that a human's approval cannot be pulled from under

@@ -81,7 +81,8 @@ func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock,
 	var recorder events.EventRecorder = mgr.GetEventRecorder("gpupool-policy-controller")
 	if withPolicies {
 		g.Expect((&controllers.PolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock, Recorder: recorder, Metrics: m,
-			AgentNamespace: agentNamespace, AgentPodSelector: labels.SelectorFromSet(agentPodLabels), ConfigNamespace: "default"}).
+			AgentNamespace: agentNamespace, AgentPodSelector: labels.SelectorFromSet(agentPodLabels),
+			AgentDaemonSet: agentDaemonSet, AgentServiceAccount: agentServiceAccount, ConfigNamespace: "default"}).
 			SetupWithManager(mgr)).To(Succeed())
 	}
 	g.Expect((&controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder,
@@ -102,8 +103,13 @@ func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock,
 }
 
 // agentNamespace is where the tests' agents keep their heartbeat Leases and run their pods,
-// which carry agentPodLabels.
-const agentNamespace = "gpupool-agent"
+// which carry agentPodLabels, are controlled by the DaemonSet agentDaemonSet and run as the
+// ServiceAccount agentServiceAccount.
+const (
+	agentNamespace      = "gpupool-agent"
+	agentDaemonSet      = "gpupool-agent"
+	agentServiceAccount = "gpupool-agent"
+)
 
 var agentPodLabels = map[string]string{"app.kubernetes.io/name": "gpupool-agent"}
 

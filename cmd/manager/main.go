@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -45,6 +46,8 @@ type options struct {
 	operatorNamespace       string
 	agentNamespace          string
 	agentPodSelector        string
+	agentDaemonSet          string
+	agentServiceAccount     string
 	metricsAddr             string
 	metricsSecure           bool
 	probeAddr               string
@@ -69,6 +72,10 @@ func main() {
 	flag.StringVar(&opts.agentPodSelector, "agent-pod-selector", "",
 		"Label selector of the node agents' pods in --agent-namespace (the agent DaemonSet's selector): a node's GPU report is fresh while "+
 			"its agent pod is Ready on a Ready node (agents run with --heartbeat=readiness). Empty reads no pod's readiness.")
+	flag.StringVar(&opts.agentDaemonSet, "agent-daemonset", "gpupool-agent",
+		"Name of the node agents' DaemonSet in --agent-namespace: only pods it controls are taken for agents by --agent-pod-selector.")
+	flag.StringVar(&opts.agentServiceAccount, "agent-service-account", "gpupool-agent",
+		"Name of the node agents' ServiceAccount in --agent-namespace: only pods run by it are taken for agents by --agent-pod-selector.")
 	flag.StringVar(&opts.metricsCertDir, "metrics-cert-dir", "",
 		"Folder with tls.crt and tls.key for the metrics endpoint (e.g. a mounted cert-manager Secret); a self-signed certificate when empty.")
 	flag.BoolVar(&opts.metricsSecure, "metrics-secure", true,
@@ -119,8 +126,10 @@ func main() {
 
 // agentPodSelector parses --agent-pod-selector: nil when empty (no pod's readiness is read).
 // A selector matching every pod would take any pod's readiness for an agent's, so it must
-// select something, and the agents' namespace must be known.
-func agentPodSelector(namespace, selector string) (labels.Selector, error) {
+// select something, the agents' namespace must be known, and so must the DaemonSet that
+// controls their pods and the ServiceAccount that runs them (inventory.AgentPods): labels
+// alone anyone creating a pod can copy.
+func agentPodSelector(namespace, selector, daemonSet, serviceAccount string) (labels.Selector, error) {
 	if strings.TrimSpace(selector) == "" {
 		return nil, nil
 	}
@@ -132,6 +141,17 @@ func agentPodSelector(namespace, selector string) (labels.Selector, error) {
 		return nil, fmt.Errorf("--agent-pod-selector=%q selects every pod: give the agent DaemonSet's selector", selector)
 	case namespace == "":
 		return nil, errors.New("--agent-pod-selector needs --agent-namespace, the namespace of the agents' pods")
+	}
+	for _, f := range []struct{ flag, value, what string }{
+		{"--agent-daemonset", daemonSet, "the agent DaemonSet's name"},
+		{"--agent-service-account", serviceAccount, "the name of the ServiceAccount the agent DaemonSet's pods run as"},
+	} {
+		if f.value == "" {
+			return nil, fmt.Errorf("--agent-pod-selector needs %s: give %s (gpupool-agent as config/agent installs it)", f.flag, f.what)
+		}
+		if errs := validation.IsDNS1123Subdomain(f.value); len(errs) > 0 {
+			return nil, fmt.Errorf("%s=%q: %s: give %s", f.flag, f.value, strings.Join(errs, "; "), f.what)
+		}
 	}
 	return s, nil
 }
@@ -170,7 +190,7 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 		return fmt.Errorf("registering gpupool kinds: %w", err)
 	}
 
-	agentPods, err := agentPodSelector(opts.agentNamespace, opts.agentPodSelector)
+	agentPods, err := agentPodSelector(opts.agentNamespace, opts.agentPodSelector, opts.agentDaemonSet, opts.agentServiceAccount)
 	if err != nil {
 		return err
 	}
@@ -230,6 +250,7 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 	}
 	policies := &controllers.PolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock.RealClock{},
 		ConfigNamespace: configNamespace, AgentNamespace: opts.agentNamespace, AgentPodSelector: agentPods,
+		AgentDaemonSet: opts.agentDaemonSet, AgentServiceAccount: opts.agentServiceAccount,
 		Recorder: mgr.GetEventRecorder("gpupool-policy-controller"), Metrics: m, EventCoalescing: opts.eventCoalescing,
 		ReturnMemoryAfter: controllers.DefaultReturnMemoryAfter}
 	if err := policies.SetupWithManager(mgr); err != nil {

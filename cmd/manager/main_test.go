@@ -103,26 +103,33 @@ func TestHeapLimit(t *testing.T) {
 
 func TestAgentPodSelector(t *testing.T) {
 	for _, tc := range []struct {
-		namespace, selector string
-		want                string // the parsed selector, or the error's gist
+		namespace, selector, daemonSet, serviceAccount string
+		want                                           string // the parsed selector, or the error's gist
 	}{
-		{"gpupool-agent", "", ""},
-		{"gpupool-agent", "app.kubernetes.io/name=gpupool-agent,app.kubernetes.io/instance=gpupool", "app.kubernetes.io/instance=gpupool,app.kubernetes.io/name=gpupool-agent"},
-		{"gpupool-agent", "app in (a", "give the agent DaemonSet's selector"},
-		{"", "app=agent", "needs --agent-namespace"},
+		{"gpupool-agent", "", "gpupool-agent", "gpupool-agent", ""},
+		{"gpupool-agent", "", "", "", ""}, // no readiness read: the names are not needed
+		{"gpupool-agent", "app.kubernetes.io/name=gpupool-agent,app.kubernetes.io/instance=gpupool", "gpupool-agent", "gpupool-agent",
+			"app.kubernetes.io/instance=gpupool,app.kubernetes.io/name=gpupool-agent"},
+		{"gpupool-agent", "app in (a", "gpupool-agent", "gpupool-agent", "give the agent DaemonSet's selector"},
+		{"", "app=agent", "gpupool-agent", "gpupool-agent", "needs --agent-namespace"},
+		// Labels anyone can copy: the pods' controller and identity must be known too.
+		{"gpupool-agent", "app=agent", "", "gpupool-agent", "--agent-pod-selector needs --agent-daemonset: give the agent DaemonSet's name"},
+		{"gpupool-agent", "app=agent", "gpupool-agent", "", "--agent-pod-selector needs --agent-service-account"},
+		{"gpupool-agent", "app=agent", "Agent_DS", "gpupool-agent", `--agent-daemonset="Agent_DS": a lowercase RFC 1123 subdomain`},
+		{"gpupool-agent", "app=agent", "gpupool-agent", "a/b", `--agent-service-account="a/b": a lowercase RFC 1123 subdomain`},
 	} {
-		got, err := agentPodSelector(tc.namespace, tc.selector)
+		got, err := agentPodSelector(tc.namespace, tc.selector, tc.daemonSet, tc.serviceAccount)
 		switch {
 		case err != nil:
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("%q in %q: error %v, want %q", tc.selector, tc.namespace, err, tc.want)
+			if tc.want == "" || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%q in %q (%q, %q): error %v, want %q", tc.selector, tc.namespace, tc.daemonSet, tc.serviceAccount, err, tc.want)
 			}
 		case tc.want == "":
 			if got != nil {
 				t.Errorf("%q: got %v, want no selector", tc.selector, got)
 			}
 		case got == nil || got.String() != tc.want:
-			t.Errorf("%q: got %v, want %s", tc.selector, got, tc.want)
+			t.Errorf("%q (%q, %q): got %v, want %s", tc.selector, tc.daemonSet, tc.serviceAccount, got, tc.want)
 		}
 	}
 }

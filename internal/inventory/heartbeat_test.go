@@ -15,10 +15,20 @@ import (
 
 func TestReadinessHeartbeats(t *testing.T) {
 	now := fixture.Now
-	agents := inventory.AgentPods{Namespace: "gpupool-agent", Selector: labels.SelectorFromSet(labels.Set{"app": "agent"})}
+	agents := inventory.AgentPods{Namespace: "gpupool-agent", Selector: labels.SelectorFromSet(labels.Set{"app": "agent"}),
+		DaemonSet: "gpupool-agent", ServiceAccount: "gpupool-agent"}
+	// agentPod is the pod the agent DaemonSet's controller makes on node.
 	agentPod := func(name, node string, opts ...fixture.PodOption) corev1.Pod {
-		p := fixture.Pod("gpupool-agent/"+name, append([]fixture.PodOption{fixture.Running(node)}, opts...)...)
+		opts = append([]fixture.PodOption{fixture.Running(node), fixture.OwnedBy("apps/v1", "DaemonSet", "gpupool-agent")}, opts...)
+		p := fixture.Pod("gpupool-agent/"+name, opts...)
 		p.Labels = map[string]string{"app": "agent"}
+		p.Spec.ServiceAccountName = "gpupool-agent"
+		return p
+	}
+	// impostor is a ready pod on gpu-1 like the agent's, changed by change.
+	impostor := func(name string, change func(*corev1.Pod)) corev1.Pod {
+		p := agentPod(name, "gpu-1", fixture.Ready(true, now))
+		change(&p)
 		return p
 	}
 	node := func(name string, ready corev1.ConditionStatus, since time.Time) corev1.Node {
@@ -83,6 +93,32 @@ func TestReadinessHeartbeats(t *testing.T) {
 		nodes: []corev1.Node{node("gpu-1", corev1.ConditionTrue, ago(time.Hour))},
 		want:  map[string]time.Time{},
 	}, {
+		// Issue 34: a ready pod with the DaemonSet's labels kept a node whose agent was down
+		// in planning. Only the DaemonSet's own pods, run as the agent, count.
+		name: "impostors with the agent's labels, on its node, vouch for nothing",
+		pods: []corev1.Pod{
+			impostor("bare", func(p *corev1.Pod) { p.OwnerReferences = nil }),
+			impostor("of-a-replicaset", func(p *corev1.Pod) { fixture.OwnedBy("apps/v1", "ReplicaSet", "gpupool-agent")(p) }),
+			impostor("of-another-daemonset", func(p *corev1.Pod) { fixture.OwnedBy("apps/v1", "DaemonSet", "lookalike")(p) }),
+			impostor("of-a-daemonset-of-another-group", func(p *corev1.Pod) {
+				fixture.OwnedBy("example.com/v1", "DaemonSet", "gpupool-agent")(p)
+			}),
+			impostor("owned-not-controlled", func(p *corev1.Pod) { p.OwnerReferences[0].Controller = nil }),
+			impostor("as-another-account", func(p *corev1.Pod) { p.Spec.ServiceAccountName = "default" }),
+			impostor("as-no-account", func(p *corev1.Pod) { p.Spec.ServiceAccountName = "" }),
+			impostor("in-another-namespace", func(p *corev1.Pod) { p.Namespace = "team" }),
+		},
+		nodes: []corev1.Node{node("gpu-1", corev1.ConditionTrue, ago(time.Hour))},
+		want:  map[string]time.Time{},
+	}, {
+		name: "beside impostors, the agent's own pod still counts",
+		pods: []corev1.Pod{
+			impostor("bare", func(p *corev1.Pod) { p.OwnerReferences = nil }),
+			agentPod("a", "gpu-1", fixture.Ready(false, ago(time.Minute))),
+		},
+		nodes: []corev1.Node{node("gpu-1", corev1.ConditionTrue, ago(time.Hour))},
+		want:  map[string]time.Time{"gpu-1": ago(time.Minute)},
+	}, {
 		name:  "a pod whose kubelet has not reported readiness yet, or on a node without a Ready condition, vouches for nothing",
 		pods:  []corev1.Pod{agentPod("a", "gpu-1"), agentPod("b", "gpu-2", fixture.Ready(true, now)), agentPod("c", "gone", fixture.Ready(true, now))},
 		nodes: []corev1.Node{node("gpu-1", corev1.ConditionTrue, ago(time.Hour)), node("gpu-2", "", now)},
@@ -90,6 +126,18 @@ func TestReadinessHeartbeats(t *testing.T) {
 	}, {
 		name:   "an empty selector would match every pod: readiness is not read",
 		agents: inventory.AgentPods{Namespace: "gpupool-agent", Selector: labels.Everything()},
+		pods:   []corev1.Pod{agentPod("a", "gpu-1", fixture.Ready(true, now))},
+		nodes:  []corev1.Node{node("gpu-1", corev1.ConditionTrue, ago(time.Hour))},
+		want:   nil,
+	}, {
+		name:   "without the DaemonSet's name no pod can be told for the agent's: readiness is not read",
+		agents: inventory.AgentPods{Namespace: "gpupool-agent", Selector: agents.Selector, ServiceAccount: "gpupool-agent"},
+		pods:   []corev1.Pod{agentPod("a", "gpu-1", fixture.Ready(true, now))},
+		nodes:  []corev1.Node{node("gpu-1", corev1.ConditionTrue, ago(time.Hour))},
+		want:   nil,
+	}, {
+		name:   "nor without the ServiceAccount's",
+		agents: inventory.AgentPods{Namespace: "gpupool-agent", Selector: agents.Selector, DaemonSet: "gpupool-agent"},
 		pods:   []corev1.Pod{agentPod("a", "gpu-1", fixture.Ready(true, now))},
 		nodes:  []corev1.Node{node("gpu-1", corev1.ConditionTrue, ago(time.Hour))},
 		want:   nil,

@@ -53,6 +53,12 @@ type Record struct {
 	// ControllerGroup is that owner's API group: with the kind it tells a controller known to
 	// recreate pods from any other of the same kind (inventory.RecreatesPods). Interned.
 	ControllerGroup string
+	// ControllerName is that owner's name and ServiceAccount is spec.serviceAccountName: with
+	// the namespace and the group they tell the node agents' own pods, controlled by the agent
+	// DaemonSet and run by its ServiceAccount, from pods that only wear its labels
+	// (inventory.AgentPods). Interned: most pods share a few of each.
+	ControllerName string
+	ServiceAccount string
 	// DoNotDisrupt is true when the pod is annotated gpupool.io/do-not-disrupt=true.
 	DoNotDisrupt bool
 	// Mirror is true for the API server's copy of a kubelet's static pod.
@@ -115,12 +121,14 @@ func New(p *corev1.Pod, shared *Interner) *Record {
 	}
 	if owner := metav1.GetControllerOf(p); owner != nil {
 		r.Controller = shared.String(owner.Kind)
+		r.ControllerName = shared.String(owner.Name)
 		// An apiVersion that does not parse names no group a check could expect.
 		if gv, err := schema.ParseGroupVersion(owner.APIVersion); err == nil {
 			r.ControllerGroup = shared.String(gv.Group)
 		}
 	}
 	r.GracePeriod = time.Duration(ptr.Deref(p.Spec.TerminationGracePeriodSeconds, corev1.DefaultTerminationGracePeriodSeconds)) * time.Second
+	r.ServiceAccount = shared.String(p.Spec.ServiceAccountName)
 	_, r.Mirror = p.Annotations[corev1.MirrorPodAnnotationKey]
 	for _, v := range p.Spec.Volumes {
 		if v.EmptyDir != nil && r.EmptyDirVolume == "" {

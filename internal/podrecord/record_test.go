@@ -53,6 +53,35 @@ func TestNewKeepsTheFactsDecisionsRead(t *testing.T) {
 			return ""
 		},
 	}, {
+		name: "a node agent's pod keeps who controls it and who runs it",
+		pod: func() corev1.Pod {
+			p := fixture.Pod("gpupool-agent/agent-x", fixture.Running("gpu-1"), fixture.OwnedBy("apps/v1", "DaemonSet", "gpupool-agent"))
+			p.Spec.ServiceAccountName = "gpupool-agent"
+			return p
+		}(),
+		want: func(r *Record) string {
+			if r.Controller != "DaemonSet" || r.ControllerGroup != "apps" || r.ControllerName != "gpupool-agent" || r.ServiceAccount != "gpupool-agent" {
+				return "the controller's group, kind and name, or the ServiceAccount, lost"
+			}
+			return ""
+		},
+	}, {
+		name: "a controller of the core group, and an apiVersion that does not parse, name no group",
+		pod: func() corev1.Pod {
+			p := fixture.Pod("team/x", fixture.Running("gpu-1"), fixture.OwnedBy("v1", "ReplicationController", "x"))
+			return p
+		}(),
+		want: func(r *Record) string {
+			if r.ControllerGroup != "" || r.ControllerName != "x" {
+				return "core group or name wrong"
+			}
+			p := fixture.Pod("team/y", fixture.Running("gpu-1"), fixture.OwnedBy("apps/v1/extra", "DaemonSet", "gpupool-agent"))
+			if g := New(&p, nil).ControllerGroup; g != "" {
+				return "an unparsable apiVersion names group " + g
+			}
+			return ""
+		},
+	}, {
 		name: "a node agent's pod whose probe fails",
 		pod:  fixture.Pod("gpupool-agent/agent-x", fixture.Running("gpu-1"), fixture.Ready(false, fixture.Now)),
 		want: func(r *Record) string {

@@ -266,6 +266,7 @@ func TestAgentLeasesFollowTheAgent(t *testing.T) {
 	}{
 		{vals: ``, namespace: "gpupool-agent"},
 		{vals: `agent: {namespace: gpu-agents}`, namespace: "gpu-agents"},
+		{vals: `agent: {serviceAccount: {name: gpu-agent}}`, namespace: "gpupool-agent"},
 		{vals: `agent: {enabled: false}`, namespace: ""},
 	} {
 		objs := template(t, "gpupool", "gpupool-system", values(t, tc.vals))
@@ -279,6 +280,11 @@ func TestAgentLeasesFollowTheAgent(t *testing.T) {
 			if selector >= 0 {
 				t.Errorf("values %q: without the agent the manager reads agent pods by %s", tc.vals, args[selector])
 			}
+			for _, a := range args {
+				if strings.HasPrefix(a, "--agent-daemonset=") || strings.HasPrefix(a, "--agent-service-account=") {
+					t.Errorf("values %q: without the agent the manager is told of its pods by %s", tc.vals, a)
+				}
+			}
 		} else {
 			ds := find(t, objs, "DaemonSet", "gpupool-agent")
 			matchLabels, _, _ := unstructured.NestedStringMap(ds.Object, "spec", "selector", "matchLabels")
@@ -289,6 +295,14 @@ func TestAgentLeasesFollowTheAgent(t *testing.T) {
 			slices.Sort(want)
 			if selector < 0 || args[selector] != "--agent-pod-selector="+strings.Join(want, ",") {
 				t.Errorf("values %q: manager args %q, want --agent-pod-selector=%s (the DaemonSet's selector)", tc.vals, args, strings.Join(want, ","))
+			}
+			// And only the DaemonSet's own pods, run as its ServiceAccount, are the agents.
+			if want := "--agent-daemonset=" + ds.GetName(); !slices.Contains(args, want) {
+				t.Errorf("values %q: manager args %q lack %s (the DaemonSet's name)", tc.vals, args, want)
+			}
+			account, _, _ := unstructured.NestedString(ds.Object, "spec", "template", "spec", "serviceAccountName")
+			if want := "--agent-service-account=" + account; account == "" || !slices.Contains(args, want) {
+				t.Errorf("values %q: manager args %q lack %s (the DaemonSet's ServiceAccount)", tc.vals, args, want)
 			}
 			if agentArgs := containerArgs(t, ds); !slices.Contains(agentArgs, "--heartbeat=readiness") {
 				t.Errorf("values %q: agent args %q lack --heartbeat=readiness", tc.vals, agentArgs)

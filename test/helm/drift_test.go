@@ -98,6 +98,9 @@ func (in install) expected(t testing.TB, o *unstructured.Unstructured) *unstruct
 		"--agent-namespace="+kustomizeAgentNS, "--agent-namespace="+in.ns(kustomizeAgentNS),
 		// The chart's selectors select by the release too.
 		"--agent-pod-selector="+kustomizeAgentSelector, "--agent-pod-selector=app.kubernetes.io/component=agent,app.kubernetes.io/instance="+in.release+",app.kubernetes.io/name=gpupool",
+		// The DaemonSet that controls the agents' pods and the ServiceAccount they run as.
+		"--agent-daemonset="+kustomizeAgentNS, "--agent-daemonset="+in.name("gpupool-agent"),
+		"--agent-service-account="+kustomizeAgentNS, "--agent-service-account="+in.name("gpupool-agent"),
 	).Replace(string(b))
 	out := &unstructured.Unstructured{}
 	if err := json.Unmarshal([]byte(s), &out.Object); err != nil {

@@ -190,14 +190,18 @@ func (s *seeder) node(ctx context.Context, i, running int, heartbeat agent.Heart
 }
 
 // agentPod writes node's agent pod, Running and Ready as its kubelet would report it once the
-// agent's readiness probe passes: with the readiness heartbeat, all an agent at rest shows.
+// agent's readiness probe passes: with the readiness heartbeat, all an agent at rest shows. As
+// the DaemonSet controller makes it: controlled by the DaemonSet gpupool-agent and run as the
+// ServiceAccount gpupool-agent, the manager's defaults (--agent-daemonset,
+// --agent-service-account), without which its readiness would vouch for nothing. The manager
+// checks the DaemonSet's name, not its UID, so no DaemonSet object is needed.
 func (s *seeder) agentPod(ctx context.Context, node string) error {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: "gpupool-agent-" + node,
 			Labels: map[string]string{"app.kubernetes.io/name": "gpupool", "app.kubernetes.io/component": "agent"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "gpupool-agent",
 				UID: types.UID("agent-ds"), Controller: ptr.To(true)}}},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "agent", Image: "gpupool/agent:1",
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: "gpupool-agent", Containers: []corev1.Container{{Name: "agent", Image: "gpupool/agent:1",
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 				corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")}}}}},
 	}
