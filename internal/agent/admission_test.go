@@ -73,6 +73,15 @@ func installAgentConfig(t *testing.T, env *testenv.Env) map[string]*unstructured
 				t.Errorf("deleting %s %s: %v", obj.GetKind(), obj.GetName(), err)
 			}
 		}
+		// The API server stops enforcing a deleted policy shortly after, not at once: wait, so
+		// that the tests after this one, which write heartbeat Leases as the admin, are not
+		// refused by heartbeat_authorship_policy.yaml.
+		probe := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "policies-gone",
+			Labels: map[string]string{v1alpha1.LabelAgentLease: "true"}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(v1alpha1.AgentLeaseHolder("policies-gone"))}}
+		NewWithT(t).Eventually(func() error {
+			return env.Client.Create(context.Background(), probe.DeepCopy(), client.DryRunAll)
+		}).WithTimeout(30*time.Second).Should(Succeed(), "the admin writes a heartbeat Lease once config/agent's policies are gone")
 	})
 	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
 		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet"} {
