@@ -48,6 +48,7 @@ var scenarioNodes = []struct {
 	{"leader", 1},
 	{"triage", 2},
 	{"provenance", 1},
+	{"loosen", 1},
 	{"hourly", 2},
 	// One device-plugin node; the scenario's second node is the DRA node (see BeforeSuite).
 	{"dra", 1},

@@ -66,6 +66,47 @@ var _ = Describe("the trust boundary", func() {
 	})
 })
 
+var _ = Describe("loosening a policy", func() {
+	// Guards approval against a policy edit: a user who may edit GPUPoolPolicies but holds no
+	// approve verb cannot turn a Manual pool Auto (nor unpause it, nor switch evictions on),
+	// so the plan waiting for a human still waits, and nothing is evicted.
+	It("refuses a policy edit that would run a waiting plan without a human, and nothing is disrupted", func() {
+		s := newScenario("loosen")
+		node := s.nodes[0]
+		s.createPolicy(nil)
+		victim := s.pin("victim", node, 1)
+		s.deploy("train-3g", 1, s.inPool(), mig3g, 1, nil)
+		s.unpauseWhenPending(1)
+		plan := s.waitPlan(time.Minute, v1alpha1.PlanAwaitingApproval)
+
+		Expect(k8s.Create(suiteCtx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "e2e-policy-editor"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"gpupoolpolicies"},
+				Verbs: []string{"get", "list", "watch", "patch", "update"}}},
+		})).To(Or(Succeed(), MatchError(ContainSubstring("already exists"))))
+		editor := impersonating("policy-editor", "e2e-policy-editor")
+		loosen := func(edit func(*v1alpha1.GPUPoolPolicySpec)) error {
+			p := &v1alpha1.GPUPoolPolicy{}
+			Expect(editor.Get(suiteCtx, client.ObjectKey{Name: s.policy}, p)).To(Succeed())
+			patch := client.MergeFrom(p.DeepCopy())
+			edit(&p.Spec)
+			return editor.Patch(suiteCtx, p, patch)
+		}
+		Expect(loosen(func(spec *v1alpha1.GPUPoolPolicySpec) { spec.Disruption.Approval = v1alpha1.ApprovalAuto })).To(MatchError(
+			ContainSubstring("policy-editor may not set spec.disruption.approval of GPUPoolPolicy " + s.policy + " to Auto")))
+		Expect(loosen(func(spec *v1alpha1.GPUPoolPolicySpec) { spec.Disruption.EvictUnmanaged = true })).To(MatchError(
+			ContainSubstring("may not turn on spec.disruption.evictUnmanaged")))
+		Expect(loosen(func(spec *v1alpha1.GPUPoolPolicySpec) { spec.Disruption.PlanTTL = &metav1.Duration{Duration: 2 * time.Hour} })).
+			To(Succeed(), "what does not widen disruption needs only RBAC")
+
+		Consistently(func(g Gomega) {
+			p := getPlan(g, plan.Name)
+			g.Expect(p.Status.Phase).To(Equal(v1alpha1.PlanAwaitingApproval))
+			expectOpen(g, node)
+			g.Expect(s.pods("victim")).To(ConsistOf(HaveField("UID", victim.UID)), "nothing was evicted")
+		}).WithTimeout(3*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
+	})
+})
+
 var _ = Describe("cordon provenance", func() {
 	// Guards who cordoned a node, as gpupool goes by it: a user who may patch nodes (a label
 	// tool, an on-call engineer) cannot write gpupool's cordon annotation on an admin-cordoned

@@ -36,6 +36,13 @@ func (c *Cluster) installTrustBoundary(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The approval policies too (config/default installs both): approving a plan, or
+	// loosening a policy, needs the approve verb.
+	approval, err := testenv.KustomizationObjects(filepath.Join(root, "config", "approval"))
+	if err != nil {
+		return err
+	}
+	objs = append(objs, approval...)
 	roles, err := testenv.ReadObjects(filepath.Join(root, "config", "rbac", "role.yaml"))
 	if err != nil {
 		return err
