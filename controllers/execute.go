@@ -52,8 +52,8 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 	stopped := ""
 	switch {
 	case !rollout.Approved(plan, policy):
-		budgets, stopped = rollout.Budgets{}, fmt.Sprintf("stopped: its approval no longer holds (no %s=%s, and approval %s does not approve it)",
-			v1alpha1.AnnotationApprove, plan.Spec.Hash, policy.Spec.Disruption.Approval)
+		budgets, stopped = rollout.Budgets{}, fmt.Sprintf("stopped: its approval no longer holds (no %s=%s, and approval %s, the stricter of the mode it was made under and the policy's, does not approve it)",
+			v1alpha1.AnnotationApprove, plan.Spec.Hash, rollout.Stricter(rollout.RecordedApproval(plan), rollout.EffectiveApproval(policy)))
 	default:
 		stopped = "stopped: the policy's maxDisruptedNodes and maxReconfiguringNodes allow none of its remaining nodes to change now"
 	}

@@ -59,6 +59,9 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 		"gpupool's manager to create it")
 	agents := fs.Bool("agents", true, "run gpupool's node agent in-process for every simulated node")
 	agentPeriod := fs.Duration("agent-refresh-period", sim.DefaultAgentRefreshPeriod, "how often the in-process agents re-read NVML")
+	agentUser := fs.String("agent-user", "", "user the in-process agents act as, with their node's name as the user extra "+
+		"authentication.kubernetes.io/node-name, as the agent DaemonSet's pods do (e.g. system:serviceaccount:gpupool-agent:gpupool-agent, "+
+		"with config/agent's RBAC and admission policies installed); empty acts with gpusim's own credentials")
 	agentLeases := fs.String("agent-lease-namespace", "", "namespace where the in-process agents renew their heartbeat Leases, as the agent DaemonSet does; empty rewrites GPUNode status each refresh instead")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
@@ -105,6 +108,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 		DisableAgents:          !*agents,
 		AgentRefreshPeriod:     *agentPeriod,
 		AgentLeaseNamespace:    *agentLeases,
+		AgentUser:              *agentUser,
 		Logger:                 logger,
 	})
 	if err != nil {

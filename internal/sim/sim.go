@@ -93,6 +93,12 @@ type Options struct {
 	// AgentLeaseNamespace, when set, makes the agents renew heartbeat Leases there, as the
 	// agent DaemonSet does in its own namespace; empty keeps the observedTime heartbeat.
 	AgentLeaseNamespace string
+	// AgentUser, when set, is the user each node's agent acts as (a ServiceAccount's user name,
+	// system:serviceaccount:<namespace>:<name>), with the node's name in the user extra
+	// authentication.kubernetes.io/node-name, as a pod-bound token of the agent DaemonSet's
+	// pod carries it: the agent admission policies and RBAC of config/agent then judge the
+	// simulated agents as they judge real ones. Empty acts with gpusim's own credentials.
+	AgentUser string
 	// RetryPeriod is how soon pods that could not get devices are tried again; 0 means
 	// DefaultRetryPeriod.
 	RetryPeriod time.Duration
@@ -198,8 +204,14 @@ func New(cfg *rest.Config, o Options) (*Sim, error) {
 				HealthProbeBindAddress: "0",
 				MetricsBindAddress:     "0",
 			}
+			agentCfg := cfg
+			if o.AgentUser != "" {
+				agentCfg = rest.CopyConfig(cfg)
+				agentCfg.Impersonate = rest.ImpersonationConfig{UserName: o.AgentUser,
+					Extra: map[string][]string{"authentication.kubernetes.io/node-name": {n.name}}}
+			}
 			build := func() (ctrl.Manager, error) {
-				am, err := agent.NewManager(cfg, opts)
+				am, err := agent.NewManager(agentCfg, opts)
 				if err != nil {
 					return nil, fmt.Errorf("gpusim: agent for node %s: %w", n.name, err)
 				}

@@ -49,6 +49,7 @@ var scenarioNodes = []struct {
 	{"triage", 2},
 	{"provenance", 1},
 	{"loosen", 1},
+	{"liveness", 1},
 	{"hourly", 2},
 	// One device-plugin node; the scenario's second node is the DRA node (see BeforeSuite).
 	{"dra", 1},

@@ -5,14 +5,17 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/sim"
 	"github.com/gpupool/gpupool/test/simcluster"
 )
 
@@ -104,6 +107,40 @@ var _ = Describe("loosening a policy", func() {
 			expectOpen(g, node)
 			g.Expect(s.pods("victim")).To(ConsistOf(HaveField("UID", victim.UID)), "nothing was evicted")
 		}).WithTimeout(3*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
+	})
+})
+
+var _ = Describe("agent liveness", func() {
+	// Guards the heartbeat: gpusim's agents act as the agent's ServiceAccount under
+	// config/agent's policies, as the DaemonSet's pods do. When a node's agent stops, a user
+	// with every RBAC right cannot renew its Lease for it (nor create one), so its report goes
+	// stale and the node is left out of planning, named on the policy.
+	It("refuses a forged Lease renewal, and a node whose agent stopped is left out of planning", func() {
+		s := newScenario("liveness")
+		node := s.nodes[0]
+		s.createPolicy(nil)
+		annotateNode(node, sim.AnnotationFault, sim.FaultAgentDown)
+		DeferCleanup(func() { annotateNode(node, sim.AnnotationFault, "") })
+		Eventually(func(g Gomega) {
+			g.Expect(nodeEvents(g, node, "AgentStopped")).To(ContainElement(ContainSubstring("fault agent-down")))
+		}).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
+
+		mallory := impersonating("mallory", "cluster-admin")
+		lease := &coordinationv1.Lease{}
+		Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: simcluster.AgentNamespace, Name: node}, lease)).To(Succeed())
+		renewed := lease.DeepCopy()
+		renewed.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		Expect(mallory.Update(suiteCtx, renewed)).To(MatchError(ContainSubstring("mallory")), "a forged renewal is refused")
+		Expect(mallory.Create(suiteCtx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: node,
+			Labels: map[string]string{v1alpha1.LabelAgentLease: "true"}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(v1alpha1.AgentLeaseHolder(node)), RenewTime: &metav1.MicroTime{Time: time.Now()}}})).
+			To(MatchError(ContainSubstring("mallory")), "and so is a forged Lease elsewhere")
+
+		Eventually(func(g Gomega) {
+			c := s.condition(g, v1alpha1.ConditionDegraded)
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(c.Message).To(ContainSubstring(node))
+		}).WithTimeout(4*time.Minute).WithPolling(time.Second).Should(Succeed(), s.diagnostics)
 	})
 })
 

@@ -43,6 +43,17 @@ func (c *Cluster) installTrustBoundary(ctx context.Context) error {
 		return err
 	}
 	objs = append(objs, approval...)
+	// The agent's ServiceAccount, RBAC and admission policies (gpusim's agents act as it);
+	// its namespace is made above and its DaemonSet is gpusim's in-process agents.
+	agentObjs, err := testenv.KustomizationObjects(filepath.Join(root, "config", "agent"))
+	if err != nil {
+		return err
+	}
+	for _, o := range agentObjs {
+		if k := o.GetKind(); k != "Namespace" && k != "DaemonSet" {
+			objs = append(objs, o)
+		}
+	}
 	roles, err := testenv.ReadObjects(filepath.Join(root, "config", "rbac", "role.yaml"))
 	if err != nil {
 		return err

@@ -38,6 +38,10 @@ const Namespace = "gpupool-system"
 // gpusim) renew their heartbeat Leases there, and the manager reads them (--agent-namespace).
 const AgentNamespace = "gpupool-agent"
 
+// AgentUser is the agents' ServiceAccount user as config/agent installs it: gpusim's agents act
+// as it, under config/agent's RBAC and admission policies.
+const AgentUser = "system:serviceaccount:" + AgentNamespace + ":gpupool-agent"
+
 // OperatorNamespace is the simulated GPU Operator's namespace, the ClusterPolicy's
 // status.namespace: the only place the simulated mig-manager and device plugin read their
 // ConfigMaps, as the real operator mounts them into its DaemonSets there, and where the manager,
@@ -160,7 +164,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	fmt.Fprintf(c.progress, "starting the simulated GPU Operator (gpusim --nodes %s)\n", c.opts.Nodes)
 	if err := c.Run(GPUSimProcess, c.opts.GPUSim, "--kubeconfig="+c.Kubeconfig, "--nodes="+c.opts.Nodes,
 		"--create-nodes", "--seed-config", "--cluster-policy="+ClusterPolicyName, "--agent-refresh-period=2s",
-		"--agent-lease-namespace="+AgentNamespace); err != nil {
+		"--agent-lease-namespace="+AgentNamespace, "--agent-user="+AgentUser); err != nil {
 		return err
 	}
 	if err := c.waitNodes(ctx); err != nil {
