@@ -120,6 +120,17 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 				obs.LandingGone = rollout.LandingGone(one, step, facts)
 			}
 		}
+		if cur.State == v1alpha1.NodeDraining || (cur.State == v1alpha1.NodeConfiguring && obs.MIGConfig != step.MIGConfigName) {
+			// A ResourceClaim allocated on the step's GPUs since the step started (the
+			// scheduler can place a pod that tolerates the cordon, or one it had chosen the node
+			// for just before) is looked for again on every drain pass and up to the relabel:
+			// past it, mig-manager carves the GPUs under the claim.
+			facts, err := r.facts(ctx, stepOnly(plan, step))
+			if err != nil {
+				return 0, err
+			}
+			obs.Claimed = rollout.ClaimOnStep(step, facts.GPUs[step.Node], facts.Claimed)
+		}
 		res := rollout.Step(plan.Name, step, cur, obs, timeouts, now)
 		if relabels(res.Actions) {
 			// A relabel is not undone by doing it twice: decided on a cached status older than

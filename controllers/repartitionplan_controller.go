@@ -329,7 +329,8 @@ func (r *PlanReconciler) revalidate(ctx context.Context, plan *v1alpha1.Repartit
 }
 
 // facts reads what revalidation judges a plan by: the GPU reports and nodes of its steps and
-// landings, and the pods it evicts or was made for.
+// landings, the ResourceClaims holding devices on its steps' nodes, and the pods it evicts or
+// was made for.
 func (r *PlanReconciler) facts(ctx context.Context, plan *v1alpha1.RepartitionPlan) (rollout.Facts, error) {
 	facts := rollout.Facts{GPUs: map[string][]v1alpha1.GPUStatus{}, Pods: map[string]rollout.PodFact{},
 		Cordoned: map[string]bool{}, Unavailable: map[string]string{}}
@@ -365,6 +366,15 @@ func (r *PlanReconciler) facts(ctx context.Context, plan *v1alpha1.RepartitionPl
 			return facts, fmt.Errorf("reading node %s: %w", name, err)
 		}
 	}
+	var changed []string
+	for _, step := range plan.Spec.Steps {
+		changed = append(changed, step.Node)
+	}
+	claimed, err := r.claimed(ctx, changed)
+	if err != nil {
+		return facts, err
+	}
+	facts.Claimed = claimed
 	refs = append(refs, plan.Spec.Expected.Pods...)
 	for _, ref := range refs {
 		pod, err := r.pods.Get(types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name})

@@ -38,6 +38,72 @@ type Facts struct {
 	// Unavailable says, per node, why it cannot take new pods now although it is not cordoned
 	// (NodeUnavailable): not Ready, or tainted by the node lifecycle controller.
 	Unavailable map[string]string
+	// Claimed are the devices NVIDIA's DRA driver allocated to ResourceClaims on the nodes of
+	// the plan's steps, by device UUID (a MIG instance's or a whole GPU's). The agent's report
+	// attributes only the device plugin's devices, so a claim allocated after planning shows
+	// nowhere else.
+	Claimed map[string]ClaimFact
+}
+
+// ClaimFact is a ResourceClaim holding a device of NVIDIA's DRA driver.
+type ClaimFact struct {
+	// Claim is the ResourceClaim, "namespace/name".
+	Claim string
+	// Pods are every pod it is reserved for, "namespace/name"; none while its pod has not
+	// started.
+	Pods []string
+	// GPU is the UUID of the GPU the device is on; "" when its ResourceSlice does not say.
+	GPU string
+}
+
+// ClaimOnStep says why a ResourceClaim forbids changing the step's GPUs now ("" when none
+// does): a claim holds a device on one of them (an instance, the whole GPU, or a device the
+// agent does not report there) and the step does not evict every pod it is reserved for. The
+// planner never changes a GPU a claim holds (inventory.DRAHolders), so such a claim was
+// allocated after planning; carving the GPU would pull its device from under the claim's pods.
+// A claim reserved for no pod yet has one about to start, and forbids the change as well.
+func ClaimOnStep(step v1alpha1.NodeStep, gpus []v1alpha1.GPUStatus, claimed map[string]ClaimFact) string {
+	if len(claimed) == 0 {
+		return ""
+	}
+	evicted := map[string]bool{}
+	for _, e := range step.Evictions {
+		evicted[e.Namespace+"/"+e.Name] = true
+	}
+	for _, change := range step.GPUs {
+		i := slices.IndexFunc(gpus, func(g v1alpha1.GPUStatus) bool { return g.Index == change.Index })
+		if i < 0 {
+			continue // Revalidate and the step's own checks say so
+		}
+		g := gpus[i]
+		on := func(uuid string, c ClaimFact) bool {
+			if g.UUID != "" && (uuid == g.UUID || c.GPU == g.UUID) {
+				return true
+			}
+			return uuid != "" && slices.ContainsFunc(g.Instances, func(in v1alpha1.MIGInstance) bool { return in.UUID == uuid })
+		}
+		for _, uuid := range slices.Sorted(maps.Keys(claimed)) {
+			c := claimed[uuid]
+			if !on(uuid, c) {
+				continue
+			}
+			var stay []string
+			for _, p := range c.Pods {
+				if !evicted[p] {
+					stay = append(stay, p)
+				}
+			}
+			switch {
+			case len(c.Pods) == 0:
+				return fmt.Sprintf("ResourceClaim %s was allocated device %s on GPU %d of node %s, which the plan changes, and its pod is about to start",
+					c.Claim, uuid, change.Index, step.Node)
+			case len(stay) > 0:
+				return fmt.Sprintf("ResourceClaim %s was allocated device %s on GPU %d of node %s, which the plan changes without evicting %s",
+					c.Claim, uuid, change.Index, step.Node, strings.Join(stay, ", "))
+			}
+		}
+	}
+	return ""
 }
 
 // conditionTaints are the taints the node lifecycle controller and the kubelet put on a node
@@ -71,6 +137,8 @@ func NodeUnavailable(node *corev1.Node) string {
 //   - a GPU it changes no longer has the layout the plan was made for (someone else changed it);
 //   - a pod the plan does not evict now runs on a GPU it changes: mig-manager would refuse the
 //     GPU as in use, or worse, the pod would lose its device;
+//   - a ResourceClaim of NVIDIA's DRA driver was allocated a device on a GPU it changes
+//     (ClaimOnStep);
 //   - a pod it evicts was marked do-not-disrupt since;
 //   - a node the plan moves evicted pods to, and does not change itself, no longer has room
 //     for them (the scheduler or another workload took it, or it was cordoned): evicting
@@ -106,6 +174,9 @@ func Revalidate(plan *v1alpha1.RepartitionPlan, f Facts) string {
 						key, change.Index, step.Node)
 				}
 			}
+		}
+		if why := ClaimOnStep(step, gpus, f.Claimed); why != "" {
+			return why
 		}
 		for _, e := range step.Evictions {
 			key := e.Namespace + "/" + e.Name

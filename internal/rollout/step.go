@@ -203,7 +203,7 @@ func Step(plan string, step v1alpha1.NodeStep, cur v1alpha1.NodeStepStatus, obs 
 		}
 		return fail(cur, now, "cancelled: "+obs.Unsafe, undo)
 	}
-	if false && obs.Claimed != "" {
+	if obs.Claimed != "" {
 		switch {
 		case cur.State == v1alpha1.NodePending:
 			return fail(cur, now, "cancelled: "+obs.Claimed, nil)
