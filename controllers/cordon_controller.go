@@ -147,7 +147,7 @@ func (r *CordonReconciler) track(node, reason string) {
 // policy selects it now, though the policy it was cordoned for still exists. A node whose
 // policy was deleted (gpupool being removed from it) is given back as its cordon was taken.
 func (r *CordonReconciler) leftItsPool(ctx context.Context, node *corev1.Node, rec *rollout.CordonRecord) (bool, error) {
-	policies, _, err := listPolicies(ctx, r.Client)
+	policies, err := listPolicies(ctx, r.Client)
 	if err != nil {
 		return false, err
 	}

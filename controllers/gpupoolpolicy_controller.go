@@ -252,7 +252,7 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 		plans    v1alpha1.RepartitionPlanList
 	)
 	// Policies that cannot be decoded take no part in conflicts: each reports its own problem.
-	policies, _, err := listPolicies(ctx, r.Client)
+	policies, err := listPolicies(ctx, r.Client)
 	if err != nil {
 		return nil, err
 	}

@@ -45,24 +45,21 @@ type undecodable struct {
 	err    error
 }
 
-// listPolicies reads every policy, decoded ones and the ones that cannot be.
-func listPolicies(ctx context.Context, c client.Reader) ([]v1alpha1.GPUPoolPolicy, []undecodable, error) {
+// listPolicies reads every policy that decodes. One that cannot be decoded is left out: it is
+// reported on its own object (getPolicy, reportUndecodable) and stops nothing else.
+func listPolicies(ctx context.Context, c client.Reader) ([]v1alpha1.GPUPoolPolicy, error) {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(policyGVK.GroupVersion().WithKind(policyGVK.Kind + "List"))
 	if err := c.List(ctx, list); err != nil {
-		return nil, nil, fmt.Errorf("listing GPUPoolPolicies: %w", err)
+		return nil, fmt.Errorf("listing GPUPoolPolicies: %w", err)
 	}
 	var ok []v1alpha1.GPUPoolPolicy
-	var bad []undecodable
 	for i := range list.Items {
-		p, err := decodePolicy(&list.Items[i])
-		if err != nil {
-			bad = append(bad, undecodable{object: &list.Items[i], err: err})
-			continue
+		if p, err := decodePolicy(&list.Items[i]); err == nil {
+			ok = append(ok, *p)
 		}
-		ok = append(ok, *p)
 	}
-	return ok, bad, nil
+	return ok, nil
 }
 
 // getPolicy reads one policy. It returns (nil, nil, nil) when the policy does not exist, and

@@ -98,7 +98,9 @@ var _ = Describe("loosening a policy", func() {
 			ContainSubstring("policy-editor may not set spec.disruption.approval of GPUPoolPolicy " + s.policy + " to Auto")))
 		Expect(loosen(func(spec *v1alpha1.GPUPoolPolicySpec) { spec.Disruption.EvictUnmanaged = true })).To(MatchError(
 			ContainSubstring("may not turn on spec.disruption.evictUnmanaged")))
-		Expect(loosen(func(spec *v1alpha1.GPUPoolPolicySpec) { spec.Disruption.PlanTTL = &metav1.Duration{Duration: 2 * time.Hour} })).
+		Expect(loosen(func(spec *v1alpha1.GPUPoolPolicySpec) {
+			spec.Disruption.PlanTTL = &metav1.Duration{Duration: 2 * time.Hour}
+		})).
 			To(Succeed(), "what does not widen disruption needs only RBAC")
 
 		Consistently(func(g Gomega) {
