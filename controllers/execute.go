@@ -296,6 +296,23 @@ func movesOut(step v1alpha1.NodeStep) bool {
 // evicts became do-not-disrupt ("" when it still holds). Whether anyone is still pending is
 // the plan's question, asked before its first node.
 func (r *PlanReconciler) revalidateStep(ctx context.Context, plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep) (string, error) {
+	if step.RebootRisk != "" {
+		// A reboot kills every pod of the node: one the scheduler placed there since planning
+		// cancels the step before the cordon (after it, nothing new is placed there).
+		recs, err := r.pods.onNode(nil, step.Node)
+		if err != nil {
+			return "", fmt.Errorf("listing the pods on node %s: %w", step.Node, err)
+		}
+		pods := make([]rollout.NodePod, 0, len(recs))
+		for _, p := range recs {
+			pods = append(pods, rollout.NodePod{Namespace: p.Namespace, Name: p.Name,
+				NodeLocal: p.Mirror || p.Controller == "DaemonSet",
+				Gone:      !p.DeletionTimestamp.IsZero() || p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed})
+		}
+		if why := rollout.RebootVictims(step, pods); why != "" {
+			return why, nil
+		}
+	}
 	return r.revalidate(ctx, stepOnly(plan, step))
 }
 

@@ -580,3 +580,28 @@ func writeLedger(t *testing.T, env *testenv.Env, recs map[string]rollout.CordonR
 		t.Fatal(err)
 	}
 }
+
+// TestARebootRiskyStepWaitsForNoPodItWouldKill guards MIG mode changes where mig-manager may
+// reboot the node: the planner made the step while only its own evictions ran there, but a
+// pod the scheduler placed since would die with the reboot, so the step is cancelled before
+// the cordon and the node is never touched.
+func TestARebootRiskyStepWaitsForNoPodItWouldKill(t *testing.T) {
+	g := NewWithT(t)
+	env, _ := startPlanController(t)
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	runningPod(t, env, "arrived-since", "gpu-1", nil)
+	autoPolicy(t, env)
+	step := toThreeG("gpu-1", "gpupool-b0b0b0b0b0")
+	step.RebootRisk = "the GPU Operator runs mig-manager with WITH_REBOOT (ClusterPolicy spec.migManager.env)"
+	plan := makePlan(t, env, "pool-a-20261129-b0b0b0b0", "b0b0b0b0b0b0b0b0", step)
+	g.Eventually(func(g Gomega) {
+		got := getPlan(g, env, plan)
+		g.Expect(got.Status.Nodes).To(ContainElement(SatisfyAll(HaveField("State", v1.NodeFailed),
+			HaveField("Message", ContainSubstring("pod(s) default/arrived-since, which the step does not evict, run on gpu-1 now: a reboot would kill them")))))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		node := getNode(g, env, "gpu-1")
+		g.Expect(node.Spec.Unschedulable).To(BeFalse())
+		g.Expect(node.Labels).NotTo(HaveKey(v1.LabelMIGConfig))
+	}).WithTimeout(2 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
+}

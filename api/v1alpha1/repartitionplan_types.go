@@ -103,6 +103,14 @@ type NodeStep struct {
 	// +kubebuilder:validation:items:MaxLength=253
 	// +optional
 	WaitsFor []string `json:"waitsFor,omitempty"`
+
+	// RebootRisk says why NVIDIA's mig-manager may reboot the node for this step (it changes a
+	// GPU's MIG mode where a failed change reboots the host), killing every pod there. Such a
+	// step is planned only while nothing but its evictions and DaemonSet or static pods runs
+	// on the node, and is cancelled before the cordon if another pod has started there since.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	RebootRisk string `json:"rebootRisk,omitempty"`
 }
 
 // GPUChange is the layout change of one GPU.

@@ -233,6 +233,9 @@ func (p *planState) steps(chosen map[*nodeInfo]*proposal, res *Result) ([]Step, 
 			if pr.choice[i] != keep {
 				o := &ni.prod.options[pr.choice[i]]
 				to, enabled = o.layout.Clone(), !o.disabled
+				if enabled != gi.gpu.MIGEnabled {
+					step.RebootRisk = ni.rebootRisk
+				}
 				from := gi.gpu.Layout()
 				step.GPUs = append(step.GPUs, GPUChange{Index: gi.gpu.Index, From: from, To: to})
 				for name, n := range to {

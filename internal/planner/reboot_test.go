@@ -2,6 +2,7 @@ package planner_test
 
 import (
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -46,16 +47,19 @@ func TestModeToggleThatMayRebootWaitsForTheNodesPods(t *testing.T) {
 		reboot  planner.MIGManagerReboot
 		others  func(*cluster)
 		planned bool
+		// risky says that the planned step carries its reboot risk, for execution to check
+		// again before the cordon.
+		risky   bool
 		message []string
 	}{
 		{name: "A100, WITH_REBOOT unknown, a web pod runs", product: a100,
 			others:  func(c *cluster) { c.onNode("web", "gpu-1") },
 			message: []string{"GPU 0 (A100-80GB) changes MIG mode only at a GPU reset", "the reboot would kill team/web"}},
-		{name: "A100, WITH_REBOOT unknown, empty node", product: a100, others: func(*cluster) {}, planned: true},
+		{name: "A100, WITH_REBOOT unknown, empty node", product: a100, others: func(*cluster) {}, planned: true, risky: true},
 		{name: "A100, WITH_REBOOT unknown, only DaemonSet and static pods", product: a100,
 			others: func(c *cluster) {
 				c.onNode("exporter", "gpu-1", daemon).onNode("kube-proxy", "gpu-1", static)
-			}, planned: true},
+			}, planned: true, risky: true},
 		{name: "A100, WITH_REBOOT off, a web pod runs", product: a100, reboot: planner.RebootNever,
 			others: func(c *cluster) { c.onNode("web", "gpu-1") }, planned: true},
 		{name: "H200 toggles without a reset, a web pod runs", product: h200,
@@ -86,6 +90,13 @@ func TestModeToggleThatMayRebootWaitsForTheNodesPods(t *testing.T) {
 				g.Expect(res.Served).To(ConsistOf(pod("small")))
 				g.Expect(res.Steps).To(HaveLen(1))
 				g.Expect(res.Steps[0].Evictions).To(BeEmpty())
+				if tc.risky {
+					g.Expect(res.Steps[0].RebootRisk).To(ContainSubstring("reboot"))
+				} else {
+					g.Expect(res.Steps[0].RebootRisk).To(BeEmpty())
+				}
+				plan := res.RepartitionPlan(policy(cat), time.Now())
+				g.Expect(plan.Spec.Steps[0].RebootRisk).To(Equal(res.Steps[0].RebootRisk), "the plan carries it, under its hash")
 				return
 			}
 			g.Expect(res.Steps).To(BeEmpty(), "no toggle while pods a reboot would kill run on the node")

@@ -37,6 +37,7 @@ func (r *Result) RepartitionPlan(policy *v1alpha1.GPUPoolPolicy, now time.Time) 
 			GPUs:          []v1alpha1.GPUChange{},
 			Disruptive:    len(s.Evictions) > 0,
 			WaitsFor:      slices.Clone(s.WaitsFor),
+			RebootRisk:    s.RebootRisk,
 		}
 		if s.Sharing != nil {
 			setting := *s.Sharing

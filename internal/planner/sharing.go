@@ -268,6 +268,9 @@ func (p *planState) shareSteps(shares map[*nodeInfo]*shareProposal, res *Result)
 			if to == nil {
 				to = mig.Layout{}
 			}
+			if gi.gpu.MIGEnabled != enabled {
+				step.RebootRisk = ni.rebootRisk
+			}
 			if gi.gpu.MIGEnabled != enabled || !from.Equal(to) {
 				step.GPUs = append(step.GPUs, GPUChange{Index: gi.gpu.Index, From: from, To: to})
 				for name, n := range to {

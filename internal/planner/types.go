@@ -167,6 +167,11 @@ type Step struct {
 	// nodes its evicted pods land on when those change too (their landing is carved first),
 	// and the nodes whose evicted pods land here (they move before this node is cordoned).
 	WaitsFor []string
+	// RebootRisk says why mig-manager may reboot the node for this step (it changes a GPU's
+	// MIG mode where a failure reboots the host, see MIGManagerReboot); "" when it may not.
+	// The step was planned only while no pod but its evictions and DaemonSet or static pods
+	// ran there, and execution checks that again before the node is cordoned.
+	RebootRisk string
 }
 
 // GPUChange is one GPU's layout change.
