@@ -220,6 +220,7 @@ func TestExportedDescribesEveryCollector(t *testing.T) {
 	m.ObserveNodeStep("p", v1alpha1.NodeDone, time.Minute)
 	m.CountPass("p", true)
 	m.ObservePass("p", 2*time.Second)
+	m.SetCordoned(map[string]int{metrics.CordonFailedStep: 1})
 
 	labels, types := gathered(t, reg)
 	want := map[string][]string{}
@@ -230,4 +231,30 @@ func TestExportedDescribesEveryCollector(t *testing.T) {
 	}
 	g.Expect(labels).To(Equal(want))
 	g.Expect(types).To(Equal(wantTypes))
+}
+
+// TestCordonedNodesReadZeroForEveryReason: every reason has a series, so that an alert on one
+// reads 0, not absent, once no node is kept for it.
+func TestCordonedNodesReadZeroForEveryReason(t *testing.T) {
+	g := NewWithT(t)
+	m, reg := newMetrics(t)
+	m.SetCordoned(map[string]int{metrics.CordonFailedStep: 2})
+	m.SetCordoned(map[string]int{metrics.CordonExecuting: 1})
+	families, err := reg.Gather()
+	g.Expect(err).NotTo(HaveOccurred())
+	got := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != metrics.CordonedNodes {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			got[s.GetLabel()[0].GetValue()] = s.GetGauge().GetValue()
+		}
+	}
+	want := map[string]float64{}
+	for _, r := range metrics.CordonReasons {
+		want[r] = 0
+	}
+	want[metrics.CordonExecuting] = 1
+	g.Expect(got).To(Equal(want))
 }
