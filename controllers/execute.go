@@ -530,29 +530,25 @@ func exclusiveAdvertised(targets []mig.GPUTarget, node *corev1.Node) (bool, stri
 // its old multiset or its new one, with no MIG mode change pending. Anything else (an
 // instance missing, a mode switch waiting for a reset, no report) counts as half-configured.
 func gpusWhole(step v1alpha1.NodeStep, gpuNode *v1alpha1.GPUNode) bool {
-	for _, change := range step.GPUs {
-		i := slices.IndexFunc(gpuNode.Status.GPUs, func(g v1alpha1.GPUStatus) bool { return g.Index == change.Index })
-		if i < 0 {
-			return false
-		}
-		g := gpuNode.Status.GPUs[i]
-		if g.Error != "" || (g.MIGMode != nil && g.MIGMode.Pending != "" && g.MIGMode.Pending != g.MIGMode.Current) {
-			return false
-		}
-		have := mig.Layout{}
-		for _, in := range g.Instances {
-			have[in.Profile]++
-		}
-		if !have.Equal(mig.LayoutOf(change.From)) && !have.Equal(mig.LayoutOf(change.To)) {
-			return false
-		}
-	}
-	return true
+	return gpusMatch(step, gpuNode, func(have mig.Layout, change v1alpha1.GPUChange) bool {
+		return have.Equal(mig.LayoutOf(change.From)) || have.Equal(mig.LayoutOf(change.To))
+	})
 }
 
 // gpusAt says whether the agent reports every GPU the step changes whole at its new layout
 // (target) or at its old one, with no MIG mode change pending.
 func gpusAt(step v1alpha1.NodeStep, gpuNode *v1alpha1.GPUNode, target bool) bool {
+	return gpusMatch(step, gpuNode, func(have mig.Layout, change v1alpha1.GPUChange) bool {
+		if target {
+			return have.Equal(mig.LayoutOf(change.To))
+		}
+		return have.Equal(mig.LayoutOf(change.From))
+	})
+}
+
+// gpusMatch says whether the agent reports every GPU the step changes, readable and with no
+// MIG mode change pending, with a multiset of instances that ok accepts.
+func gpusMatch(step v1alpha1.NodeStep, gpuNode *v1alpha1.GPUNode, ok func(mig.Layout, v1alpha1.GPUChange) bool) bool {
 	for _, change := range step.GPUs {
 		i := slices.IndexFunc(gpuNode.Status.GPUs, func(g v1alpha1.GPUStatus) bool { return g.Index == change.Index })
 		if i < 0 {
@@ -566,11 +562,7 @@ func gpusAt(step v1alpha1.NodeStep, gpuNode *v1alpha1.GPUNode, target bool) bool
 		for _, in := range g.Instances {
 			have[in.Profile]++
 		}
-		want := change.From
-		if target {
-			want = change.To
-		}
-		if !have.Equal(mig.LayoutOf(want)) {
+		if !ok(have, change) {
 			return false
 		}
 	}

@@ -130,15 +130,7 @@ func TestManagerMayChangeOnlyWhatAPlanNeedsOnANode(t *testing.T) {
 		Annotations: map[string]string{"team.example.com/owner": "ml"}}}
 	g.Expect(env.Client.Create(ctx, node)).To(Succeed())
 
-	edit := func(user string, change func(*corev1.Node)) error {
-		got := &corev1.Node{}
-		if err := as(user).Get(ctx, client.ObjectKeyFromObject(node), got); err != nil {
-			return err
-		}
-		patch := client.MergeFrom(got.DeepCopy())
-		change(got)
-		return as(user).Patch(ctx, got, patch)
-	}
+	edit := nodeEditor(ctx, node, as)
 	attempt := 0
 	taint := func(n *corev1.Node) {
 		// A new key each time: a try that slipped through before the policy was active must
@@ -183,15 +175,7 @@ func TestOnlyTheManagerRecordsCordons(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-1", Labels: map[string]string{"pool": "a"},
 		Annotations: map[string]string{"team.example.com/owner": "ml"}}}
 	g.Expect(env.Client.Create(ctx, node)).To(Succeed())
-	edit := func(user string, change func(*corev1.Node)) error {
-		got := &corev1.Node{}
-		if err := as(user).Get(ctx, client.ObjectKeyFromObject(node), got); err != nil {
-			return err
-		}
-		patch := client.MergeFrom(got.DeepCopy())
-		change(got)
-		return as(user).Patch(ctx, got, patch)
-	}
+	edit := nodeEditor(ctx, node, as)
 	attempt := 0
 	forge := func(n *corev1.Node) {
 		// A new value each time: a try that slipped through before the policy was active must
@@ -233,4 +217,17 @@ func TestOnlyTheManagerRecordsCordons(t *testing.T) {
 	g.Expect(as("mallory").Delete(ctx, got)).To(MatchError(ContainSubstring("may not write or delete ConfigMap gpupool-cordons")))
 	g.Expect(as("mallory").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other"}})).
 		To(Succeed(), "other ConfigMaps are not the policy's business")
+}
+
+// nodeEditor patches node as a user with what change does to the node as read.
+func nodeEditor(ctx context.Context, node *corev1.Node, as func(string) client.Client) func(string, func(*corev1.Node)) error {
+	return func(user string, change func(*corev1.Node)) error {
+		got := &corev1.Node{}
+		if err := as(user).Get(ctx, client.ObjectKeyFromObject(node), got); err != nil {
+			return err
+		}
+		patch := client.MergeFrom(got.DeepCopy())
+		change(got)
+		return as(user).Patch(ctx, got, patch)
+	}
 }
