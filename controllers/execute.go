@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
@@ -211,54 +210,6 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 		requeue = time.Second
 	}
 	return requeue, nil
-}
-
-// conditionHourlyCap on a plan is False while the policy's maxDisruptiveStepsPerHour keeps its
-// next evicting step from starting.
-const conditionHourlyCap = "WithinHourlyCap"
-
-// reasonHourlyCapSpent is the reason of that condition and its Event.
-const reasonHourlyCapSpent = "HourlyCapSpent"
-
-// hourlyState is what is left of the policy's maxDisruptiveStepsPerHour for a plan's next steps.
-type hourlyState struct {
-	// left is how many more evicting steps may start now.
-	left int
-	// freed is when the oldest step counted against the cap leaves the hour.
-	freed time.Time
-}
-
-// hourlyCap counts the evicting steps the policy's plans started in the last hour, this plan's
-// as its status is now (not as the cache last saw it).
-func (r *PlanReconciler) hourlyCap(ctx context.Context, plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy,
-	status *v1alpha1.RepartitionPlanStatus, now time.Time) (hourlyState, error) {
-	var list v1alpha1.RepartitionPlanList
-	if err := r.Client.List(ctx, &list); err != nil {
-		return hourlyState{}, fmt.Errorf("listing plans for policy %s's maxDisruptiveStepsPerHour: %w", policy.Name, err)
-	}
-	plans := pool.OwnPlans(policy, list.Items)
-	self := plan.DeepCopy()
-	self.Status = *status
-	if i := slices.IndexFunc(plans, func(p v1alpha1.RepartitionPlan) bool { return p.Name == plan.Name }); i >= 0 {
-		plans[i] = *self
-	} else {
-		plans = append(plans, *self)
-	}
-	left := pool.HourlyBound(policy) - pool.DisruptiveStepsSince(plans, now.Add(-time.Hour))
-	return hourlyState{left: max(0, left), freed: pool.HourlyCapFreed(plans, now)}, nil
-}
-
-// holds says whether the hour's cap alone stops the plan: nothing failed, its approval holds,
-// and an evicting step would start now but for the cap.
-func (h hourlyState) holds(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy,
-	status *v1alpha1.RepartitionPlanStatus, budgets rollout.Budgets) bool {
-	if h.left > 0 || h.freed.IsZero() || !rollout.Approved(plan, policy) ||
-		slices.ContainsFunc(status.Nodes, func(n v1alpha1.NodeStepStatus) bool { return n.State == v1alpha1.NodeFailed }) {
-		return false
-	}
-	budgets.HourlyCapped = false
-	start, _, _, _ := rollout.Progress(plan.Spec.Steps, status.Nodes, budgets)
-	return len(start) > 0
 }
 
 // recordStep reports a step's new state as an Event on the plan and on the node, and its
@@ -636,127 +587,6 @@ func (r *PlanReconciler) act(ctx context.Context, plan *v1alpha1.RepartitionPlan
 		return "", r.Client.Patch(ctx, gpuNode, patch)
 	}
 	return "", fmt.Errorf("unknown action %q", action)
-}
-
-// editNode cordons, relabels or reopens a node. Uncordoning only ever undoes gpupool's own
-// cordon, as the cordon ledger records it: a node someone else cordoned keeps
-// spec.unschedulable. Cordon and uncordon are applied to the node version they were judged on
-// (optimistic concurrency), so a concurrent cordon by someone else is never recorded as ours.
-func (r *PlanReconciler) editNode(ctx context.Context, plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep, action rollout.Action) error {
-	switch action {
-	case rollout.ActionCordon:
-		return r.cordon(ctx, plan, step.Node)
-	case rollout.ActionUncordon, rollout.ActionReleaseCordon:
-		return r.uncordon(ctx, plan.Name, step.Node, action == rollout.ActionUncordon)
-	}
-	node := &corev1.Node{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, node); err != nil {
-		return err
-	}
-	patch := client.MergeFrom(node.DeepCopy())
-	switch action {
-	case rollout.ActionRelabel:
-		nvidia.RequestMIGConfig(node, step.MIGConfigName)
-	case rollout.ActionRelabelSharing:
-		if node.Labels == nil {
-			node.Labels = map[string]string{}
-		}
-		node.Labels[v1alpha1.LabelDevicePluginConfig] = step.SharingConfigName
-	}
-	return r.Client.Patch(ctx, node, patch)
-}
-
-// relabels says whether actions change nvidia.com/mig.config.
-func relabels(actions []rollout.Action) bool {
-	return slices.ContainsFunc(actions, func(a rollout.Action) bool {
-		return a == rollout.ActionRelabel || a == rollout.ActionRestoreLabel
-	})
-}
-
-// planIsCurrent says whether the cached plan is the API server's latest version.
-func (r *PlanReconciler) planIsCurrent(ctx context.Context, plan *v1alpha1.RepartitionPlan) (bool, error) {
-	latest := &v1alpha1.RepartitionPlan{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(plan), latest); err != nil {
-		return false, client.IgnoreNotFound(err)
-	}
-	return latest.ResourceVersion == plan.ResourceVersion, nil
-}
-
-// restoreLabel sets nvidia.com/mig.config back to the entry the node had before the step.
-func (r *PlanReconciler) restoreLabel(ctx context.Context, name, previous string) error {
-	node := &corev1.Node{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
-		return err
-	}
-	patch := client.MergeFrom(node.DeepCopy())
-	nvidia.RequestMIGConfig(node, previous)
-	return r.Client.Patch(ctx, node, patch)
-}
-
-// ledger is the cordon ledger in gpupool's config namespace.
-func (r *PlanReconciler) ledger() cordonLedger {
-	return cordonLedger{client: r.Client, reader: r.APIReader, namespace: r.Namespace}
-}
-
-// cordon records the plan's cordon in the ledger, then cordons the node version it judged.
-func (r *PlanReconciler) cordon(ctx context.Context, plan *v1alpha1.RepartitionPlan, name string) error {
-	node := &corev1.Node{}
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
-		return err
-	}
-	rec, err := r.ledger().get(ctx, name)
-	if err != nil {
-		return err
-	}
-	intent := rollout.CordonIntent(node, plan.Name, string(plan.UID), plan.Spec.Policy, rec)
-	if err := r.ledger().put(ctx, name, intent); err != nil {
-		return err
-	}
-	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	if intent.WasUnschedulable {
-		// Said on the node too, for people: the ledger is what gpupool goes by.
-		metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1alpha1.AnnotationWasUnschedulable, "true")
-	}
-	node.Spec.Unschedulable = true
-	metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1alpha1.AnnotationCordonedBy, plan.Name)
-	if err := r.Client.Patch(ctx, node, patch); err != nil {
-		return fmt.Errorf("cordoning node %s: %w", name, err)
-	}
-	return nil
-}
-
-// uncordon gives a node back after the plan's step: it drops gpupool's annotations and, when
-// reopen is set and the ledger shows the plan's own cordon (nobody else's before it), clears
-// spec.unschedulable; then it removes the ledger's record. A cordon the ledger does not back
-// is not gpupool's, and is left as it is.
-func (r *PlanReconciler) uncordon(ctx context.Context, plan, name string, reopen bool) error {
-	node := &corev1.Node{}
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
-		if apierrors.IsNotFound(err) {
-			return r.ledger().drop(ctx, name, plan)
-		}
-		return err
-	}
-	rec, err := r.ledger().get(ctx, name)
-	if err != nil {
-		return err
-	}
-	if rollout.CordonedByPlan(node, rec) != plan {
-		if node.Annotations[v1alpha1.AnnotationCordonedBy] == plan {
-			logf.FromContext(ctx).Info("left a cordon gpupool's ledger does not record alone", "node", name, "plan", plan)
-		}
-		return r.ledger().drop(ctx, name, plan)
-	}
-	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	if reopen && rollout.MayUncordon(node, plan, rec) {
-		node.Spec.Unschedulable = false
-	}
-	delete(node.Annotations, v1alpha1.AnnotationCordonedBy)
-	delete(node.Annotations, v1alpha1.AnnotationWasUnschedulable)
-	if err := r.Client.Patch(ctx, node, patch); err != nil {
-		return fmt.Errorf("giving node %s back: %w", name, err)
-	}
-	return r.ledger().drop(ctx, name, plan)
 }
 
 // writeConfig adds the step's immutable entry to gpupool's mig-parted ConfigMap, keeping every
