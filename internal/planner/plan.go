@@ -269,7 +269,7 @@ func Plan(in Input) (*Result, error) {
 		}
 	}
 	res.FitsNow = p.takePods(fitsNow)
-	res.StrandedBefore = p.stranded(current, standby)
+	res.StrandedBefore = p.stranded(exclusiveOnly(current, nil, nil), standby)
 
 	steps := map[*nodeInfo]*proposal{}
 	shares := map[*nodeInfo]*shareProposal{}
@@ -306,7 +306,7 @@ func Plan(in Input) (*Result, error) {
 		reconfigureLeft = p.standby(min(reconfigureLeft, p.stepRoom(len(steps))), steps, standby)
 		shares = p.share(min(reconfigureLeft, p.stepRoom(len(steps))), steps)
 	}
-	res.StrandedAfter = p.stranded(p.finalStates(steps), standby)
+	res.StrandedAfter = p.stranded(exclusiveOnly(p.finalStates(steps), steps, shares), standby)
 	res.Steps, res.Served = p.steps(steps, res)
 	if len(shares) > 0 {
 		shareSteps, shareServed := p.shareSteps(shares, res)

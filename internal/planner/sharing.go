@@ -182,6 +182,25 @@ func sharesNow(ni *nodeInfo) bool {
 	return false
 }
 
+// exclusiveOnly drops, from the nodes' states, those whose GPUs are shared after the plan
+// (steps and shares; nil for the current layouts): the ones it converts for sharing, and the
+// ones that share now and that no step re-carves for exclusive demand. Their devices are
+// advertised as replicas of the shared resource, never as exclusive MIG instances, so none of
+// them is stranded; their states still show the layout they had before the sharing pass.
+func exclusiveOnly(states map[*nodeInfo]*state, steps map[*nodeInfo]*proposal, shares map[*nodeInfo]*shareProposal) map[*nodeInfo]*state {
+	out := make(map[*nodeInfo]*state, len(states))
+	for ni, st := range states {
+		if shares[ni] != nil {
+			continue
+		}
+		if pr := steps[ni]; sharesNow(ni) && (pr == nil || pr.changed == 0) {
+			continue
+		}
+		out[ni] = st
+	}
+	return out
+}
+
 // shareable says whether the sharing pass may convert a node: it may be changed, every GPU has
 // a known product and nothing runs on any of its GPUs, and it does not already share (its
 // replicas are then the scheduler's to hand out).

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -256,4 +257,66 @@ func TestSharingNeverPlansMPSTheDevicePluginRefuses(t *testing.T) {
 	g.Expect(res.Steps).To(BeEmpty())
 	g.Expect(res.Unserved).To(HaveLen(3))
 	g.Expect(res.Unserved[0].Message).To(ContainSubstring("refuses MPS under the mixed MIG strategy"))
+}
+
+// TestStrandedLeavesOutSharedNodes guards the plan's expected stranded instances around
+// sharing: a node the plan turns into time-sliced GPUs advertises no exclusive MIG instance
+// afterwards, so its old free instances are not stranded after the plan, and a node that shares
+// now and stays so holds none before or after (its devices are replicas of the shared
+// resource). Counting them made the demo's plan expect 22 stranded instances where 8 remained.
+func TestStrandedLeavesOutSharedNodes(t *testing.T) {
+	shared := func(c *cluster, node, name string, n int64) {
+		for i := range c.nodes {
+			if c.nodes[i].Name == node {
+				c.nodes[i].Status.Allocatable[corev1.ResourceName(name)] = *resource.NewQuantity(n, resource.DecimalSI)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name          string
+		build         func() *cluster
+		before, after map[string]int
+	}{{
+		name: "an idle node turned into time-sliced whole GPUs strands nothing after the plan",
+		build: func() *cluster {
+			c := newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7", "1g.18gb:7").
+				node("gpu-2", "NVIDIA-H200", "1g.18gb:7").running("busy", "gpu-2", 0, "1g.18gb")
+			for _, name := range []string{"a", "b", "c"} {
+				c.pending(name, oneShare)
+			}
+			return c
+		},
+		// gpu-2's 6 free 1g instances stay stranded; gpu-1's 14 leave MIG.
+		before: map[string]int{"1g.18gb": 20}, after: map[string]int{"1g.18gb": 6},
+	}, {
+		name: "an idle node carved into shared 3g devices strands none of its instances",
+		build: func() *cluster {
+			return newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7").
+				pending("a", map[string]int64{"nvidia.com/mig-3g.71gb.shared": 1})
+		},
+		before: map[string]int{"1g.18gb": 7}, after: map[string]int{},
+	}, {
+		name: "a node that shares its MIG devices now holds no stranded exclusive instance",
+		build: func() *cluster {
+			c := newCluster(t).node("gpu-1", "NVIDIA-H200", "1g.18gb:7").node("gpu-2", "NVIDIA-H200", "1g.18gb:7")
+			shared(c, "gpu-1", "nvidia.com/mig-1g.18gb.shared", 14)
+			return c
+		},
+		before: map[string]int{"1g.18gb": 7}, after: map[string]int{"1g.18gb": 7},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			res := tc.build().plan(policy(sharing([]int32{2, 4}, nil)))
+			g.Expect(res.StrandedBefore).To(Equal(tc.before))
+			g.Expect(res.StrandedAfter).To(Equal(tc.after))
+			if len(res.Steps) == 0 {
+				return
+			}
+			plan := res.RepartitionPlan(policy(), now)
+			g.Expect(plan.Spec.Expected.StrandedAfter).To(HaveLen(len(tc.after)))
+			for k, v := range tc.after {
+				g.Expect(plan.Spec.Expected.StrandedAfter[k]).To(Equal(int32(v)))
+			}
+		})
+	}
 }
