@@ -142,7 +142,7 @@ type passInputs struct {
 
 // fullPassInterval bounds how long a policy goes without a complete pass when nothing seems to
 // change: a safety net for rules that follow the clock beyond TimeFacts (a refused plan may be
-// proposed again after refusalMemory). At 5,000 nodes a pass costs a few seconds of one core,
+// proposed again after pool.RefusalMemory). At 5,000 nodes a pass costs a few seconds of one core,
 // so this costs well under 1% of a core.
 const fullPassInterval = 10 * time.Minute
 
@@ -396,7 +396,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		}
 		took.lap("planner")
 	}
-	current, err := r.propose(ctx, policy, pass.Own, res, now)
+	current, err := r.propose(ctx, policy, pass.Own, res, pass.Pending, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -605,8 +605,9 @@ func youngAwaitingPlan(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.Repartit
 }
 
 // remembered returns the planner result that proposed plan, when neither the policy nor the
-// frozen nodes have changed since and no pod has started pending since; nil means the planner
-// must run. New demand always runs it, so that it can extend the plan under review (propose).
+// frozen nodes have changed since and the same pods are pending; nil means the planner must
+// run. New demand always runs it, so that it can extend the plan under review (propose), and
+// so does demand that went away, so that a plan nobody needs any more is withdrawn.
 func (r *PolicyReconciler) remembered(policy *v1alpha1.GPUPoolPolicy, plan *v1alpha1.RepartitionPlan, frozen string,
 	pending []demand.Request) *planner.Result {
 	if plan == nil {
@@ -616,6 +617,11 @@ func (r *PolicyReconciler) remembered(policy *v1alpha1.GPUPoolPolicy, plan *v1al
 	defer r.mu.Unlock()
 	last, ok := r.lastPlan[policy.Name]
 	if !ok || last.generation != policy.Generation || last.plan != plan.Name || last.frozen != frozen {
+		return nil
+	}
+	// New demand, or demand gone: a pod that started pending since, or one that no longer is
+	// (scheduled, deleted), changes what the plan under review is for.
+	if len(pending) != len(last.pending) {
 		return nil
 	}
 	for _, p := range pending {
@@ -655,7 +661,7 @@ func (r *PolicyReconciler) remember(policy *v1alpha1.GPUPoolPolicy, current *v1a
 // eyes of the person asked to approve it. A plan past the gate (approved or executing) is
 // never touched: the planner waits for it.
 func (r *PolicyReconciler) propose(ctx context.Context, policy *v1alpha1.GPUPoolPolicy,
-	plans []v1alpha1.RepartitionPlan, res *planner.Result, now time.Time) (*v1alpha1.RepartitionPlan, error) {
+	plans []v1alpha1.RepartitionPlan, res *planner.Result, pending []demand.Request, now time.Time) (*v1alpha1.RepartitionPlan, error) {
 	plans, err := r.withJustCreated(ctx, policy, plans)
 	if err != nil {
 		return nil, err
@@ -675,11 +681,24 @@ func (r *PolicyReconciler) propose(ctx context.Context, policy *v1alpha1.GPUPool
 	}
 	want := res.RepartitionPlan(policy, now)
 	window := pool.DurationOr(policy.Spec.Planning.StabilizationWindow, pool.DefaultStabilizationWindow)
+	if awaiting != nil && want != nil && hashAs(want, awaiting.Name) != awaiting.Spec.Hash {
+		// Whatever the window says: nobody is asked to approve a plan for pods that no longer wait.
+		if why := pool.DemandGone(awaiting, pending); why != "" {
+			if err := r.supersede(ctx, awaiting, why); err != nil {
+				return nil, err
+			}
+			awaiting = nil
+		}
+	}
 	switch {
 	case want == nil && awaiting == nil:
 		return nil, nil
 	case want == nil:
-		return nil, r.supersede(ctx, awaiting, "pending demand no longer needs it")
+		why := pool.DemandGone(awaiting, pending)
+		if why == "" {
+			why = pool.WithdrawPrefix + "the pending demand no longer needs it"
+		}
+		return nil, r.supersede(ctx, awaiting, why)
 	case awaiting != nil && rollout.RecordedApproval(awaiting) != want.Spec.Approval:
 		// The plan under review was made under another approval mode, and no later mode
 		// approves it (rollout.ModeApproves): replace it with the same change made under the
@@ -688,7 +707,7 @@ func (r *PolicyReconciler) propose(ctx context.Context, policy *v1alpha1.GPUPool
 			want.Spec.Approval, rollout.RecordedApproval(awaiting))); err != nil {
 			return nil, err
 		}
-		if refusedRecently(plans, want, now) {
+		if pool.RefusedChange(plans, want, policy, now) != nil {
 			// A new mode does not override a human's no either.
 			return nil, nil
 		}
@@ -697,7 +716,7 @@ func (r *PolicyReconciler) propose(ctx context.Context, policy *v1alpha1.GPUPool
 	case awaiting != nil && now.Sub(awaiting.CreationTimestamp.Time) < window && !pool.Extends(want, awaiting):
 		// Inside the window a plan under review is replaced only to serve demand it does not.
 		return awaiting, nil
-	case refusedRecently(plans, want, now):
+	case pool.RefusedChange(plans, want, policy, now) != nil:
 		// A human's no (or nobody's yes within planTTL) is not overridden by proposing the very
 		// same change again the same day. A plan that failed or was superseded does not count:
 		// retrying an identical change is allowed.
@@ -753,21 +772,6 @@ func (r *PolicyReconciler) withJustCreated(ctx context.Context, policy *v1alpha1
 		return plans, nil
 	}
 	return append([]v1alpha1.RepartitionPlan{*live}, plans...), nil
-}
-
-// refusalMemory is how long a rejected or expired change is not proposed again.
-const refusalMemory = 24 * time.Hour
-
-// refusedRecently reports whether a plan with this hash was rejected or expired within
-// refusalMemory.
-func refusedRecently(plans []v1alpha1.RepartitionPlan, want *v1alpha1.RepartitionPlan, now time.Time) bool {
-	for _, p := range plans {
-		if (p.Status.Phase == v1alpha1.PlanRejected || p.Status.Phase == v1alpha1.PlanExpired) &&
-			now.Sub(p.CreationTimestamp.Time) < refusalMemory && hashAs(want, p.Name) == p.Spec.Hash {
-			return true
-		}
-	}
-	return false
 }
 
 // hashAs is the hash the planner's plan want would have had if it had been created under

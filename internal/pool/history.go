@@ -140,7 +140,11 @@ func FailureBackoff(plans []v1alpha1.RepartitionPlan, node string, base time.Dur
 // failed within the last day (a node's failure backoff). Such a plan is history the manager
 // reads, so it is kept however many plans came after it: deleting it would hand a pod author
 // who makes plans follow one another a fresh hourly bound, and a failing node a fresh backoff.
+// A refusal is kept for as long as it is remembered (RefusedChange), for the same reason.
 func InHistory(p *v1alpha1.RepartitionPlan, now time.Time) bool {
+	if refusedWithin(p, now) {
+		return true
+	}
 	if DisruptiveStepsSince([]v1alpha1.RepartitionPlan{*p}, now.Add(-time.Hour)) > 0 {
 		return true
 	}

@@ -1,0 +1,123 @@
+package controllers_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/pool"
+	"github.com/gpupool/gpupool/internal/testenv"
+)
+
+// startPoliciesOnly runs the policy controller alone: no plan controller ever records a plan's
+// phase, which is the widest form of the race between a human's decision and the next pass.
+func startPoliciesOnly(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	g := NewWithT(t)
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme,
+		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&coordinationv1.Lease{}: controllers.AgentLeaseCache(agentNamespace)}},
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect((&controllers.PolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Clock: clocktesting.NewFakeClock(time.Now()), Recorder: mgr.GetEventRecorder("gpupool-policy-controller"),
+		AgentNamespace: agentNamespace, ConfigNamespace: "default"}).SetupWithManager(mgr)).To(Succeed())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		NewWithT(t).Eventually(done).WithTimeout(30 * time.Second).Should(Receive(BeNil()))
+	})
+}
+
+// TestARejectionSticksBeforeItIsRecorded guards issue 35's first point: a rejection
+// suppresses the same change from the moment the API server stores it. The plan controller
+// does not run here, so the plan's status never says Rejected; a pass that read the recorded
+// phase proposed the identical change again under a new name within a second.
+func TestARejectionSticksBeforeItIsRecorded(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	env := startEnv(t)
+	startPoliciesOnly(t, env)
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	pendingPod(t, env, "trainer", "3g.71gb")
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	plan := onlyPlan(t, env)
+	g.Expect(plan.Status.Phase).To(BeEmpty(), "no plan controller records phases in this test")
+
+	rejected := plan.DeepCopy()
+	metav1.SetMetaDataAnnotation(&rejected.ObjectMeta, v1.AnnotationReject, "not during the training run")
+	g.Expect(env.Client.Patch(ctx, rejected, client.MergeFrom(&plan))).To(Succeed())
+	// The pass that saw the rejection no longer reports the plan as the policy's current one;
+	// a pass that proposed again would have created the new plan before writing this status.
+	g.Eventually(func(g Gomega) {
+		got := &v1.GPUPoolPolicy{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
+		g.Expect(got.Status.CurrentPlan).To(BeEmpty())
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	// New demand of the same shape makes the planner run again and want the same change.
+	pendingPod(t, env, "trainer-2", "3g.71gb")
+	g.Eventually(func(g Gomega) {
+		got := &v1.GPUPoolPolicy{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
+		g.Expect(got.Status.PendingPods).To(Equal(int32(2)), "the controller has passed over the new pod")
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	var plans v1.RepartitionPlanList
+	g.Expect(env.Client.List(ctx, &plans)).To(Succeed())
+	for _, p := range plans.Items {
+		if p.Name != plan.Name {
+			g.Expect(pool.SameChange(&p, &plan)).To(BeFalse(), "plan %s proposes the change a human rejected in plan %s", p.Name, plan.Name)
+		}
+	}
+}
+
+// TestAPlanWhosePodsWentAwayIsWithdrawn guards issue 35's second half of point 1: inside the
+// stabilization window a plan waiting for approval is kept against churn, but not once every
+// pod it was made for has gone: it is withdrawn, and says why.
+func TestAPlanWhosePodsWentAwayIsWithdrawn(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	env, _ := startPolicyController(t)
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	pod := pendingPod(t, env, "trainer", "3g.71gb")
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	policy.Spec.Planning.StabilizationWindow = &metav1.Duration{Duration: time.Hour}
+	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	plan := onlyPlan(t, env)
+
+	// The fake clock stands still: the plan is well inside its window.
+	g.Expect(env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		got := &v1.RepartitionPlan{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(&plan), got)).To(Succeed())
+		g.Expect(got.Status.Phase).To(Equal(v1.PlanSuperseded))
+		c := condition2(got.Status.Conditions, controllers.ConditionApproved)
+		g.Expect(c.Message).To(HavePrefix(pool.WithdrawPrefix + "none of the 1 pod(s) it was made for is pending any more (default/trainer)"))
+	}).WithTimeout(30*time.Second).Should(Succeed(), "a plan nobody needs is withdrawn, window or not")
+}
+
+func condition2(conds []metav1.Condition, t string) metav1.Condition {
+	for _, c := range conds {
+		if c.Type == t {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}
