@@ -209,6 +209,52 @@ type DisruptionPolicy struct {
 	// node with a possibly half-configured GPU stays cordoned.
 	// +optional
 	KeepFailedNodesCordoned bool `json:"keepFailedNodesCordoned,omitempty"`
+
+	// Windows are the maintenance windows in which a node step that evicts pods may start.
+	// Without windows such a step may start at any time. With windows it starts only while one
+	// of them is open; a step already started runs to completion even after its window closes
+	// (stopping half-way could leave a GPU half-configured). Steps that only re-carve idle
+	// GPUs evict nothing and are not held by windows. An approved plan waits for the next
+	// window (its WithinMaintenanceWindow condition says when that opens) and does not expire
+	// meanwhile: planTTL only bounds the wait for approval.
+	// +kubebuilder:validation:MaxItems=20
+	// +listType=atomic
+	// +optional
+	Windows []MaintenanceWindow `json:"windows,omitempty"`
+}
+
+// MaintenanceWindow is a recurring span of time: it opens at each time its cron schedule names
+// and stays open for its duration, like the schedule and duration of karpenter's NodePool
+// disruption budgets (sigs.k8s.io/karpenter pkg/apis/v1/nodepool.go, Budget).
+type MaintenanceWindow struct {
+	// Schedule is when the window opens, in standard cron syntax: five fields (minute, hour,
+	// day of month, month, day of week), e.g. "0 2 * * 6" for 02:00 every Saturday, or one of
+	// @yearly, @monthly, @weekly, @daily, @hourly. It is read in timeZone. @every and a
+	// TZ= or CRON_TZ= prefix are not accepted: the window must be anchored to the clock, and
+	// the time zone is set in timeZone.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|\S+\s+\S+\s+\S+\s+\S+\s+\S+)$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('TZ=')",message="set the time zone in timeZone, not with a TZ= or CRON_TZ= prefix"
+	// +required
+	Schedule string `json:"schedule"`
+
+	// Duration is how long the window stays open after each start, between 1m and 168h
+	// (cron names minutes, so shorter windows could be missed).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,5}(\\\\.[0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4}$') && duration(self) >= duration('1m') && duration(self) <= duration('168h')",message="must be a duration between 1m and 168h, such as 30m, 4h or 48h"
+	// +required
+	Duration metav1.Duration `json:"duration"`
+
+	// TimeZone is the IANA time zone the schedule is read in, e.g. Europe/Berlin; UTC when
+	// empty. In a zone with daylight saving time, a start in the hour the clock skips does not
+	// happen that day, and one in the hour the clock repeats happens at both occurrences.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_+/-]*$`
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
 }
 
 // PlanningPolicy tunes when the controller plans.

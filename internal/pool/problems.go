@@ -27,8 +27,9 @@ func (p Problem) String() string { return p.Field + ": " + p.Message }
 
 // Problems lists what is wrong with a policy spec beyond the API server's own checks: a
 // selector the controller cannot parse (possible for a policy stored before today's rules),
-// durations outside their bounds (likewise), catalog profiles that the entry's GPU product does
-// not have, and catalog entries that shadow later ones (products match by substring and the
+// durations outside their bounds (likewise), maintenance windows it cannot read (a cron
+// schedule or time zone no CEL rule can check), catalog profiles that the entry's GPU product
+// does not have, and catalog entries that shadow later ones (products match by substring and the
 // first matching entry wins). Blocking problems come first.
 func Problems(spec *v1alpha1.GPUPoolPolicySpec) []Problem {
 	var out []Problem
@@ -52,6 +53,7 @@ func Problems(spec *v1alpha1.GPUPoolPolicySpec) []Problem {
 				"%s is outside %s..%s: set a duration in that range", d.Value.Duration, d.Min, d.Max)})
 		}
 	}
+	out = append(out, WindowProblems(spec)...)
 	for i, e := range spec.Catalog {
 		out = append(out, catalogProfiles(spec.Catalog, i)...)
 		if e.Sharing != nil && e.Sharing.MPS != nil {
