@@ -10,10 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	resourcev1 "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
@@ -21,7 +17,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/snapshot"
 )
 
 // liveTimeout bounds every command that talks to the cluster, so an unreachable API server
@@ -71,49 +66,6 @@ func (k *kubeFlags) connect() (client.Client, string, error) {
 		return nil, "", fmt.Errorf("connecting to %s: %w", rest.Host, err)
 	}
 	return c, ns, nil
-}
-
-// readCluster reads what the planner reads, as `kubectl get nodes,pods,pdb,gpunodes,
-// gpupoolpolicies,resourceclaims -A` would, plus the RepartitionPlans: the live counterpart of a
-// snapshot file.
-func readCluster(ctx context.Context, c client.Client) (*snapshot.Snapshot, []v1alpha1.RepartitionPlan, error) {
-	var (
-		nodes    corev1.NodeList
-		pods     corev1.PodList
-		pdbs     policyv1.PodDisruptionBudgetList
-		gpuNodes v1alpha1.GPUNodeList
-		policies v1alpha1.GPUPoolPolicyList
-		plans    v1alpha1.RepartitionPlanList
-	)
-	for _, l := range []struct {
-		what string
-		list client.ObjectList
-	}{{"nodes", &nodes}, {"pods", &pods}, {"poddisruptionbudgets", &pdbs}, {"gpunodes", &gpuNodes},
-		{"gpupoolpolicies", &policies}, {"repartitionplans", &plans}} {
-		if err := c.List(ctx, l.list); err != nil {
-			return nil, nil, fmt.Errorf("listing %s: %w", l.what, err)
-		}
-	}
-	// ResourceClaims, for pods that ask NVIDIA's DRA driver, as the controller reads them; a
-	// cluster that does not serve them (before Kubernetes 1.34) simply has none.
-	var claims resourcev1.ResourceClaimList
-	var resourceSlices resourcev1.ResourceSliceList
-	var warnings []string
-	for _, l := range []struct {
-		what string
-		list client.ObjectList
-	}{{"resourceclaims", &claims}, {"resourceslices", &resourceSlices}} {
-		switch err := c.List(ctx, l.list); {
-		case err == nil, meta.IsNoMatchError(err), apierrors.IsNotFound(err):
-		case apierrors.IsForbidden(err):
-			warnings = append(warnings, "cannot list "+l.what+" ("+err.Error()+"): pods that use DRA claims are not seen")
-		default:
-			return nil, nil, fmt.Errorf("listing %s: %w", l.what, err)
-		}
-	}
-	return &snapshot.Snapshot{Nodes: nodes.Items, Pods: pods.Items, PDBs: pdbs.Items, GPUNodes: gpuNodes.Items,
-		Policies: policies.Items, Plans: plans.Items, Claims: claims.Items, Slices: resourceSlices.Items,
-		Ignored: map[string]int{}, Warnings: warnings}, plans.Items, nil
 }
 
 // parseInterleaved parses flags that may come after positional arguments ("why POD -n ns"),

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpupool/gpupool/internal/snapshot"
 	"github.com/gpupool/gpupool/internal/triage"
@@ -43,28 +48,101 @@ func runWhy(program string, args []string, stdout, stderr io.Writer) int {
 		}
 		return ""
 	}, func(sess *session) int {
-		snap, plans, err := readCluster(sess.ctx, sess.client)
-		if err != nil {
-			return c.failed(err)
-		}
-		rep, err := snap.Plan(snapshot.Options{Now: time.Now()})
-		if err != nil {
-			return c.failed(fmt.Errorf("planning: %w", err))
-		}
-		v, err := triage.Explain(snap, rep, plans, types.NamespacedName{Namespace: sess.namespace, Name: sess.args[0]})
+		out, err := explain(sess.ctx, sess.client, types.NamespacedName{Namespace: sess.namespace, Name: sess.args[0]})
 		if err != nil {
 			return c.failed(err)
 		}
 		if c.output != "table" {
-			return c.emit(v)
+			return c.emit(out)
 		}
 		ew := &errWriter{w: stdout}
-		writeVerdict(ew, v)
+		writeWhy(ew, out)
 		if ew.err != nil {
 			return c.failed(ew.err)
 		}
 		return exitOK
 	})
+}
+
+// explain triages the pod with what the user may read: the planner's answer when they may read
+// everything it plans on, else the answer limitedVerdict makes of their namespace and of what
+// gpupool recorded, with what they could not read.
+func explain(ctx context.Context, c client.Client, key types.NamespacedName) (*whyOutput, error) {
+	v, err := readVisible(ctx, c, key.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	pod, err := podOf(ctx, c, v, key)
+	if err != nil {
+		return nil, err
+	}
+	var events corev1.EventList
+	switch err := c.List(ctx, &events, client.InNamespace(key.Namespace), client.MatchingFields{"involvedObject.name": key.Name}); {
+	case apierrors.IsForbidden(err):
+		v.gaps = append(v.gaps, gap{What: "events in namespace " + key.Namespace, Error: "forbidden",
+			Right: "ask for the view ClusterRole, bound with a RoleBinding in namespace " + key.Namespace})
+	case err != nil:
+		return nil, fmt.Errorf("listing the events of pod %s: %w", key, err)
+	}
+	events.Items = slices.DeleteFunc(events.Items, func(e corev1.Event) bool { return e.InvolvedObject.Kind != "Pod" || e.InvolvedObject.UID != pod.UID })
+	if !v.complete() {
+		return limitedVerdict(pod, v, events.Items)
+	}
+	rep, err := v.snap.Plan(snapshot.Options{Now: time.Now()})
+	if err != nil {
+		return nil, fmt.Errorf("planning: %w", err)
+	}
+	verdict, err := triage.Explain(v.snap, rep, v.plans, key)
+	if err != nil {
+		return nil, err
+	}
+	return &whyOutput{Verdict: verdict, Pod: podRef{Namespace: key.Namespace, Name: key.Name}, Complete: true,
+		Scheduler: schedulerMessage(pod), Events: gpupoolEvents(events.Items), Unreadable: v.gaps}, nil
+}
+
+// podOf is the pod from the pods read, or read alone for a user who may get it but not list.
+func podOf(ctx context.Context, c client.Client, v *visible, key types.NamespacedName) (*corev1.Pod, error) {
+	if i := slices.IndexFunc(v.snap.Pods, func(p corev1.Pod) bool { return p.Namespace == key.Namespace && p.Name == key.Name }); i >= 0 {
+		return &v.snap.Pods[i], nil
+	}
+	pod := &corev1.Pod{}
+	switch err := c.Get(ctx, key, pod); {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("pod %s not found: check the name and namespace (-n)", key)
+	case apierrors.IsForbidden(err):
+		return nil, fmt.Errorf("you may not read pod %s: ask for the view ClusterRole, bound with a RoleBinding in namespace %s", key, key.Namespace)
+	case err != nil:
+		return nil, fmt.Errorf("reading pod %s: %w", key, err)
+	}
+	return pod, nil
+}
+
+// writeWhy writes the verdict, then what the answer rests on.
+func writeWhy(ew *errWriter, out *whyOutput) {
+	writeVerdict(ew, out.Verdict)
+	if out.Scheduler != "" {
+		ew.wrap("  Scheduler: ", "             ", out.Scheduler)
+	}
+	for _, e := range out.Events {
+		ew.wrap("  gpupool:   ", "             ", e.Reason+": "+e.Message)
+	}
+	for _, d := range out.Demand {
+		ew.wrap("  Pool:      ", "             ", fmt.Sprintf("%s counts %s pending for %s, %d/%d feasible/eligible nodes", d.Policy,
+			plural(int(d.PendingPods), "pod"), d.Resource, d.FeasibleNodes, d.EligibleNodes))
+	}
+	if len(out.Unreadable) == 0 {
+		return
+	}
+	if !out.Complete {
+		ew.printf("\n  This answer rests on what you may read: the planner did not run here.\n")
+	}
+	for i, g := range out.Unreadable {
+		label := "             "
+		if i == 0 {
+			label = "  Not seen:  "
+		}
+		ew.wrap(label+"- ", "               ", g.String())
+	}
 }
 
 // matrixLimit is how many node rows the table shows; -o json has them all.
