@@ -183,7 +183,9 @@ func explainPending(s *snapshot.Snapshot, rep *snapshot.Report, plans []v1alpha1
 		v.Plan = live
 	}
 	pools := poolOf(s)
-	v.Nodes = matrix(s, pod, pools)
+	inv := inventory.Build(s.Nodes, s.GPUNodes, s.PodPointers(), s.PDBs, inventory.Options{
+		DeviceHolders: inventory.DRAHolders(s.Claims, s.Slices), DRAPublished: inventory.DRAPublished(s.Slices)})
+	v.Nodes = matrix(s, inv, pod, pools)
 	if len(s.Policies) == 0 {
 		v.Layer, v.Blocking = LayerNotInPool, "no GPUPoolPolicy"
 		v.Reason = "no GPUPoolPolicy exists, so no pool plans for this pod"
@@ -223,7 +225,8 @@ func explainPending(s *snapshot.Snapshot, rep *snapshot.Report, plans []v1alpha1
 		return
 	}
 	u := rep.Unserved[j]
-	v.Policy, v.Reason = u.Policy, u.Message
+	v.Policy, v.Reason = u.Policy, withUnits(u.Message)
+	req, _, _ := requestsOf(s, pod)
 	switch u.Reason {
 	case planner.ReasonNotInPool:
 		v.Layer, v.Policy = LayerNotInPool, ""
@@ -237,10 +240,20 @@ func explainPending(s *snapshot.Snapshot, rep *snapshot.Report, plans []v1alpha1
 	case planner.ReasonPartitionShape:
 		v.Layer, v.Blocking = LayerPartitionShape, "catalog"
 		v.Next = "no layout the policy's catalog allows serves this shape: add the profile to spec.catalog, or change the pod's request"
+		// The planner names the first node's obstacle, which may be a GPU model that lacks the
+		// profile altogether; the catalog entry that forbids it where it exists is the answer.
+		if reason, next, ok := catalogObstacle(s, inv, v.Nodes, u.Policy, req, false); ok {
+			v.Reason, v.Next = reason, next
+		}
 	case planner.ReasonCapacity:
 		v.Layer = LayerCapacity
 		v.Blocking = gpuDimension(v.Nodes)
 		v.Next = "the pool is full for this shape: add nodes to the pool, or wait for running pods to finish"
+		// Full only because the catalog lets no other GPU take the shape (allowWholeGPU unset,
+		// a profile left out): that is the catalog's doing, and the field that changes it.
+		if reason, next, ok := catalogObstacle(s, inv, v.Nodes, u.Policy, req, true); ok {
+			v.Layer, v.Blocking, v.Reason, v.Next = LayerPartitionShape, "catalog", reason, next
+		}
 	case planner.ReasonDisruption:
 		v.Layer = LayerDisruptionBudget
 		v.Blocking = budgetIn(u.Message)
@@ -302,9 +315,7 @@ func poolOf(s *snapshot.Snapshot) map[string][]string {
 
 // matrix is one row per GPU node (a node of a pool, or one with a GPU report): placement
 // and, per resource the pod asks for, free against needed.
-func matrix(s *snapshot.Snapshot, pod *corev1.Pod, pools map[string][]string) []NodeRow {
-	inv := inventory.Build(s.Nodes, s.GPUNodes, s.PodPointers(), s.PDBs, inventory.Options{
-		DeviceHolders: inventory.DRAHolders(s.Claims, s.Slices), DRAPublished: inventory.DRAPublished(s.Slices)})
+func matrix(s *snapshot.Snapshot, inv *inventory.Snapshot, pod *corev1.Pod, pools map[string][]string) []NodeRow {
 	req, _, _ := requestsOf(s, pod)
 	probe := demand.Request{NodeSelector: pod.Spec.NodeSelector, Tolerations: pod.Spec.Tolerations}
 	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
