@@ -7,14 +7,18 @@ import (
 
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
@@ -120,4 +124,43 @@ func condition2(conds []metav1.Condition, t string) metav1.Condition {
 		}
 	}
 	return metav1.Condition{}
+}
+
+// TestEachPlanTransitionIsOneEvent guards issue 35's "each Event once": the plan controller
+// decides on its cache, which right after a status write may still hold the plan as it was.
+// The stale pass decides the same transition again and its status write fails on the old
+// resourceVersion; it used to have sent the transition's Event already, so kubectl get events
+// listed AwaitingApproval (and each step's end) twice. Here the cache is held stale on purpose.
+func TestEachPlanTransitionIsOneEvent(t *testing.T) {
+	g := NewWithT(t)
+	env := startEnv(t)
+	ctx := context.Background()
+	policy := poolPolicy("pool-a", map[string]string{"pool": "nowhere"})
+	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "nowhere", v1.LabelGPUProduct: "NVIDIA-H200"})
+	plan := gatePlan("pool-a-events", "1f3e9a7c000000e1")
+	createPlan(t, env, plan)
+	stale := plan.DeepCopy()
+	withWatch, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	staleCache := interceptor.NewClient(withWatch, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if p, ok := obj.(*v1.RepartitionPlan); ok && key.Name == stale.Name {
+				stale.DeepCopyInto(p)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		}})
+	recorder := events.NewFakeRecorder(10)
+	r := &controllers.PlanReconciler{Client: staleCache, Clock: clocktesting.NewFakeClock(time.Now()), Recorder: recorder, Namespace: "default"}
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(plan)}
+	_, err = r.Reconcile(ctx, req)
+	g.Expect(err).NotTo(HaveOccurred())
+	got := &v1.RepartitionPlan{}
+	g.Expect(env.Client.Get(ctx, req.NamespacedName, got)).To(Succeed())
+	g.Expect(got.Status.Phase).To(Equal(v1.PlanAwaitingApproval), "the first pass recorded the transition")
+	_, err = r.Reconcile(ctx, req)
+	g.Expect(apierrors.IsConflict(err)).To(BeTrue(), "the stale pass's write fails: %v", err)
+	g.Expect(recorder.Events).To(HaveLen(1), "only the pass that recorded the transition told it")
+	g.Expect(<-recorder.Events).To(ContainSubstring("AwaitingApproval"))
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	resourcev1 "k8s.io/api/resource/v1"
 
 	corev1 "k8s.io/api/core/v1"
@@ -163,7 +164,7 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 				if err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, node); err != nil {
 					node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: step.Node}}
 				}
-				r.Recorder.Eventf(plan, node, corev1.EventTypeWarning, "DrainBlocked", "Evict", "%s: %s", step.Node, msg)
+				planEvent(ctx, r.Recorder, plan, node, corev1.EventTypeWarning, "DrainBlocked", "Evict", step.Node+": "+msg)
 			}
 		}
 		status.Nodes[i] = res.Status
@@ -183,7 +184,7 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 		msg := fmt.Sprintf("waiting: the policy's maxDisruptiveStepsPerHour (%d) is spent; the next step that evicts pods may start at %s",
 			pool.HourlyBound(policy), hourly.freed.UTC().Format(time.RFC3339))
 		if !meta.IsStatusConditionFalse(status.Conditions, conditionHourlyCap) {
-			r.Recorder.Eventf(plan, policyRef(policy), corev1.EventTypeNormal, reasonHourlyCapSpent, "Wait", "%s", msg)
+			planEvent(ctx, r.Recorder, plan, policyRef(policy), corev1.EventTypeNormal, reasonHourlyCapSpent, "Wait", msg)
 		}
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: conditionHourlyCap, Status: metav1.ConditionFalse,
 			Reason: reasonHourlyCapSpent, Message: msg, ObservedGeneration: plan.Generation})
@@ -200,7 +201,7 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 			reason = "BudgetExhausted"
 		}
 		if !meta.IsStatusConditionFalse(status.Conditions, "Ready") {
-			r.Recorder.Eventf(plan, policyRef(policy), corev1.EventTypeWarning, reason, "Stop", "%s", stopped)
+			planEvent(ctx, r.Recorder, plan, policyRef(policy), corev1.EventTypeWarning, reason, "Stop", stopped)
 		}
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse,
 			Reason: reason, Message: stopped, ObservedGeneration: plan.Generation})
@@ -226,11 +227,12 @@ func (r *PlanReconciler) recordStep(ctx context.Context, plan *v1alpha1.Repartit
 		node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: step.Node}}
 	}
 	reason := "Node" + string(st.State)
-	r.Recorder.Eventf(plan, node, eventType, reason, string(st.State), "%s: %s", step.Node, st.Message)
+	planEvent(ctx, r.Recorder, plan, node, eventType, reason, string(st.State), step.Node+": "+st.Message)
 	// The node's own events tell whoever runs kubectl describe node why it is cordoned.
-	r.Recorder.Eventf(node, plan, eventType, reason, string(st.State), "plan %s: %s", plan.Name, st.Message)
+	nodeEvent(ctx, r.Recorder, node, plan, eventType, reason, string(st.State), "plan "+plan.Name+": "+st.Message)
 	if finished := st.State == v1alpha1.NodeDone || st.State == v1alpha1.NodeFailed; finished && st.StartedTime != nil {
-		r.Metrics.ObserveNodeStep(plan.Spec.Policy, st.State, now.Sub(st.StartedTime.Time))
+		// Once, as the Events: with the status that records the step's end.
+		later(ctx, func(logr.Logger) { r.Metrics.ObserveNodeStep(plan.Spec.Policy, st.State, now.Sub(st.StartedTime.Time)) })
 	}
 }
 

@@ -519,6 +519,9 @@ func (r *PolicyReconciler) report(ctx context.Context, pass *pool.Pass, cluster 
 	r.setConditions(ctx, policy, &status, cluster, pass.Conflicts, current, res, pass.Pending,
 		pool.Unreported(nodes), pool.MIGTablesMatch(nodes), pool.DRASlicesCurrent(nodes))
 	setSpecCondition(policy, &status, problems)
+	// Last: Ready sums up the conditions above.
+	ready := pool.Ready(status.Pool.Nodes, policy.Spec.Planning.Paused, status.Conditions)
+	setCondition(policy, &status, v1alpha1.ConditionReady, ready)
 	if err := r.writeStatus(ctx, policy, status); err != nil {
 		return err
 	}
@@ -527,6 +530,16 @@ func (r *PolicyReconciler) report(ctx context.Context, pass *pool.Pass, cluster 
 	}
 	r.Metrics.ObservePolicy(policy.Name, observation(policy, status, pass.Pending, res))
 	return nil
+}
+
+// setCondition sets one condition decided in internal/pool.
+func setCondition(policy *v1alpha1.GPUPoolPolicy, status *v1alpha1.GPUPoolPolicyStatus, kind string, c pool.Condition) {
+	s := metav1.ConditionFalse
+	if c.True {
+		s = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: kind, Status: s, Reason: c.Reason,
+		Message: c.Message, ObservedGeneration: policy.Generation})
 }
 
 func setSpecCondition(policy *v1alpha1.GPUPoolPolicy, status *v1alpha1.GPUPoolPolicyStatus, problems []pool.Problem) {
@@ -876,6 +889,11 @@ func (r *PolicyReconciler) writeStatus(ctx context.Context, policy *v1alpha1.GPU
 	// whose value is zero on both sides, so a count of 0 would never reach the server.
 	policy.Status = status
 	if err := r.Client.Status().Update(ctx, policy); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Deleted while the pass ran: an expected race, not an error.
+			logf.FromContext(ctx).V(1).Info("policy deleted before its status was written", "policy", policy.Name)
+			return nil
+		}
 		return fmt.Errorf("writing status of policy %s: %w", policy.Name, err)
 	}
 	return nil
@@ -902,7 +920,7 @@ func (r *PolicyReconciler) setConditions(ctx context.Context, policy *v1alpha1.G
 		kind string
 		pool.Condition
 	}{
-		{v1alpha1.ConditionReady, pool.Ready(status.Pool.Nodes)},
+		{v1alpha1.ConditionPaused, pool.Paused(policy.Spec.Planning.Paused)},
 		{v1alpha1.ConditionConflict, pool.Conflict(conflicts)},
 		{v1alpha1.ConditionDemandSatisfied, pool.DemandSatisfied(pending, res, current)},
 		{v1alpha1.ConditionAwaitingApproval, pool.AwaitingApproval(current, phase)},

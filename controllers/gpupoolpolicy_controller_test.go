@@ -112,7 +112,7 @@ func poolPolicy(name string, selector map[string]string) *v1.GPUPoolPolicy {
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1.GPUPoolPolicySpec{
 			NodeSelector: v1.PoolSelector{MatchLabels: selector},
-			Catalog: []v1.CatalogEntry{{Product: "H200",
+			Catalog: []v1.CatalogEntry{{Product: "NVIDIA-H200",
 				MIGProfiles: []v1.MIGProfileName{"1g.18gb", "3g.71gb", "7g.141gb"}}},
 		},
 	}
@@ -156,7 +156,10 @@ func TestPendingDemandBecomesAPlanAndStaleDemandRetiresIt(t *testing.T) {
 		g.Expect(got.Status.CurrentPlan).To(Equal(plan.Name))
 		g.Expect(got.Status.Demand).To(ConsistOf(v1.ShapeDemand{Resource: "nvidia.com/mig-3g.71gb",
 			PendingPods: 1, EligibleNodes: 1, FeasibleNodes: 1}))
-		g.Expect(condition(got, v1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+		// No GPU Operator in this test: plans are proposed, but the pool cannot work, and says so.
+		g.Expect(condition(got, v1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(condition(got, v1.ConditionReady).Reason).To(Equal("GPUOperatorNotFound"), condition(got, v1.ConditionReady).Message)
+		g.Expect(condition(got, v1.ConditionPaused).Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(condition(got, v1.ConditionAwaitingApproval).Status).To(Equal(metav1.ConditionTrue))
 		g.Expect(condition(got, v1.ConditionAwaitingApproval).Message).To(ContainSubstring(
 			"kubectl annotate repartitionplan " + plan.Name + " gpupool.io/approve=" + plan.Spec.Hash))

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -20,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -132,17 +134,22 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{RequeueAfter: waitForPolicy(plan, policy, err)}, err
 	}
 	now := r.Clock.Now()
+	ctx, held := holdEvents(ctx)
 	if policy != nil && !pool.Finished(plan.Status.Phase) {
 		inPool, err := r.poolMembers(ctx, policy)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
 		if refusal := rollout.Authenticate(plan, policy, inPool); refusal.Refused() {
-			return reconcile.Result{}, r.refuse(ctx, plan, policy, refusal)
+			if err := r.refuse(ctx, plan, policy, refusal); err != nil {
+				return reconcile.Result{}, err
+			}
+			held.flush(logf.FromContext(ctx))
+			return reconcile.Result{}, nil
 		}
 	}
 	d := rollout.Gate(plan, policy, now)
-	status, changed := r.gateStatus(plan, d, now)
+	status, changed := r.gateStatus(ctx, plan, d, now)
 	if policy != nil && status.Phase == v1alpha1.PlanApproved && len(status.Nodes) == 0 {
 		why, err := r.revalidate(ctx, plan)
 		if err != nil {
@@ -153,7 +160,7 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		}
 	}
 	if changed && d.Reason != "" {
-		r.recordDecision(plan, policy, d)
+		r.recordDecision(ctx, plan, policy, d)
 	}
 	var requeue time.Duration
 	if policy != nil && (status.Phase == v1alpha1.PlanApproved || status.Phase == v1alpha1.PlanExecuting) {
@@ -161,9 +168,12 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			return reconcile.Result{}, err
 		}
 	}
-	if err := r.writePlanStatus(ctx, plan, status, now); err != nil {
+	if err := r.writePlanStatus(ctx, plan, status, now); errors.Is(err, errPlanGone) {
+		return reconcile.Result{}, nil
+	} else if err != nil {
 		return reconcile.Result{}, err
 	}
+	held.flush(logf.FromContext(ctx))
 	if requeue == 0 && d.Phase == v1alpha1.PlanAwaitingApproval && policy != nil {
 		// Wake up when the plan would expire; approvals arrive as watch events.
 		ttl := pool.DurationOr(policy.Spec.Disruption.PlanTTL, rollout.DefaultPlanTTL)
@@ -202,7 +212,7 @@ func waitForPolicy(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolic
 // gateStatus applies the approval gate's decision to a copy of the plan's status, and reports
 // whether the decision changed the plan. An approval that names another hash is reported once
 // as a Warning Event.
-func (r *PlanReconciler) gateStatus(plan *v1alpha1.RepartitionPlan, d rollout.Decision, now time.Time) (v1alpha1.RepartitionPlanStatus, bool) {
+func (r *PlanReconciler) gateStatus(ctx context.Context, plan *v1alpha1.RepartitionPlan, d rollout.Decision, now time.Time) (v1alpha1.RepartitionPlanStatus, bool) {
 	status := *plan.Status.DeepCopy()
 	status.ObservedGeneration = plan.Generation
 	if status.Progress == "" {
@@ -226,8 +236,8 @@ func (r *PlanReconciler) gateStatus(plan *v1alpha1.RepartitionPlan, d rollout.De
 	}
 	reported := meta.FindStatusCondition(status.Conditions, ConditionApproved)
 	if d.IgnoredApproval != "" && (reported == nil || reported.Reason != rollout.ReasonHashMismatch) {
-		r.Recorder.Eventf(plan, nil, corev1.EventTypeWarning, rollout.ReasonHashMismatch, "Approve",
-			"ignored %s=%q: this plan's hash is %s", v1alpha1.AnnotationApprove, d.IgnoredApproval, plan.Spec.Hash)
+		planEvent(ctx, r.Recorder, plan, nil, corev1.EventTypeWarning, rollout.ReasonHashMismatch, "Approve",
+			fmt.Sprintf("ignored %s=%q: this plan's hash is %s", v1alpha1.AnnotationApprove, d.IgnoredApproval, plan.Spec.Hash))
 	}
 	meta.SetStatusCondition(&status.Conditions, cond)
 	if d.Phase == v1alpha1.PlanSuperseded {
@@ -249,16 +259,19 @@ func cancelStale(plan *v1alpha1.RepartitionPlan, status *v1alpha1.RepartitionPla
 }
 
 // recordDecision emits the Event of a gate decision. It comes before execution's own Events,
-// so that a plan's events read in order: approved, then cordoned. A failed status write
-// repeats it on the retry; Events tolerate that.
-func (r *PlanReconciler) recordDecision(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy, d rollout.Decision) {
+// so that a plan's events read in order: approved, then cordoned. Like them it goes out once
+// the status recording it is written (heldEvents).
+func (r *PlanReconciler) recordDecision(ctx context.Context, plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy, d rollout.Decision) {
 	eventType := corev1.EventTypeNormal
 	// A plan superseded by a newer one is routine; one cancelled as stale, rejected or expired is not.
 	if d.Phase == v1alpha1.PlanExpired || d.Phase == v1alpha1.PlanRejected || d.Reason == rollout.ReasonStale {
 		eventType = corev1.EventTypeWarning
 	}
-	r.Recorder.Eventf(plan, policyRef(policy), eventType, d.Reason, string(d.Phase), "%s", d.Message)
+	planEvent(ctx, r.Recorder, plan, policyRef(policy), eventType, d.Reason, string(d.Phase), d.Message)
 }
+
+// errPlanGone: the plan was deleted while a pass worked on it, an expected race.
+var errPlanGone = errors.New("plan deleted")
 
 // writePlanStatus writes the status when it changed, and the plan's metrics.
 func (r *PlanReconciler) writePlanStatus(ctx context.Context, plan *v1alpha1.RepartitionPlan, status v1alpha1.RepartitionPlanStatus, now time.Time) error {
@@ -266,6 +279,12 @@ func (r *PlanReconciler) writePlanStatus(ctx context.Context, plan *v1alpha1.Rep
 		ended := plan.Status.Phase != status.Phase && (status.Phase == v1alpha1.PlanSucceeded || status.Phase == v1alpha1.PlanFailed)
 		plan.Status = status
 		if err := r.Client.Status().Update(ctx, plan); err != nil {
+			if apierrors.IsNotFound(err) {
+				// Deleted meanwhile (its policy's deletion takes its plans along): nothing to
+				// record, and nothing to tell.
+				logf.FromContext(ctx).V(1).Info("plan deleted before its status was written", "plan", plan.Name)
+				return errPlanGone
+			}
 			return fmt.Errorf("writing status of plan %s: %w", plan.Name, err)
 		}
 		if ended && status.ApprovedTime != nil {
@@ -287,11 +306,12 @@ func (r *PlanReconciler) refuse(ctx context.Context, plan *v1alpha1.RepartitionP
 	if equality.Semantic.DeepEqual(plan.Status, status) {
 		return nil
 	}
-	r.Recorder.Eventf(plan, policyRef(policy), corev1.EventTypeWarning, refusal.Reason, "Refuse", "refused: %s", refusal.Message)
 	plan.Status = status
 	if err := r.Client.Status().Update(ctx, plan); err != nil {
 		return fmt.Errorf("writing status of refused plan %s: %w", plan.Name, err)
 	}
+	// After the write, as every plan Event (heldEvents): a stale pass whose write fails tells nothing.
+	planEvent(ctx, r.Recorder, plan, policyRef(policy), corev1.EventTypeWarning, refusal.Reason, "Refuse", "refused: "+refusal.Message)
 	r.Metrics.ObservePlan(plan.Spec.Policy, plan.Name, status)
 	return nil
 }

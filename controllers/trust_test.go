@@ -19,6 +19,7 @@ import (
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
 	"github.com/gpupool/gpupool/internal/nvidia"
+	"github.com/gpupool/gpupool/internal/pool"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
 
@@ -263,7 +264,7 @@ func TestUndecodablePolicyDoesNotStopTheOthers(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		p := &v1.GPUPoolPolicy{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "pool-a"}, p)).To(Succeed())
-		g.Expect(condition(p, v1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(condition(p, v1.ConditionReady).Reason).NotTo(Equal("Undecodable"), "another policy's problem is not this one's")
 		g.Expect(p.Status.CurrentPlan).To(Equal(plan.Name))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 }
@@ -293,6 +294,8 @@ func TestPolicyProblemsTheAPICannotSeeBecomeConditions(t *testing.T) {
 		g.Expect(c.Message).To(ContainSubstring(`spec.catalog[1].product: entry "NVIDIA-H200" is never used on a GPU gpupool knows`))
 		g.Expect(c.Message).To(ContainSubstring(`spec.catalog[2].migProfiles: "H100" applies to H100-80GB, H100-94GB, H100-96GB, ` +
 			`but MIG profile 1g.10gb exists on H100-80GB only`))
-		g.Expect(condition(p, v1.ConditionReady).Status).To(Equal(metav1.ConditionTrue), "planning goes on")
+		g.Expect(condition(p, v1.ConditionReady).Reason).To(Equal(pool.ReasonSpecInvalid), "a spec that does not fully take effect is not ready")
+		g.Expect(condition(p, v1.ConditionReady).Message).To(ContainSubstring("3g.40gb"))
+		g.Expect(p.Status.Pool.Nodes).To(Equal(int32(1)), "planning goes on")
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 }

@@ -2,7 +2,10 @@ package v1alpha1
 
 // Condition types reported on GPUPoolPolicy status.
 const (
-	// ConditionReady is True when the policy is valid and its pool is being observed.
+	// ConditionReady is True only when the pool can do its work: not paused, its selector
+	// matches nodes, every part of its spec takes effect, no other policy selects its nodes, and
+	// the GPU Operator applies what gpupool writes. Otherwise the reason names the first
+	// failure and the message every one, with its fix.
 	ConditionReady = "Ready"
 	// ConditionDemandSatisfied is True when no pending pod in the pool waits on GPU capacity.
 	ConditionDemandSatisfied = "DemandSatisfied"
@@ -33,6 +36,9 @@ const (
 	// new instances until that plugin restarts on the node. The policy's names the nodes; the
 	// manager also sets it on each such node's GPUNode.
 	ConditionDRASlicesCurrent = "DRASlicesCurrent"
+	// ConditionPaused is True while spec.planning.paused stops planning (Ready is then False
+	// with reason Paused).
+	ConditionPaused = "Paused"
 )
 
 // Reasons of the MIGTablesMatch condition, on GPUNodes (the agent's) and policies alike.

@@ -19,10 +19,60 @@ const (
 	ReasonPlanFailed         = "PlanFailed"
 )
 
-// Ready says the controller observes the pool: a policy it cannot use gets Ready=False
-// elsewhere, with what to fix.
-func Ready(nodes int32) Condition {
-	return Condition{True: true, Reason: ReasonObserving, Message: fmt.Sprintf("observing %d node(s)", nodes)}
+// Reasons of a Ready=False condition that Ready decides; the GPU Operator's own reasons
+// (e.g. ClusterPolicyMisconfigured) are passed through, so that an alert names the cause.
+const (
+	ReasonPaused      = "Paused"
+	ReasonNoNodes     = "NoNodes"
+	ReasonSpecInvalid = "SpecInvalid"
+	ReasonConflict    = "Conflict"
+)
+
+// Ready is True only when the pool can do its work: planning is not paused, the selector
+// matches nodes, every part of the spec takes effect, no other policy selects the same nodes,
+// and NVIDIA's GPU Operator is set to apply what gpupool writes. A condition that is True
+// while any of these fails hides the one thing an operator must act on, so each failure makes
+// Ready False: the reason is the first in that order, and the message names every one with
+// its fix. conditions are the policy's other conditions as this pass set them (SpecValid,
+// Conflict, GPUOperatorConfigured); a policy the controller cannot use at all gets Ready=False
+// elsewhere (reportUnusable), with what to fix.
+func Ready(nodes int32, paused bool, conditions []metav1.Condition) Condition {
+	type problem struct{ reason, message string }
+	var problems []problem
+	if paused {
+		problems = append(problems, problem{ReasonPaused,
+			"planning is paused (spec.planning.paused); plans already executing run to completion; set it to false to plan again"})
+	}
+	if nodes == 0 {
+		problems = append(problems, problem{ReasonNoNodes,
+			"spec.nodeSelector matches no node: compare it with kubectl get nodes --show-labels"})
+	}
+	if c := meta.FindStatusCondition(conditions, v1alpha1.ConditionSpecValid); c != nil && c.Status == metav1.ConditionFalse {
+		problems = append(problems, problem{ReasonSpecInvalid, "part of the spec cannot take effect (see SpecValid): " + c.Message})
+	}
+	if c := meta.FindStatusCondition(conditions, v1alpha1.ConditionConflict); c != nil && c.Status == metav1.ConditionTrue {
+		problems = append(problems, problem{ReasonConflict, "nodes are left alone (see Conflict): " + c.Message})
+	}
+	if c := meta.FindStatusCondition(conditions, v1alpha1.ConditionGPUOperatorConfigured); c != nil && c.Status == metav1.ConditionFalse {
+		problems = append(problems, problem{c.Reason, "plans would not be applied (see GPUOperatorConfigured): " + c.Message})
+	}
+	if len(problems) == 0 {
+		return Condition{True: true, Reason: ReasonObserving, Message: fmt.Sprintf("observing %d node(s)", nodes)}
+	}
+	msgs := make([]string, len(problems))
+	for i, p := range problems {
+		msgs[i] = p.message
+	}
+	return Condition{Reason: problems[0].reason, Message: strings.Join(msgs, "; ")}
+}
+
+// Paused is the policy's Paused condition: True while spec.planning.paused stops planning.
+func Paused(paused bool) Condition {
+	if paused {
+		return Condition{True: true, Reason: ReasonPaused,
+			Message: "spec.planning.paused is true: no plan is proposed or approved by the policy's mode; plans already executing run to completion"}
+	}
+	return Condition{Reason: "Planning", Message: "spec.planning.paused is false"}
 }
 
 // Conflict is True when another policy selects some of the pool's nodes, which both leave alone.

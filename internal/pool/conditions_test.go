@@ -18,7 +18,7 @@ func TestConditions(t *testing.T) {
 		got  Condition
 		want Condition
 	}{
-		{"ready counts the nodes", Ready(3), Condition{True: true, Reason: ReasonObserving, Message: "observing 3 node(s)"}},
+		{"ready counts the nodes", Ready(3, false, nil), Condition{True: true, Reason: ReasonObserving, Message: "observing 3 node(s)"}},
 		{"no conflict", Conflict(nil), Condition{Reason: "NoConflict", Message: "no other policy selects these nodes"}},
 		{"a conflict names node and policy", Conflict(map[string]string{"n1": "other"}),
 			Condition{True: true, Reason: ReasonNodesSelectedTwice, Message: "nodes selected by two policies are left alone by both: n1 (also policy other)"}},
