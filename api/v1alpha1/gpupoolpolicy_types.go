@@ -330,7 +330,9 @@ type PoolStatus struct {
 	// +listMapKey=profile
 	// +optional
 	Slices []ProfileSlices `json:"slices,omitempty"`
-	// StrandedSlices counts free compute slices that no pending shape or catalog profile can use.
+	// StrandedSlices counts the pool's stranded free MIG instances, whatever their size (a free
+	// 3g instance counts one, as a 1g does): the sum of slices[].stranded, and of the
+	// gpupool_stranded_slices metric.
 	// +optional
 	StrandedSlices int32 `json:"strandedSlices"`
 	// UnreportedNodes counts the pool's nodes left out of planning because their agent's GPU
@@ -351,7 +353,9 @@ type ProfileSlices struct {
 	Used int32 `json:"used"`
 	// Free instances.
 	Free int32 `json:"free"`
-	// Stranded free instances that no pending pod or standby shape can use.
+	// Stranded free instances that no pending pod or standby shape can use, counted in
+	// instances like Total, Used and Free. Instances of nodes that share their GPUs
+	// (time-slicing) are never stranded: they are replicas of the shared resource.
 	Stranded int32 `json:"stranded"`
 }
 

@@ -156,10 +156,12 @@ type PlanExpectation struct {
 	// SlicesGained per MIG profile.
 	// +optional
 	SlicesGained map[string]int32 `json:"slicesGained,omitempty"`
-	// StrandedBefore counts stranded free slices per profile before the plan.
+	// StrandedBefore counts, per MIG profile, the free instances (one per instance, whatever
+	// its size) that no pending pod or standby shape can use, before the plan.
 	// +optional
 	StrandedBefore map[string]int32 `json:"strandedBefore,omitempty"`
-	// StrandedAfter counts stranded free slices per profile after the plan.
+	// StrandedAfter counts them, in instances, once the plan is done; nodes the plan turns
+	// into shared GPUs hold none.
 	// +optional
 	StrandedAfter map[string]int32 `json:"strandedAfter,omitempty"`
 }
