@@ -40,6 +40,12 @@ const (
 	PolicyPasses             = "gpupool_policy_passes_total"
 	PolicyPassSeconds        = "gpupool_policy_pass_seconds"
 	CordonedNodes            = "gpupool_cordoned_nodes"
+	PolicyCondition          = "gpupool_policy_condition"
+	ConfiguredSlices         = "gpupool_configured_slices"
+	UsedSlices               = "gpupool_used_slices"
+	FreeSlices               = "gpupool_free_slices"
+	PlanAwaitingSince        = "gpupool_plan_awaiting_approval_since_timestamp_seconds"
+	PodPendingSeconds        = "gpupool_pod_pending_seconds"
 )
 
 // Metrics holds gpupool's collectors. The zero value is not usable; a nil *Metrics records
@@ -62,6 +68,12 @@ type Metrics struct {
 	policyPasses       *prometheus.CounterVec
 	policyPassSeconds  *prometheus.HistogramVec
 	cordonedNodes      *prometheus.GaugeVec
+	policyCondition    *prometheus.GaugeVec
+	configuredSlices   *prometheus.GaugeVec
+	usedSlices         *prometheus.GaugeVec
+	freeSlices         *prometheus.GaugeVec
+	planAwaitingSince  *prometheus.GaugeVec
+	podPending         *prometheus.HistogramVec
 }
 
 // Series is one exported metric: its name and the labels its series carry (a histogram's
@@ -80,7 +92,9 @@ func Exported() []Series {
 	return out
 }
 
-// New creates the collectors and registers them with reg.
+// New creates the collectors and registers them with reg. gpupool_cordoned_nodes reads 0 for
+// every reason from here on, in every replica, so that the manager-absent alert can rely on it
+// existing wherever a manager is scraped.
 func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := newCollectors()
 	for _, c := range m.all() {
@@ -88,6 +102,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, fmt.Errorf("registering gpupool metrics: %w", err)
 		}
 	}
+	m.SetCordoned(nil)
 	return m, nil
 }
 
@@ -107,6 +122,9 @@ var (
 	policyResult      = []string{"policy", "result"}
 	policyPass        = []string{"policy", "pass"}
 	reasonOnly        = []string{"reason"}
+	policyTypeStatus  = []string{"policy", "type", "status"}
+	policyPlan        = []string{"policy", "plan"}
+	shapeOnly         = []string{"shape"}
 )
 
 func newCollectors() *Metrics {
@@ -172,13 +190,31 @@ func newCollectors() *Metrics {
 				"and a GPU may be half-configured), orphaned (its plan is gone or ended and the GPUs are not shown whole), " +
 				"outside-pool (no policy selects the node any more), mig-manager-busy (mig-manager is still applying).",
 		}, reasonOnly),
+		policyCondition: gauge(PolicyCondition,
+			"1 for the status (True, False, Unknown) a GPUPoolPolicy's condition of this type has, 0 for the other two; "+
+				"one series per condition type the policy's status reports.", policyTypeStatus),
+		configuredSlices: gauge(ConfiguredSlices,
+			"MIG instances configured in a pool, per profile (used plus free).", policyProfile),
+		usedSlices: gauge(UsedSlices,
+			"MIG instances of a pool held by a pod, per profile.", policyProfile),
+		freeSlices: gauge(FreeSlices,
+			"MIG instances of a pool no pod holds, per profile (the stranded ones among them).", policyProfile),
+		planAwaitingSince: gauge(PlanAwaitingSince,
+			"Unix time a RepartitionPlan started waiting for approval; present only while it waits.", policyPlan),
+		podPending: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: PodPendingSeconds,
+			Help: "Time from a GPU pod's creation to its binding to a node, per GPU resource it asks for (shape); " +
+				"observed once per pod, by the leading manager, when it sees the binding.",
+			Buckets: podPendingBuckets,
+		}, shapeOnly),
 	}
 }
 
 func (m *Metrics) all() []prometheus.Collector {
 	return []prometheus.Collector{m.pendingPods, m.unservedPods, m.strandedSlices, m.feasibleNodes, m.eligibleNodes,
 		m.feasibleNodesRatio, m.unreportedNodes, m.policyTimeout, m.planPhase, m.planDuration, m.stepStarted,
-		m.stepState, m.evictions, m.reconfigureSeconds, m.policyPasses, m.policyPassSeconds, m.cordonedNodes}
+		m.stepState, m.evictions, m.reconfigureSeconds, m.policyPasses, m.policyPassSeconds, m.cordonedNodes,
+		m.policyCondition, m.configuredSlices, m.usedSlices, m.freeSlices, m.planAwaitingSince, m.podPending}
 }
 
 // exported describes the collectors newCollectors makes; a test holds the two together.
@@ -200,6 +236,12 @@ var exported = []Series{
 	{PolicyPasses, "counter", policyPass},
 	{PolicyPassSeconds, "histogram", policyOnly},
 	{CordonedNodes, "gauge", reasonOnly},
+	{PolicyCondition, "gauge", policyTypeStatus},
+	{ConfiguredSlices, "gauge", policyProfile},
+	{UsedSlices, "gauge", policyProfile},
+	{FreeSlices, "gauge", policyProfile},
+	{PlanAwaitingSince, "gauge", policyPlan},
+	{PodPendingSeconds, "histogram", shapeOnly},
 }
 
 // PolicyObservation is what one pass of the policy controller saw of a pool.
@@ -240,7 +282,11 @@ func (m *Metrics) ObservePolicy(policy string, obs PolicyObservation) {
 	}
 	for _, s := range st.Pool.Slices {
 		m.strandedSlices.WithLabelValues(policy, s.Profile).Set(float64(s.Stranded))
+		m.configuredSlices.WithLabelValues(policy, s.Profile).Set(float64(s.Total))
+		m.usedSlices.WithLabelValues(policy, s.Profile).Set(float64(s.Used))
+		m.freeSlices.WithLabelValues(policy, s.Profile).Set(float64(s.Free))
 	}
+	m.setConditions(policy, st.Conditions)
 	m.unreportedNodes.WithLabelValues(policy).Set(float64(st.Pool.UnreportedNodes))
 	m.policyTimeout.WithLabelValues(policy, "drain").Set(obs.DrainTimeout.Seconds())
 	m.policyTimeout.WithLabelValues(policy, "configure").Set(obs.ConfigureTimeout.Seconds())
@@ -252,6 +298,7 @@ func (m *Metrics) ForgetPolicy(policy string) {
 		return
 	}
 	m.forgetPool(policy)
+	m.policyCondition.DeletePartialMatch(prometheus.Labels{"policy": policy})
 	m.policyPasses.DeletePartialMatch(prometheus.Labels{"policy": policy})
 	m.policyPassSeconds.DeletePartialMatch(prometheus.Labels{"policy": policy})
 }
@@ -259,7 +306,8 @@ func (m *Metrics) ForgetPolicy(policy string) {
 // forgetPool removes a policy's pool series.
 func (m *Metrics) forgetPool(policy string) {
 	for _, v := range []*prometheus.GaugeVec{m.pendingPods, m.unservedPods, m.strandedSlices, m.feasibleNodes,
-		m.eligibleNodes, m.feasibleNodesRatio, m.unreportedNodes, m.policyTimeout} {
+		m.eligibleNodes, m.feasibleNodesRatio, m.unreportedNodes, m.policyTimeout, m.configuredSlices, m.usedSlices,
+		m.freeSlices} {
 		v.DeletePartialMatch(prometheus.Labels{"policy": policy})
 	}
 }
@@ -284,6 +332,7 @@ func (m *Metrics) ObservePlan(policy, plan string, status v1alpha1.RepartitionPl
 		}
 		m.planPhase.WithLabelValues(policy, plan, string(p)).Set(v)
 	}
+	m.setAwaiting(policy, plan, status)
 	m.stepStarted.DeletePartialMatch(prometheus.Labels{"plan": plan})
 	m.stepState.DeletePartialMatch(prometheus.Labels{"plan": plan})
 	for _, st := range status.Nodes {
@@ -313,7 +362,7 @@ func (m *Metrics) ForgetPlan(plan string) {
 	if m == nil {
 		return
 	}
-	for _, v := range []*prometheus.GaugeVec{m.planPhase, m.stepStarted, m.stepState} {
+	for _, v := range []*prometheus.GaugeVec{m.planPhase, m.stepStarted, m.stepState, m.planAwaitingSince} {
 		v.DeletePartialMatch(prometheus.Labels{"plan": plan})
 	}
 }

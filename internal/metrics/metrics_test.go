@@ -82,6 +82,144 @@ gpupool_eligible_nodes{policy="pool-a",shape="nvidia.com/mig-3g.71gb"} 4
 		"gpupool_policy_passes_total", "gpupool_policy_pass_seconds")).To(BeZero())
 }
 
+// TestPoolCapacityPerProfile guards total, used and free MIG instances per profile: the
+// status's numbers, a profile no longer configured gone, a deleted policy's series gone.
+func TestPoolCapacityPerProfile(t *testing.T) {
+	g := NewWithT(t)
+	m, reg := newMetrics(t)
+	m.ObservePolicy("pool-a", metrics.PolicyObservation{Status: v1alpha1.GPUPoolPolicyStatus{Pool: v1alpha1.PoolStatus{
+		Slices: []v1alpha1.ProfileSlices{
+			{Profile: "1g.18gb", Total: 14, Used: 9, Free: 5, Stranded: 2},
+			{Profile: "3g.71gb", Total: 2, Used: 2},
+		}}}})
+	g.Expect(testutil.CollectAndCompare(reg, strings.NewReader(`
+# HELP gpupool_configured_slices MIG instances configured in a pool, per profile (used plus free).
+# TYPE gpupool_configured_slices gauge
+gpupool_configured_slices{policy="pool-a",profile="1g.18gb"} 14
+gpupool_configured_slices{policy="pool-a",profile="3g.71gb"} 2
+# HELP gpupool_free_slices MIG instances of a pool no pod holds, per profile (the stranded ones among them).
+# TYPE gpupool_free_slices gauge
+gpupool_free_slices{policy="pool-a",profile="1g.18gb"} 5
+gpupool_free_slices{policy="pool-a",profile="3g.71gb"} 0
+# HELP gpupool_used_slices MIG instances of a pool held by a pod, per profile.
+# TYPE gpupool_used_slices gauge
+gpupool_used_slices{policy="pool-a",profile="1g.18gb"} 9
+gpupool_used_slices{policy="pool-a",profile="3g.71gb"} 2
+`), metrics.ConfiguredSlices, metrics.UsedSlices, metrics.FreeSlices)).To(Succeed())
+
+	m.ObservePolicy("pool-a", metrics.PolicyObservation{Status: v1alpha1.GPUPoolPolicyStatus{Pool: v1alpha1.PoolStatus{
+		Slices: []v1alpha1.ProfileSlices{{Profile: "7g.141gb", Total: 1, Free: 1}}}}})
+	g.Expect(testutil.CollectAndCount(reg, metrics.ConfiguredSlices)).To(Equal(1), "the re-carved profiles are gone")
+	m.ForgetPolicy("pool-a")
+	g.Expect(testutil.CollectAndCount(reg, metrics.ConfiguredSlices, metrics.UsedSlices, metrics.FreeSlices)).To(BeZero())
+}
+
+// conditionValues reads gpupool_policy_condition as "policy/type/status" -> value.
+func conditionValues(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != metrics.PolicyCondition {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			l := map[string]string{}
+			for _, p := range s.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			out[l["policy"]+"/"+l["type"]+"/"+l["status"]] = s.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// TestPolicyConditionsAreOneHot guards the series the policy-not-ready alert and the
+// dashboard's policy picker read: per condition the status reports (any type, including
+// ones this package does not name), 1 for its status and 0 for the other two; a condition
+// the status no longer reports is gone; the passes that only write conditions
+// (ObserveConditions) update them; a deleted policy leaves none.
+func TestPolicyConditionsAreOneHot(t *testing.T) {
+	g := NewWithT(t)
+	m, reg := newMetrics(t)
+	m.ObservePolicy("pool-a", metrics.PolicyObservation{Status: v1alpha1.GPUPoolPolicyStatus{Conditions: []metav1.Condition{
+		{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue},
+		{Type: "Paused", Status: metav1.ConditionFalse},
+		{Type: v1alpha1.ConditionConflict, Status: metav1.ConditionUnknown},
+	}}})
+	g.Expect(conditionValues(t, reg)).To(Equal(map[string]float64{
+		"pool-a/Ready/True": 1, "pool-a/Ready/False": 0, "pool-a/Ready/Unknown": 0,
+		"pool-a/Paused/True": 0, "pool-a/Paused/False": 1, "pool-a/Paused/Unknown": 0,
+		"pool-a/Conflict/True": 0, "pool-a/Conflict/False": 0, "pool-a/Conflict/Unknown": 1,
+	}))
+
+	m.ObserveConditions("pool-a", []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse}})
+	m.ObserveConditions("pool-b", []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue}})
+	g.Expect(conditionValues(t, reg)).To(Equal(map[string]float64{
+		"pool-a/Ready/True": 0, "pool-a/Ready/False": 1, "pool-a/Ready/Unknown": 0,
+		"pool-b/Ready/True": 1, "pool-b/Ready/False": 0, "pool-b/Ready/Unknown": 0,
+	}), "conditions no longer reported are gone; other policies are left alone")
+
+	m.ForgetPolicy("pool-a")
+	g.Expect(conditionValues(t, reg)).To(HaveLen(3))
+	g.Expect(conditionValues(t, reg)).NotTo(HaveKey("pool-a/Ready/False"))
+}
+
+// TestPlanAwaitingApprovalSince guards the series the awaiting-approval alert reads: the time
+// the plan's Approved condition turned False (when the wait began, not when the manager
+// last looked), present only while the plan waits, gone with the plan.
+func TestPlanAwaitingApprovalSince(t *testing.T) {
+	g := NewWithT(t)
+	m, reg := newMetrics(t)
+	waiting := v1alpha1.RepartitionPlanStatus{Phase: v1alpha1.PlanAwaitingApproval, Conditions: []metav1.Condition{
+		{Type: "Approved", Status: metav1.ConditionFalse, Reason: "AwaitingApproval", LastTransitionTime: metav1.NewTime(time.Unix(1200, 0))}}}
+	m.ObservePlan("pool-a", "pool-a-1", waiting)
+	m.ObservePlan("pool-a", "pool-a-2", v1alpha1.RepartitionPlanStatus{Phase: v1alpha1.PlanAwaitingApproval})
+	g.Expect(testutil.CollectAndCompare(reg, strings.NewReader(`
+# HELP gpupool_plan_awaiting_approval_since_timestamp_seconds Unix time a RepartitionPlan started waiting for approval; present only while it waits.
+# TYPE gpupool_plan_awaiting_approval_since_timestamp_seconds gauge
+gpupool_plan_awaiting_approval_since_timestamp_seconds{plan="pool-a-1",policy="pool-a"} 1200
+`), metrics.PlanAwaitingSince)).To(Succeed(), "a plan without its Approved condition yet has no series")
+
+	approved := *waiting.DeepCopy()
+	approved.Phase = v1alpha1.PlanApproved
+	approved.Conditions[0].Status = metav1.ConditionTrue
+	m.ObservePlan("pool-a", "pool-a-1", approved)
+	g.Expect(testutil.CollectAndCount(reg, metrics.PlanAwaitingSince)).To(BeZero(), "an approved plan waits no more")
+
+	m.ObservePlan("pool-a", "pool-a-1", waiting)
+	m.ForgetPlan("pool-a-1")
+	g.Expect(testutil.CollectAndCount(reg, metrics.PlanAwaitingSince)).To(BeZero())
+}
+
+// TestPodPendingHistogram guards the pending-to-bound histogram: one observation per call,
+// under its shape, and a negative wait (clock skew between the API server and the manager)
+// counted as none.
+func TestPodPendingHistogram(t *testing.T) {
+	g := NewWithT(t)
+	m, reg := newMetrics(t)
+	m.ObservePodPending("nvidia.com/mig-1g.18gb", 90*time.Second)
+	m.ObservePodPending("nvidia.com/mig-1g.18gb", -time.Second)
+	m.ObservePodPending("nvidia.com/gpu", 2*time.Hour)
+	families, err := reg.Gather()
+	g.Expect(err).NotTo(HaveOccurred())
+	counts, sums := map[string]uint64{}, map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != metrics.PodPendingSeconds {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			counts[s.GetLabel()[0].GetValue()] = s.GetHistogram().GetSampleCount()
+			sums[s.GetLabel()[0].GetValue()] = s.GetHistogram().GetSampleSum()
+		}
+	}
+	g.Expect(counts).To(Equal(map[string]uint64{"nvidia.com/mig-1g.18gb": 2, "nvidia.com/gpu": 1}))
+	g.Expect(sums).To(Equal(map[string]float64{"nvidia.com/mig-1g.18gb": 90, "nvidia.com/gpu": 7200}))
+}
+
 // TestPlanPhaseIsOneHot guards that exactly one phase of a plan reads 1, that the phase it
 // left reads 0, and that a deleted plan's series go away.
 func TestPlanPhaseIsOneHot(t *testing.T) {
@@ -136,6 +274,9 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.ObservePlanEnd("p", v1alpha1.PlanFailed, time.Second)
 	m.CountEvictions("p", "Evicted", 1)
 	m.ObserveNodeStep("p", v1alpha1.NodeDone, time.Second)
+	m.ObserveConditions("p", []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}})
+	m.ObservePodPending("nvidia.com/gpu", time.Second)
+	m.SetCordoned(nil)
 	m.ForgetPlan("q")
 	m.ForgetPolicy("p")
 }
@@ -210,11 +351,15 @@ func TestExportedDescribesEveryCollector(t *testing.T) {
 	m, reg := newMetrics(t)
 	now := metav1.NewTime(time.Unix(1000, 0))
 	m.ObservePolicy("p", metrics.PolicyObservation{Status: v1alpha1.GPUPoolPolicyStatus{
-		Demand: []v1alpha1.ShapeDemand{{Resource: "nvidia.com/gpu", PendingPods: 1}},
-		Pool:   v1alpha1.PoolStatus{Slices: []v1alpha1.ProfileSlices{{Profile: "1g.18gb", Stranded: 1}}},
+		Demand:     []v1alpha1.ShapeDemand{{Resource: "nvidia.com/gpu", PendingPods: 1}},
+		Pool:       v1alpha1.PoolStatus{Slices: []v1alpha1.ProfileSlices{{Profile: "1g.18gb", Stranded: 1}}},
+		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue}},
 	}, Unserved: map[metrics.ShapeReason]int{{Shape: "nvidia.com/gpu", Reason: "Capacity"}: 1}})
 	m.ObservePlan("p", "q", v1alpha1.RepartitionPlanStatus{Phase: v1alpha1.PlanExecuting, Nodes: []v1alpha1.NodeStepStatus{
 		{Node: "n", State: v1alpha1.NodeDraining, StartedTime: &now, LastTransitionTime: &now}}})
+	m.ObservePlan("p", "r", v1alpha1.RepartitionPlanStatus{Phase: v1alpha1.PlanAwaitingApproval, Conditions: []metav1.Condition{
+		{Type: "Approved", Status: metav1.ConditionFalse, LastTransitionTime: now}}})
+	m.ObservePodPending("nvidia.com/gpu", time.Minute)
 	m.ObservePlanEnd("p", v1alpha1.PlanSucceeded, time.Minute)
 	m.CountEvictions("p", "Evicted", 1)
 	m.ObserveNodeStep("p", v1alpha1.NodeDone, time.Minute)
@@ -234,10 +379,13 @@ func TestExportedDescribesEveryCollector(t *testing.T) {
 }
 
 // TestCordonedNodesReadZeroForEveryReason: every reason has a series, so that an alert on one
-// reads 0, not absent, once no node is kept for it.
+// reads 0, not absent, once no node is kept for it; and from the moment the metrics exist, so
+// that the manager-absent alert (absent(gpupool_cordoned_nodes)) is silent wherever a
+// manager is scraped, leader or not.
 func TestCordonedNodesReadZeroForEveryReason(t *testing.T) {
 	g := NewWithT(t)
 	m, reg := newMetrics(t)
+	g.Expect(testutil.CollectAndCount(reg, metrics.CordonedNodes)).To(Equal(len(metrics.CordonReasons)))
 	m.SetCordoned(map[string]int{metrics.CordonFailedStep: 2})
 	m.SetCordoned(map[string]int{metrics.CordonExecuting: 1})
 	families, err := reg.Gather()
