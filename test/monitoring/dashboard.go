@@ -8,11 +8,17 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	"github.com/grafana/grafana-foundation-sdk/go/stat"
+	"github.com/grafana/grafana-foundation-sdk/go/statetimeline"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 )
 
 // The files DashboardJSON is checked in as: the kustomize install's and the chart's copy.
 var DashboardFiles = []string{"config/grafana/gpupool-dashboard.json", "charts/gpupool/files/dashboards/gpupool.json"}
+
+// gpupoolControllers matches the names gpupool's controllers register with controller-runtime
+// (the controller label of its metrics): controllers/*.go, Named(...).
+const gpupoolControllers = "gpupoolpolicy|repartitionplan|cordon"
 
 // policySelector restricts a query to the policies picked in the dashboard's policy variable.
 const policySelector = `policy=~"$policy"`
@@ -50,8 +56,34 @@ func panel(title, description, unit string, stacked bool, targets ...target) *ti
 	return p
 }
 
-// Dashboard builds gpupool's Grafana dashboard: demand and what the plans cannot serve, the
-// plans and their durations, and the nodes gpupool holds out of service. It is the classic
+// glance is one number of the at-a-glance row: green at 0, orange from warnAt on. expr ends in
+// "or vector(0)", so that nothing to count reads 0, not "No data".
+func glance(title, description, unit, expr string, warnAt float64) *stat.PanelBuilder {
+	return stat.NewPanelBuilder().
+		Title(title).
+		Description(description).
+		Datasource(datasource).
+		Unit(unit).
+		Decimals(0).
+		Height(4).
+		Span(4).
+		GraphMode(common.BigValueGraphModeArea).
+		ColorMode(common.BigValueColorModeBackground).
+		ReduceOptions(common.NewReduceDataOptionsBuilder().Calcs([]string{"lastNotNull"})).
+		Thresholds(dashboard.NewThresholdsConfigBuilder().
+			Mode(dashboard.ThresholdsModeAbsolute).
+			Steps([]dashboard.Threshold{{Color: "green"}, {Value: &warnAt, Color: "orange"}})).
+		WithTarget(prometheus.NewDataqueryBuilder().
+			Datasource(datasource).
+			RefId("A").
+			Expr(expr + " or vector(0)").
+			LegendFormat(title))
+}
+
+// Dashboard builds gpupool's Grafana dashboard: first what needs a human (plans awaiting
+// approval, policies not ready, nodes gpupool keeps cordoned) and the pool at a glance, then
+// demand and what the plans cannot serve, the plans and their durations, the nodes gpupool
+// holds out of service, and the manager's own health. It is the classic
 // dashboard JSON (the SDK deprecates it for dashboardv2), because that is what Grafana's
 // dashboard sidecar and import load on every Grafana version in use.
 func Dashboard() (dashboard.Dashboard, error) { //nolint:staticcheck // the classic JSON model, see above
@@ -70,14 +102,49 @@ func Dashboard() (dashboard.Dashboard, error) { //nolint:staticcheck // the clas
 			Type("prometheus")).
 		WithVariable(dashboard.NewQueryVariableBuilder("policy").
 			Label("Policy").
-			Description("GPUPoolPolicy objects").
+			Description("GPUPoolPolicy objects: every policy the manager reports a Ready condition for, so the list is never empty while a policy exists, pending pods or not").
 			Datasource(datasource).
-			Query(dashboard.StringOrMap{String: cog.ToPtr("label_values(gpupool_pending_pods, policy)")}).
+			Query(dashboard.StringOrMap{String: cog.ToPtr(`label_values(gpupool_policy_condition{type="Ready"}, policy)`)}).
 			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
 			Sort(dashboard.VariableSortAlphabeticalAsc).
 			Multi(true).
 			IncludeAll(true).
 			AllValue(".*")).
+		WithRow(dashboard.NewRowBuilder("At a glance")).
+		WithPanel(glance("Plans awaiting approval",
+			"RepartitionPlans waiting for a human (kubectl gpupool plan, approve or reject). Unreviewed, a plan expires after its policy's planTTL and the same change is then held back for a day.",
+			"short",
+			`sum(gpupool_plan_phase{phase="AwaitingApproval",`+policySelector+`})`, 1)).
+		WithPanel(glance("Policies not Ready",
+			"Policies whose Ready condition is not True: their pool cannot work (no node, invalid spec, conflict, GPU Operator misconfigured). kubectl get gpupoolpolicy says why.",
+			"short",
+			`count(gpupool_policy_condition{type="Ready",status="True",`+policySelector+`} == 0)`, 1)).
+		WithPanel(glance("Pending GPU pods",
+			"Pods that ask for a GPU resource and wait, in the selected policies' pools.",
+			"short",
+			"sum(gpupool_pending_pods"+sel+")", 1)).
+		WithPanel(glance("Nodes cordoned by gpupool",
+			"Nodes gpupool holds cordoned, for any reason (all policies): a step under way, or one that needs a human (see Nodes gpupool keeps cordoned).",
+			"short",
+			"sum(gpupool_cordoned_nodes)", 1)).
+		WithPanel(glance("Stranded slices",
+			"Free MIG instances no pending pod can use, in the selected policies' pools.",
+			"short",
+			"sum(gpupool_stranded_slices"+sel+")", 4)).
+		WithPanel(glance("GPU pod wait p90, last hour",
+			"90th percentile of the time GPU pods waited from creation to binding, over the pods bound in the last hour (all shapes and policies).",
+			"s", "histogram_quantile(0.9, sum by (le) (increase(gpupool_pod_pending_seconds_bucket[1h])))", 900)).
+		WithPanel(statetimeline.NewPanelBuilder().
+			Title("Policy conditions").
+			Description("1 while a condition of the policy is True, 0 while it is False or Unknown. Healthy: Ready, DemandSatisfied, GPUOperatorConfigured, SpecValid, MIGTablesMatch and DRASlicesCurrent True; Degraded, Conflict and Paused False; AwaitingApproval True means a plan waits for a human.").
+			Datasource(datasource).
+			Height(8).
+			Span(24).
+			WithTarget(prometheus.NewDataqueryBuilder().
+				Datasource(datasource).
+				RefId("A").
+				Expr(`max by (policy, type) (gpupool_policy_condition{status="True",` + policySelector + `})`).
+				LegendFormat("{{policy}} {{type}}"))).
 		WithRow(dashboard.NewRowBuilder("Demand")).
 		WithPanel(panel("Pending pods by shape",
 			"Pending pods that ask for a GPU resource, per requested resource.", "short", true,
@@ -92,10 +159,22 @@ func Dashboard() (dashboard.Dashboard, error) { //nolint:staticcheck // the clas
 		WithPanel(panel("Stranded slices per profile",
 			"Free MIG instances that no pending pod can use.", "short", true,
 			target{"sum by (profile) (gpupool_stranded_slices" + sel + ")", "{{profile}}"})).
+		WithPanel(panel("GPU pod wait by shape",
+			"Time GPU pods waited from creation to binding to a node, of the pods bound in the last hour (p50 and p90), per GPU resource asked for; all policies (a pod has no policy until it lands on a pool's node).", "s", false,
+			target{"histogram_quantile(0.5, sum by (le, shape) (increase(gpupool_pod_pending_seconds_bucket[1h])))", "p50 {{shape}}"},
+			target{"histogram_quantile(0.9, sum by (le, shape) (increase(gpupool_pod_pending_seconds_bucket[1h])))", "p90 {{shape}}"})).
+		WithPanel(panel("MIG instances per profile",
+			"Instances configured in the pools, per profile: used (held by a pod) and free (stranded ones included); configured is their sum.", "short", false,
+			target{"sum by (profile) (gpupool_used_slices" + sel + ")", "{{profile}} used"},
+			target{"sum by (profile) (gpupool_free_slices" + sel + ")", "{{profile}} free"},
+			target{"sum by (profile) (gpupool_configured_slices" + sel + ")", "{{profile}} configured"})).
 		WithRow(dashboard.NewRowBuilder("Plans")).
 		WithPanel(panel("Plans by phase",
 			"RepartitionPlans that exist, by the phase they are in.", "short", true,
 			target{"sum by (phase) (gpupool_plan_phase" + sel + ")", "{{phase}}"})).
+		WithPanel(panel("Plans awaiting approval, by age",
+			"How long each plan has waited for a human; it expires at its policy's planTTL (1h by default).", "s", false,
+			target{"time() - gpupool_plan_awaiting_approval_since_timestamp_seconds" + sel, "{{policy}} {{plan}}"})).
 		WithPanel(panel("Plan duration",
 			"Approval to end, of the plans that ended in the last hour (p50 and p90).", "s", false,
 			target{"histogram_quantile(0.5, sum by (le, phase) (increase(gpupool_plan_duration_seconds_bucket" + sel + "[1h])))", "p50 {{phase}}"},
@@ -125,6 +204,9 @@ func Dashboard() (dashboard.Dashboard, error) { //nolint:staticcheck // the clas
 			"How long a complete pass over a pool takes (p50 and p90 over the last 15 minutes): new pending pods wait for the pass under way and then their own, so this bounds how soon demand reaches a plan.", "s", false,
 			target{"histogram_quantile(0.5, sum by (le, policy) (increase(gpupool_policy_pass_seconds_bucket" + sel + "[15m])))", "p50 {{policy}}"},
 			target{"histogram_quantile(0.9, sum by (le, policy) (increase(gpupool_policy_pass_seconds_bucket" + sel + "[15m])))", "p90 {{policy}}"})).
+		WithPanel(panel("Reconcile errors",
+			"Reconciles of gpupool's controllers that returned an error, per second (controller-runtime's counter): a few at a conflict are normal, a steady rate is GPUPoolReconcileErrors.", "short", false,
+			target{`sum by (controller) (rate(controller_runtime_reconcile_errors_total{controller=~"` + gpupoolControllers + `"}[$__rate_interval]))`, "{{controller}}"})).
 		Build()
 	if err != nil {
 		return d, err

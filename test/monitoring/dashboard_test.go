@@ -64,7 +64,7 @@ type grafanaDashboard struct {
 // and template variables) parses, names only metrics and labels the manager exports, and
 // every legend names only labels its query's result carries.
 func TestDashboardQueriesUseExportedNames(t *testing.T) {
-	catalog := NewCatalog(metrics.Exported())
+	catalog := ManagerCatalog()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), DashboardFiles[0]))
 	if err != nil {
 		t.Fatal(err)

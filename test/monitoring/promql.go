@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/drain"
@@ -49,6 +50,19 @@ func NewCatalog(exported []metrics.Series) Catalog {
 	return c
 }
 
+// controllerRuntime are the series controller-runtime exports beside gpupool's, from the
+// same registry, that the rules and the dashboard read
+// (sigs.k8s.io/controller-runtime pkg/internal/controller/metrics/metrics.go).
+var controllerRuntime = []metrics.Series{
+	{Name: "controller_runtime_reconcile_errors_total", Type: "counter", Labels: []string{"controller"}},
+}
+
+// ManagerCatalog is what the manager's /metrics serves: gpupool's metrics and the
+// controller-runtime series above.
+func ManagerCatalog() Catalog {
+	return NewCatalog(append(metrics.Exported(), controllerRuntime...))
+}
+
 // labelValues are the values a label takes where the code fixes them: an equality matcher on
 // one of these labels with another value selects nothing, forever, so it is a typo.
 var labelValues = map[string][]string{
@@ -61,6 +75,12 @@ var labelValues = map[string][]string{
 	"outcome": {string(drain.Evicted), string(drain.Blocked), string(drain.Refused), string(drain.Failed)},
 	// metrics.ObservePolicy's two timeouts.
 	"timeout": {"drain", "configure"},
+	// A condition's status, and the condition types a GPUPoolPolicy reports.
+	"status": {string(metav1.ConditionTrue), string(metav1.ConditionFalse), string(metav1.ConditionUnknown)},
+	"type": {v1alpha1.ConditionReady, v1alpha1.ConditionDemandSatisfied, v1alpha1.ConditionAwaitingApproval,
+		v1alpha1.ConditionReconfiguring, v1alpha1.ConditionDegraded, v1alpha1.ConditionGPUOperatorConfigured,
+		v1alpha1.ConditionConflict, v1alpha1.ConditionSpecValid, v1alpha1.ConditionMIGTablesMatch,
+		v1alpha1.ConditionDRASlicesCurrent, v1alpha1.ConditionPaused},
 }
 
 // grafanaVariable matches Grafana's interval variables, which stand where PromQL wants a

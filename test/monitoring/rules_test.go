@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/common/model"
-
-	"github.com/gpupool/gpupool/internal/metrics"
 )
 
 // The rule files: the chart's canonical one and the kustomize install's copy.
@@ -34,10 +33,11 @@ func TestRuleFilesAreOneSource(t *testing.T) {
 }
 
 // TestAlertRulesUseExportedNames: every rule parses as Prometheus loads it, names only
-// exported metrics and labels, carries a severity and a summary, description and runbook, and
+// exported metrics and labels, carries a severity and a summary, description and runbook_url
+// (its section of docs/operate.md), and
 // its annotations read only labels its expression's result carries.
 func TestAlertRulesUseExportedNames(t *testing.T) {
-	catalog := NewCatalog(metrics.Exported())
+	catalog := ManagerCatalog()
 	groups, err := ParseRuleFile(filepath.Join(repoRoot(t), chartRules))
 	if err != nil {
 		t.Fatal(err)
@@ -58,10 +58,16 @@ func TestAlertRulesUseExportedNames(t *testing.T) {
 		if s := r.Labels["severity"]; !slices.Contains([]string{"critical", "warning", "info"}, s) {
 			t.Errorf("alert %s: severity %q, want critical, warning or info", r.Alert, s)
 		}
-		for _, a := range []string{"summary", "description", "runbook"} {
+		for _, a := range []string{"summary", "description", "runbook_url"} {
 			if strings.TrimSpace(r.Annotations[a]) == "" {
 				t.Errorf("alert %s has no %s annotation", r.Alert, a)
 			}
+		}
+		if _, ok := r.Annotations["runbook"]; ok {
+			t.Errorf("alert %s has a free-text runbook annotation: put the steps in %s and link them with runbook_url", r.Alert, operateDoc)
+		}
+		if got, want := r.Annotations["runbook_url"], runbookURL(r.Alert); got != want {
+			t.Errorf("alert %s: runbook_url %q, want %q (its section of %s)", r.Alert, got, want, operateDoc)
 		}
 		for name, text := range r.Annotations {
 			if missing := missingLabels(templateLabels, text, have); len(missing) > 0 {
@@ -143,3 +149,88 @@ func TestRuleRunnerFailsWrongExpectations(t *testing.T) {
 }
 
 const minute = model.Duration(time.Minute)
+
+// operateDoc holds the runbooks; runbookBase is where it is published (the repository's docs).
+const (
+	operateDoc  = "docs/operate.md"
+	runbookBase = "https://github.com/gpupool/gpupool/blob/main/" + operateDoc
+)
+
+// runbookURL is an alert's runbook: its section of docs/operate.md, a heading named after the
+// alert, whose anchor GitHub makes by lowercasing it.
+func runbookURL(alert string) string { return runbookBase + "#" + strings.ToLower(alert) }
+
+// markdownSections splits a Markdown document at its "## " headings: heading text -> body.
+func markdownSections(doc string) map[string]string {
+	out := map[string]string{}
+	var heading string
+	var body strings.Builder
+	flush := func() {
+		if heading != "" {
+			out[heading] = body.String()
+		}
+		body.Reset()
+	}
+	inFence := false
+	for line := range strings.SplitSeq(doc, "\n") {
+		if strings.HasPrefix(line, "```") {
+			inFence = !inFence
+		}
+		if h, ok := strings.CutPrefix(line, "## "); ok && !inFence {
+			flush()
+			heading = strings.TrimSpace(h)
+			continue
+		}
+		body.WriteString(line + "\n")
+	}
+	flush()
+	return out
+}
+
+// TestRunbooksExist: docs/operate.md has a section per alert, the anchor its runbook_url
+// names, saying what the alert means, how to confirm it and what to do; and its commands
+// avoid the two mistakes an earlier runbook made: kubectl logs with --field-selector (a flag
+// kubectl logs does not have) and the operator's namespace written out (installs differ; the
+// reader sets NS).
+func TestRunbooksExist(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), operateDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	sections := markdownSections(doc)
+	groups, err := ParseRuleFile(filepath.Join(repoRoot(t), chartRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts := map[string]bool{}
+	for _, r := range groups.Groups[0].Rules {
+		alerts[r.Alert] = true
+		body, ok := sections[r.Alert]
+		if !ok {
+			t.Errorf("%s has no section \"## %s\" (the anchor of %s)", operateDoc, r.Alert, runbookURL(r.Alert))
+			continue
+		}
+		for _, part := range []string{"**Meaning.**", "**Confirm.**", "**Act.**"} {
+			if !strings.Contains(body, part) {
+				t.Errorf("%s, section %s: no %s paragraph", operateDoc, r.Alert, part)
+			}
+		}
+	}
+	for heading := range sections {
+		if strings.HasPrefix(heading, "GPUPool") && !alerts[heading] {
+			t.Errorf("%s has a section for %s, which is no alert of %s", operateDoc, heading, chartRules)
+		}
+	}
+	for i, line := range strings.Split(doc, "\n") {
+		if logsWithFieldSelector.MatchString(line) {
+			t.Errorf("%s:%d: kubectl logs has no --field-selector (find the pod with kubectl get pods --field-selector first): %s", operateDoc, i+1, line)
+		}
+		if strings.Contains(line, "-n gpupool-system") || strings.Contains(line, "--namespace gpupool-system") {
+			t.Errorf("%s:%d: the manager's namespace is the reader's (\"$NS\"), not gpupool-system: %s", operateDoc, i+1, line)
+		}
+	}
+}
+
+// logsWithFieldSelector matches a kubectl logs command line that passes --field-selector.
+var logsWithFieldSelector = regexp.MustCompile(`kubectl\b[^|;&]*\blogs\b[^|;&]*--field-selector`)
