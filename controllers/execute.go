@@ -64,6 +64,9 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 		return 0, err
 	}
 	budgets.HourlyCapped, budgets.HourlyLeft = true, hourly.left
+	// An evicting step starts only inside one of the policy's maintenance windows (windows.go).
+	window, ungated := maintenanceWindow(policy, now), budgets
+	budgets = window.gate(budgets)
 	start, _, _, _ := rollout.Progress(plan.Spec.Steps, status.Nodes, budgets)
 	timeouts := rollout.Timeouts{
 		Drain:              pool.DurationOr(policy.Spec.Disruption.DrainTimeout, rollout.DefaultDrainTimeout),
@@ -193,6 +196,7 @@ func (r *PlanReconciler) execute(ctx context.Context, plan *v1alpha1.Repartition
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: conditionHourlyCap, Status: metav1.ConditionTrue,
 			Reason: "WithinHourlyCap", Message: "the policy's maxDisruptiveStepsPerHour allows the plan's steps", ObservedGeneration: plan.Generation})
 	}
+	phase, requeue = r.reportWindow(ctx, plan, policy, status, window, ungated, phase, requeue, now)
 	if phase == v1alpha1.PlanFailed && stopped != "" && !slices.ContainsFunc(status.Nodes, func(n v1alpha1.NodeStepStatus) bool {
 		return n.State == v1alpha1.NodeFailed
 	}) {
