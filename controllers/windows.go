@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/pool"
@@ -123,9 +122,8 @@ func (r *PlanReconciler) reportWindow(ctx context.Context, plan *v1alpha1.Repart
 	}
 	msg := w.message(held)
 	if !meta.IsStatusConditionFalse(status.Conditions, conditionWindow) {
-		r.Recorder.Eventf(plan, policyRef(policy), corev1.EventTypeNormal, reasonOutsideWindow, "Wait", "%s", msg)
-		logf.FromContext(ctx).Info("plan waits for a maintenance window", "plan", plan.Name, "policy", policy.Name,
-			"nodes", held, "opens", w.next, "windowsUnreadable", w.err != nil)
+		// Told once the status that records the wait is written, and logged with it (plan_events.go).
+		planEvent(ctx, r.Recorder, plan, policyRef(policy), corev1.EventTypeNormal, reasonOutsideWindow, "Wait", msg)
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: conditionWindow, Status: metav1.ConditionFalse,
 		Reason: reasonOutsideWindow, Message: msg, ObservedGeneration: plan.Generation})
