@@ -38,3 +38,18 @@ func TestGPULabel(t *testing.T) {
 		})
 	}
 }
+
+// TestProductLabel guards the spelling the plugin shows from raw objects (a GPUNode's
+// GPUStatus.Product and its node's label), the same as Label's.
+func TestProductLabel(t *testing.T) {
+	for _, tc := range []struct{ reported, label, want string }{
+		{"NVIDIA H200", "NVIDIA-H200", "NVIDIA-H200"},
+		{"NVIDIA H200", "", "NVIDIA-H200"},
+		{"", "NVIDIA-H200-SHARED", "NVIDIA-H200"},
+		{"", "", ""},
+	} {
+		if got := inventory.ProductLabel(tc.reported, tc.label); got != tc.want {
+			t.Errorf("ProductLabel(%q, %q) = %q, want %q", tc.reported, tc.label, got, tc.want)
+		}
+	}
+}
