@@ -1,20 +1,24 @@
 // Command gpupoolctl is gpupool's command-line tool. Installed as kubectl-gpupool it is also a
 // kubectl plugin ("kubectl gpupool plan ..."); the subcommands are the same either way.
+//
+// It is built as kubectl's own commands are: cobra for the command tree and completion,
+// k8s.io/cli-runtime's ConfigFlags for the connection flags (--kubeconfig, --context, -n, --as,
+// --server, --token...) and its printers for -o json|yaml|name|jsonpath|go-template.
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 )
 
 // Exit codes, shared by every subcommand.
 const (
 	exitOK = 0
-	// exitFailed is a failure that is not the input's fault, e.g. stdout closed.
+	// exitFailed is a failure that is not the input's fault, e.g. the cluster refused, stdout closed.
 	exitFailed = 1
 	// exitInvalid is unreadable or invalid input, or a usage mistake.
 	exitInvalid = 2
@@ -34,60 +38,42 @@ func programName(argv0 string) string {
 	return "gpupoolctl"
 }
 
-// run dispatches to a subcommand and returns the exit code.
-func run(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		usage(name, stderr)
-		return exitInvalid
-	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		if len(args) > 1 && args[0] == "help" {
-			return run(name, []string{args[1], "--help"}, stdin, stdout, stderr)
-		}
-		usage(name, stdout)
-		return exitOK
-	case "status":
-		return runStatus(name, args[1:], stdout, stderr)
-	case "why":
-		return runWhy(name, args[1:], stdout, stderr)
-	case "plan":
-		// "plan -f FILE" was the offline what-if before the live commands; it stays one.
-		if slices.ContainsFunc(args[1:], func(a string) bool {
-			return a == "-f" || a == "--f" || a == "-filename" || a == "--filename" || strings.HasPrefix(a, "-f=") ||
-				strings.HasPrefix(a, "--f=") || strings.HasPrefix(a, "-filename=") || strings.HasPrefix(a, "--filename=")
-		}) {
-			return runWhatIf(name, args[1:], stdin, stdout, stderr)
-		}
-		return runPlanLive(name, args[1:], stdout, stderr)
-	case "approve", "reject":
-		return runDecide(name, args[0], args[1:], stdout, stderr)
-	case "what-if":
-		return runWhatIf(name, args[1:], stdin, stdout, stderr)
-	}
-	fmt.Fprintf(stderr, "%s: unknown command %q: run %s --help for the commands\n", name, args[0], name)
-	return exitInvalid
+// exitError carries a command's exit code with its message.
+type exitError struct {
+	code int
+	err  error
 }
 
-func usage(name string, w io.Writer) {
-	fmt.Fprintf(w, `%[1]s inspects and plans gpupool's MIG repartitioning.
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
 
-Usage:
-  %[1]s COMMAND [ARGS] [-o table|json|yaml] [--kubeconfig FILE] [--context NAME]
+// usageError is a usage mistake or invalid input: exit 2.
+func usageError(format string, a ...any) error {
+	return &exitError{code: exitInvalid, err: fmt.Errorf(format, a...)}
+}
 
-Commands on the live cluster (the kubeconfig's current context, or --context):
-  status [POLICY]          each pool's nodes and layouts, demand per shape, stranded slices, the plan's progress
-  why POD [-n NS]          why a GPU pod is pending (or what a running one holds): the layer, the blocking
-                           dimension, the node matrix, and what the current or next plan does about it
-  plan [PLAN]              list the RepartitionPlans, or show one node by node
-  approve PLAN             approve a plan, bound to its hash (read from the plan itself)
-  reject PLAN --reason R   reject a plan
-  what-if --live           the plans gpupool would propose now, computed here; nothing is written
+// failure is anything else that went wrong: exit 1.
+func failure(err error) error { return &exitError{code: exitFailed, err: err} }
 
-Offline:
-  what-if -f SNAPSHOT      the same for a saved snapshot (kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml)
-
-Run "%[1]s COMMAND --help" for a command's flags.
-Exit status: 0 on success, 2 on unreadable or invalid input or a usage mistake, 1 otherwise.
-`, name)
+// run executes the command line and returns the exit code. Errors are printed as
+// "<command>: <message>"; cobra's own (unknown command or flag) are usage mistakes.
+func run(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := newRoot(name, stdin, stdout, stderr)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return exitOK
+	}
+	path := name
+	if cmd != nil {
+		path = cmd.CommandPath()
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		fmt.Fprintf(stderr, "%s: %v\n", path, ee.err)
+		return ee.code
+	}
+	// cobra's: an unknown command or a flag it could not parse.
+	fmt.Fprintf(stderr, "%s: %v (see %s --help)\n", path, err, path)
+	return exitInvalid
 }

@@ -2,10 +2,6 @@ package main
 
 import (
 	"cmp"
-	"context"
-	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -15,8 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
@@ -45,13 +42,8 @@ type strandedOutput struct {
 	After  map[string]int `json:"after"`
 }
 
-const planHelp = `What if: the RepartitionPlans gpupool would propose now, for a saved cluster snapshot or for
-the live cluster. Nothing is written.
-
-Usage:
-  %[1]s what-if -f FILE [-o table|json|yaml] [--now RFC3339] [--policy NAME]
-  %[1]s what-if --live [--kubeconfig FILE] [--context NAME] [-o ...] [--policy NAME]
-  (%[1]s plan -f FILE is the same as what-if -f FILE.)
+const whatIfLong = `What if: the RepartitionPlans gpupool would propose now, for a saved cluster snapshot or for
+the live cluster. Nothing is written. ("plan -f FILE" is the same as "what-if -f FILE".)
 
 Take the snapshot with:
   kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml > snapshot.yaml
@@ -61,109 +53,118 @@ object; "-" reads stdin. Nodes, Pods, PodDisruptionBudgets, GPUNodes and GPUPool
 read; other kinds are counted and ignored. Each policy is planned on the nodes its
 nodeSelector picks; a node two policies select is left alone by both.
 
-Output: a table by default; -o json (or yaml) prints one object
+Output: a table by default; -o json (or yaml, jsonpath...) prints one object
   {"plans": [RepartitionPlan...], "unserved": [{"pod", "policy", "reason", "message"}...],
    "stranded": {"before": {profile: count}, "after": {profile: count}}}
+and -o name the plans.
 
 Exit status: 0 on success, also when nothing needs to change; 2 when the input is unreadable
-or invalid, with one line naming the object ("item N" is .items[N]) and the field.
+or invalid, with one line naming the object ("item N" is .items[N]) and the field.`
 
-Flags:
-`
+// whatIfFlags are what-if's own flags, which "plan -f" shares.
+type whatIfFlags struct {
+	file, nowText, policy string
+	live                  bool
+}
 
-// runWhatIf is the what-if subcommand: the planner on a snapshot file or on the live cluster.
-func runWhatIf(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet(name+" what-if", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var file, output, nowText, policy string
-	var live bool
-	fs.BoolVar(&live, "live", false, "plan the live cluster of the kubeconfig instead of a snapshot file")
-	kube := addKubeFlags(fs)
-	fs.StringVar(&file, "f", "", "snapshot `FILE` to plan, or - for stdin (required)")
-	fs.StringVar(&file, "filename", "", "same as -f")
-	fs.StringVar(&output, "o", "table", "output `format`: table, json or yaml")
-	fs.StringVar(&output, "output", "table", "same as -o")
-	fs.StringVar(&nowText, "now", "", "planning `time` (RFC 3339); default: the newest timestamp in the input, else the current time")
-	fs.StringVar(&policy, "policy", "", "plan only the GPUPoolPolicy of this `NAME`; default: every policy in the input")
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "%s what-if: %s\n", name, fmt.Sprintf(format, a...))
-		return exitInvalid
+func addWhatIfFlags(cmd *cobra.Command) *whatIfFlags {
+	w := &whatIfFlags{}
+	cmd.Flags().StringVarP(&w.file, "filename", "f", "", "snapshot FILE to plan, or - for stdin")
+	cmd.Flags().StringVar(&w.nowText, "now", "", "planning time (RFC 3339); default: the newest timestamp in the input, else the current time")
+	cmd.Flags().StringVar(&w.policy, "policy", "", "plan only the GPUPoolPolicy of this NAME; default: every policy in the input")
+	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
+	return w
+}
+
+func (c *cli) whatIfCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "what-if (-f SNAPSHOT | --live)",
+		Short: "The plans gpupool would propose now, for a snapshot or the live cluster; nothing is written",
+		Long:  whatIfLong,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError("unexpected argument %q: name the snapshot with -f (see %s what-if --help)", args[0], c.name)
+			}
+			return nil
+		},
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stdout, planHelp, name)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return exitOK
+	out := addOutputFlags(cmd)
+	wf := addWhatIfFlags(cmd)
+	cmd.Flags().BoolVar(&wf.live, "live", false, "plan the live cluster of the kubeconfig instead of a snapshot file")
+	cmd.RunE = func(_ *cobra.Command, _ []string) error {
+		switch {
+		case wf.file == "" && !wf.live:
+			return usageError("-f FILE or --live is required: the snapshot to plan (- for stdin), or the live cluster (see %s what-if --help)", c.name)
+		case wf.file != "" && wf.live:
+			return usageError("-f and --live exclude each other: plan either a snapshot or the live cluster")
 		}
-		return fail("%v (see %s what-if --help)", err, name)
+		if err := out.check(); err != nil {
+			return err
+		}
+		return c.whatIf(wf, out)
 	}
-	switch {
-	case fs.NArg() > 0:
-		return fail("unexpected argument %q: name the snapshot with -f (see %s what-if --help)", fs.Arg(0), name)
-	case file == "" && !live:
-		return fail("-f FILE or --live is required: the snapshot to plan (- for stdin), or the live cluster (see %s what-if --help)", name)
-	case file != "" && live:
-		return fail("-f and --live exclude each other: plan either a snapshot or the live cluster")
-	case output != "table" && output != "json" && output != "yaml":
-		return fail("-o %q: want table, json or yaml", output)
-	}
+	return cmd
+}
+
+// whatIf runs the planner on a snapshot file or on the live cluster.
+func (c *cli) whatIf(wf *whatIfFlags, out *outputFlags) error {
 	var override time.Time
-	if nowText != "" {
-		t, err := time.Parse(time.RFC3339, nowText)
+	if wf.nowText != "" {
+		t, err := time.Parse(time.RFC3339, wf.nowText)
 		if err != nil {
-			return fail("--now %q: want an RFC 3339 time such as 2026-11-29T12:00:00Z", nowText)
+			return usageError("--now %q: want an RFC 3339 time such as 2026-11-29T12:00:00Z", wf.nowText)
 		}
 		override = t.UTC()
 	}
-
 	var snap *snapshot.Snapshot
 	var err error
-	if live {
-		snap, err = readLive(kube)
-		if err == nil && override.IsZero() {
+	if wf.live {
+		snap, err = c.readLive()
+		if err != nil {
+			return err
+		}
+		if override.IsZero() {
 			override = time.Now().UTC()
 		}
-	} else {
-		snap, err = readSnapshot(file, stdin)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return exitInvalid
+	} else if snap, err = readSnapshot(wf.file, c.stdin); err != nil {
+		return usageError("%v", err)
 	}
 	for _, w := range snap.Warnings {
-		fmt.Fprintf(stderr, "%s: warning: %s\n", name, w)
+		fmt.Fprintf(c.stderr, "%s: warning: %s\n", c.name, w)
 	}
 	now := snap.PlanningTime(override, time.Now)
-	rep, err := snap.Plan(snapshot.Options{Now: now, Policy: policy})
+	rep, err := snap.Plan(snapshot.Options{Now: now, Policy: wf.policy})
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return exitInvalid
+		return usageError("%v", err)
 	}
-
-	switch output {
-	case "json", "yaml":
-		err = writeDocument(stdout, rep, output)
-	default:
-		err = writeTable(stdout, rep, snap, override.IsZero())
+	if !out.table() {
+		doc := document(rep)
+		names := make([]runtime.Object, 0, len(doc.Plans))
+		for _, p := range doc.Plans {
+			names = append(names, p)
+		}
+		err = out.printDocument(doc, names, c.stdout)
+	} else {
+		err = writeTable(c.stdout, rep, snap, override.IsZero())
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: writing the plan: %v\n", name, err)
-		return exitFailed
+		return failure(fmt.Errorf("writing the plan: %w", err))
 	}
-	return exitOK
+	return nil
 }
 
 // readLive reads the live cluster as a snapshot.
-func readLive(kube *kubeFlags) (*snapshot.Snapshot, error) {
-	kc, _, err := kube.connect()
+func (c *cli) readLive() (*snapshot.Snapshot, error) {
+	sess, err := c.open(false)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), liveTimeout)
-	defer cancel()
-	snap, _, err := readCluster(ctx, kc)
-	return snap, err
+	defer sess.cancel()
+	snap, err := readCluster(sess.ctx, sess.client)
+	if err != nil {
+		return nil, failure(err)
+	}
+	return snap, nil
 }
 
 func readSnapshot(file string, stdin io.Reader) (*snapshot.Snapshot, error) {
@@ -191,7 +192,10 @@ func document(rep *snapshot.Report) planOutput {
 	}
 	for _, pr := range rep.Policies {
 		if pr.Plan != nil {
-			out.Plans = append(out.Plans, pr.Plan)
+			// As kubectl get prints objects: with their apiVersion and kind.
+			plan := pr.Plan.DeepCopy()
+			plan.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("RepartitionPlan"))
+			out.Plans = append(out.Plans, plan)
 		}
 	}
 	for _, u := range rep.Unserved {
@@ -209,22 +213,6 @@ func nonZero(m map[string]int) map[string]int {
 		}
 	}
 	return out
-}
-
-func writeDocument(w io.Writer, rep *snapshot.Report, format string) error {
-	data, err := json.MarshalIndent(document(rep), "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding JSON: %w", err)
-	}
-	if format == "yaml" {
-		if data, err = yaml.JSONToYAML(data); err != nil {
-			return fmt.Errorf("encoding YAML: %w", err)
-		}
-	} else {
-		data = append(data, '\n')
-	}
-	_, err = w.Write(data)
-	return err
 }
 
 // tableWidth is where long messages wrap, so the table reads in a 100-column terminal.

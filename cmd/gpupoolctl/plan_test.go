@@ -329,20 +329,20 @@ func TestInvalidInput(t *testing.T) {
 		want  string
 	}{
 		{"invalid approval", "", []string{"-f", sometimes},
-			`gpupoolctl: ` + sometimes + `: item ` + strconv.Itoa(items) + ` (GPUPoolPolicy h200-pool): spec.disruption.approval: unsupported value "Sometimes": want Manual, AutoIdle or Auto`},
+			`gpupoolctl what-if: ` + sometimes + `: item ` + strconv.Itoa(items) + ` (GPUPoolPolicy h200-pool): spec.disruption.approval: unsupported value "Sometimes": want Manual, AutoIdle or Auto`},
 		{"missing file", "", []string{"-f", filepath.Join(dir, "nope.yaml")},
-			`gpupoolctl: reading the snapshot: open ` + filepath.Join(dir, "nope.yaml") + `: no such file or directory`},
+			`gpupoolctl what-if: reading the snapshot: open ` + filepath.Join(dir, "nope.yaml") + `: no such file or directory`},
 		{"unreadable stdin", "kind: [", []string{"-f", "-"},
-			`gpupoolctl: document 0 (line 1): invalid YAML: yaml: line 1: did not find expected node content`},
+			`gpupoolctl what-if: document 0 (line 1): invalid YAML: yaml: line 1: did not find expected node content`},
 		{"no policy", "apiVersion: v1\nkind: Node\nmetadata: {name: a}\n", []string{"-f", "-"},
-			`gpupoolctl: no GPUPoolPolicy in the input: include gpupoolpolicies, e.g. kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml`},
+			`gpupoolctl what-if: no GPUPoolPolicy in the input: include gpupoolpolicies, e.g. kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml`},
 		{"unknown policy", "", []string{"-f", sample("busy-eviction.yaml"), "--policy", "other"},
-			`gpupoolctl: no GPUPoolPolicy named "other" in the input (it has busy-pool)`},
+			`gpupoolctl what-if: no GPUPoolPolicy named "other" in the input (it has busy-pool)`},
 		{"no -f", "", nil, `gpupoolctl what-if: -f FILE or --live is required: the snapshot to plan (- for stdin), or the live cluster (see gpupoolctl what-if --help)`},
 		{"both -f and --live", "", []string{"-f", "-", "--live"}, `gpupoolctl what-if: -f and --live exclude each other: plan either a snapshot or the live cluster`},
 		{"positional file", "", []string{"snapshot.yaml"}, `gpupoolctl what-if: unexpected argument "snapshot.yaml": name the snapshot with -f (see gpupoolctl what-if --help)`},
-		{"bad flag", "", []string{"--frobnicate"}, `gpupoolctl what-if: flag provided but not defined: -frobnicate (see gpupoolctl what-if --help)`},
-		{"bad output", "", []string{"-f", "-", "-o", "wide"}, `gpupoolctl what-if: -o "wide": want table, json or yaml`},
+		{"bad flag", "", []string{"--frobnicate"}, `gpupoolctl what-if: unknown flag: --frobnicate (see gpupoolctl what-if --help)`},
+		{"bad output", "", []string{"-f", "-", "-o", "xml"}, `gpupoolctl what-if: -o "xml": want one of ` + outputFormats},
 		{"bad --now", "", []string{"-f", "-", "--now", "yesterday"}, `gpupoolctl what-if: --now "yesterday": want an RFC 3339 time such as 2026-11-29T12:00:00Z`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -363,7 +363,7 @@ func TestInvalidInput(t *testing.T) {
 func TestWriteErrorExitsOne(t *testing.T) {
 	var stderr bytes.Buffer
 	code := run("gpupoolctl", []string{"plan", "-f", sample("busy-eviction.yaml")}, strings.NewReader(""), failingWriter{}, &stderr)
-	if code != exitFailed || !strings.HasPrefix(stderr.String(), "gpupoolctl: writing the plan: ") {
+	if code != exitFailed || !strings.HasPrefix(stderr.String(), "gpupoolctl plan: writing the plan: ") {
 		t.Errorf("exit %d, stderr %q; want 1 and the write error", code, stderr.String())
 	}
 }

@@ -2,30 +2,38 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
 
-const statusHelp = `Show each pool: its nodes, GPUs and MIG layouts, pending demand per request shape with
+const statusLong = `Show each pool: its nodes, GPUs and MIG layouts, pending demand per request shape with
 feasible/eligible nodes, stranded slices per profile, and the current plan's progress.
 
-Usage:
-  %[1]s status [POLICY] [-o table|json|yaml] [--kubeconfig FILE] [--context NAME]
-
-Flags:
-`
+With --watch, the status is printed again each time a GPUPoolPolicy or RepartitionPlan changes.
+-o json|yaml prints the same as a document, GPU layouts as structured fields; -o name names the
+policies.`
 
 // statusOutput is the -o json/yaml document.
 type statusOutput struct {
 	Pools []poolOutput `json:"pools"`
+	// Unreadable lists what the user may not read (nodes, GPUNode reports, plans), with the
+	// right that would show it.
+	Unreadable []gap `json:"unreadable,omitempty"`
 }
 
 type poolOutput struct {
@@ -38,10 +46,22 @@ type poolOutput struct {
 }
 
 type nodeOutput struct {
-	Node   string   `json:"node"`
-	GPUs   []string `json:"gpus"`
-	State  string   `json:"state"`
-	Layout string   `json:"-"`
+	Node  string      `json:"node"`
+	State string      `json:"state"`
+	GPUs  []gpuOutput `json:"gpus"`
+}
+
+// gpuOutput is one GPU's layout as data: what the table writes as "3g.71gb x2, 1g.18gb".
+type gpuOutput struct {
+	Index   int32  `json:"index"`
+	Product string `json:"product,omitempty"`
+	// MIG is true when MIG mode is enabled now.
+	MIG bool `json:"mig"`
+	// Instances counts the GPU's MIG instances per profile.
+	Instances v1alpha1.ProfileCounts `json:"instances,omitempty"`
+	// Sharing is the device plugin's sharing mode of a whole GPU.
+	Sharing string `json:"sharing,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 type planProgress struct {
@@ -55,47 +75,120 @@ type planProgress struct {
 	Waiting  []v1alpha1.NodeWait       `json:"waiting,omitempty"`
 }
 
-// nodeLimit is how many nodes a pool's table lists; -o json has them all.
+// nodeLimit is how many nodes a pool's table lists; -o wide and -o json have them all.
 const nodeLimit = 30
 
-func runStatus(program string, args []string, stdout, stderr io.Writer) int {
-	c := newCommand(program, "status", stdout, stderr, true)
-	return c.live(args, fmt.Sprintf(statusHelp, program), atMostOne("policy name"), func(sess *session) int {
-		positional := sess.args
-		snap, plans, err := readCluster(sess.ctx, sess.client)
+func (c *cli) statusCommand() *cobra.Command {
+	var watchFlag bool
+	cmd := &cobra.Command{
+		Use:               "status [POLICY]",
+		Short:             "Show each pool's nodes, layouts, demand, stranded slices and plan",
+		Long:              statusLong,
+		Args:              atMostOne("policy name"),
+		ValidArgsFunction: c.complete(func() client.ObjectList { return &v1alpha1.GPUPoolPolicyList{} }, false),
+	}
+	out := addOutputFlags(cmd)
+	cmd.Flags().BoolVarP(&watchFlag, "watch", "w", false, "After printing the status, print it again each time a policy or plan changes.")
+	cmd.RunE = func(_ *cobra.Command, args []string) error {
+		if err := out.check(); err != nil {
+			return err
+		}
+		sess, err := c.open(watchFlag)
 		if err != nil {
-			return c.failed(err)
+			return err
 		}
-		policies := snap.Policies
-		slices.SortFunc(policies, func(a, b v1alpha1.GPUPoolPolicy) int { return cmp.Compare(a.Name, b.Name) })
-		if len(positional) == 1 {
-			policies = slices.DeleteFunc(slices.Clone(policies), func(p v1alpha1.GPUPoolPolicy) bool { return p.Name != positional[0] })
-			if len(policies) == 0 {
-				return c.failed(fmt.Errorf("no GPUPoolPolicy named %q: kubectl get gpupoolpolicies lists them", positional[0]))
+		defer sess.cancel()
+		policy := ""
+		if len(args) == 1 {
+			policy = args[0]
+		}
+		var policies v1alpha1.GPUPoolPolicyList
+		var plans v1alpha1.RepartitionPlanList
+		show := func() error {
+			doc, err := readStatus(sess.ctx, sess.client, policy, &policies, &plans)
+			if err != nil {
+				return err
 			}
+			return printStatus(out, doc, c.stdout)
 		}
-		out := statusOutput{Pools: []poolOutput{}}
-		for i := range policies {
-			out.Pools = append(out.Pools, pool(&policies[i], snap.Nodes, snap.GPUNodes, plans))
+		if err := show(); err != nil || !watchFlag {
+			return err
 		}
-		if c.output != "table" {
-			return c.emit(out)
-		}
-		ew := &errWriter{w: stdout}
-		if len(out.Pools) == 0 {
-			ew.printf("No GPUPoolPolicy exists: gpupool plans nothing until one selects GPU nodes (see config/samples).\n")
-		}
-		for i, p := range out.Pools {
-			if i > 0 {
-				ew.printf("\n")
+		return follow(sess.ctx, sess.client, []watched{{list: &policies}, {list: &plans}}, func(watch.Event) error {
+			if out.table() {
+				fmt.Fprintln(c.stdout)
 			}
-			writePool(ew, &p)
+			return show()
+		})
+	}
+	return cmd
+}
+
+// readStatus reads what status shows, into policies and plans (whose resourceVersions a watch
+// starts from). Policies are required; nodes, GPUNode reports and plans the user may not read
+// are listed as such.
+func readStatus(ctx context.Context, kc client.Client, policy string, policies *v1alpha1.GPUPoolPolicyList,
+	plans *v1alpha1.RepartitionPlanList) (*statusOutput, error) {
+	if err := kc.List(ctx, policies); err != nil {
+		if apierrors.IsForbidden(err) {
+			return nil, failure(fmt.Errorf("you may not list GPUPoolPolicies: %s", rightViewer))
 		}
-		if ew.err != nil {
-			return c.failed(ew.err)
+		return nil, failure(fmt.Errorf("listing gpupoolpolicies: %w", err))
+	}
+	doc := &statusOutput{Pools: []poolOutput{}}
+	var nodes corev1.NodeList
+	var gpuNodes v1alpha1.GPUNodeList
+	for _, l := range []struct {
+		what  string
+		list  client.ObjectList
+		right string
+	}{{"repartitionplans", plans, rightViewer}, {"nodes", &nodes, rightNodes}, {"gpunodes", &gpuNodes, rightViewer}} {
+		switch err := kc.List(ctx, l.list); {
+		case apierrors.IsForbidden(err):
+			doc.Unreadable = append(doc.Unreadable, gap{What: l.what, Error: "forbidden", Right: l.right})
+		case err != nil:
+			return nil, failure(fmt.Errorf("listing %s: %w", l.what, err))
 		}
-		return exitOK
-	})
+	}
+	items := slices.Clone(policies.Items)
+	slices.SortFunc(items, func(a, b v1alpha1.GPUPoolPolicy) int { return cmp.Compare(a.Name, b.Name) })
+	if policy != "" {
+		items = slices.DeleteFunc(items, func(p v1alpha1.GPUPoolPolicy) bool { return p.Name != policy })
+		if len(items) == 0 {
+			return nil, failure(fmt.Errorf("no GPUPoolPolicy named %q: kubectl get gpupoolpolicies lists them", policy))
+		}
+	}
+	for i := range items {
+		doc.Pools = append(doc.Pools, pool(&items[i], nodes.Items, gpuNodes.Items, plans.Items))
+	}
+	return doc, nil
+}
+
+func printStatus(out *outputFlags, doc *statusOutput, w io.Writer) error {
+	if !out.table() {
+		var names []runtime.Object
+		for _, p := range doc.Pools {
+			names = append(names, named(&v1alpha1.GPUPoolPolicy{ObjectMeta: metav1.ObjectMeta{Name: p.Policy}}))
+		}
+		return out.printDocument(doc, names, w)
+	}
+	ew := &errWriter{w: w}
+	if len(doc.Pools) == 0 {
+		ew.printf("No GPUPoolPolicy exists: gpupool plans nothing until one selects GPU nodes (see config/samples).\n")
+	}
+	for i, p := range doc.Pools {
+		if i > 0 {
+			ew.printf("\n")
+		}
+		writePool(ew, &p, out.wide())
+	}
+	for _, g := range doc.Unreadable {
+		ew.wrap("Not seen: ", "  ", g.String())
+	}
+	if ew.err != nil {
+		return failure(ew.err)
+	}
+	return nil
 }
 
 func pool(p *v1alpha1.GPUPoolPolicy, nodes []corev1.Node, gpuNodes []v1alpha1.GPUNode, plans []v1alpha1.RepartitionPlan) poolOutput {
@@ -121,7 +214,7 @@ func pool(p *v1alpha1.GPUPoolPolicy, nodes []corev1.Node, gpuNodes []v1alpha1.GP
 		if !sel.Matches(labels.Set(n.Labels)) {
 			continue
 		}
-		row := nodeOutput{Node: n.Name, GPUs: []string{}, State: "ready"}
+		row := nodeOutput{Node: n.Name, GPUs: []gpuOutput{}, State: "ready"}
 		if n.Spec.Unschedulable {
 			row.State = "cordoned"
 			if by := n.Annotations[v1alpha1.AnnotationCordonedBy]; by != "" {
@@ -138,7 +231,7 @@ func pool(p *v1alpha1.GPUPoolPolicy, nodes []corev1.Node, gpuNodes []v1alpha1.GP
 			row.State += ", no agent report"
 		} else {
 			for _, gpu := range g.Status.GPUs {
-				row.GPUs = append(row.GPUs, fmt.Sprintf("%d: %s", gpu.Index, gpuLayout(gpu)))
+				row.GPUs = append(row.GPUs, gpuOf(gpu))
 			}
 		}
 		out.Nodes = append(out.Nodes, row)
@@ -164,25 +257,37 @@ func policyPlan(p *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan) (pl
 	return plan, false
 }
 
-// gpuLayout writes what a GPU holds: its MIG instances by profile, or whole / shared.
-func gpuLayout(gpu v1alpha1.GPUStatus) string {
-	if gpu.Error != "" {
-		return "error: " + gpu.Error
-	}
-	if gpu.MIGMode == nil || gpu.MIGMode.Current != "Enabled" {
-		if gpu.Sharing != "" {
-			return "whole GPU, " + string(gpu.Sharing)
+// gpuOf is what a GPU holds: its MIG instances by profile, or whole / shared.
+func gpuOf(gpu v1alpha1.GPUStatus) gpuOutput {
+	out := gpuOutput{Index: gpu.Index, Product: gpu.Product, Error: gpu.Error, Sharing: string(gpu.Sharing),
+		MIG: gpu.MIGMode != nil && gpu.MIGMode.Current == "Enabled"}
+	if out.MIG {
+		out.Sharing = ""
+		out.Instances = v1alpha1.ProfileCounts{}
+		for _, in := range gpu.Instances {
+			out.Instances[in.Profile]++
 		}
-		return "whole GPU (MIG off)"
 	}
-	counts := v1alpha1.ProfileCounts{}
-	for _, in := range gpu.Instances {
-		counts[in.Profile]++
-	}
-	return layoutText(counts)
+	return out
 }
 
-func writePool(ew *errWriter, p *poolOutput) {
+// gpuLayout writes a GPU's layout for the table, e.g. "0: 3g.71gb x2, 1g.18gb".
+func gpuLayout(g gpuOutput) string {
+	var layout string
+	switch {
+	case g.Error != "":
+		layout = "error: " + g.Error
+	case !g.MIG && g.Sharing != "":
+		layout = "whole GPU, " + g.Sharing
+	case !g.MIG:
+		layout = "whole GPU (MIG off)"
+	default:
+		layout = layoutText(g.Instances)
+	}
+	return fmt.Sprintf("%d: %s", g.Index, layout)
+}
+
+func writePool(ew *errWriter, p *poolOutput, wide bool) {
 	st := p.Status
 	ew.printf("Policy %s: %s, %s, approval %s\n", p.Policy, plural(int(st.Pool.Nodes), "node"), plural(int(st.Pool.GPUs), "GPU"), p.Approval)
 	if len(p.Conditions) > 0 {
@@ -192,16 +297,32 @@ func writePool(ew *errWriter, p *poolOutput) {
 		ew.printf("  %s left out of planning: no fresh agent report\n", plural(int(st.Pool.UnreportedNodes), "node"))
 	}
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  NODE\tSTATE\tGPU LAYOUTS\n")
+	if wide {
+		fmt.Fprintf(tw, "  NODE\tSTATE\tPRODUCT\tGPU LAYOUTS\n")
+	} else {
+		fmt.Fprintf(tw, "  NODE\tSTATE\tGPU LAYOUTS\n")
+	}
 	for i, n := range p.Nodes {
-		if i == nodeLimit {
+		if i == nodeLimit && !wide {
 			break
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", n.Node, n.State, orDash(strings.Join(n.GPUs, " | ")))
+		layouts := make([]string, 0, len(n.GPUs))
+		products := []string{}
+		for _, g := range n.GPUs {
+			layouts = append(layouts, gpuLayout(g))
+			if g.Product != "" && !slices.Contains(products, g.Product) {
+				products = append(products, g.Product)
+			}
+		}
+		if wide {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", n.Node, n.State, orDash(strings.Join(products, ", ")), orDash(strings.Join(layouts, " | ")))
+		} else {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", n.Node, n.State, orDash(strings.Join(layouts, " | ")))
+		}
 	}
 	_ = tw.Flush()
-	if n := len(p.Nodes) - nodeLimit; n > 0 {
-		ew.printf("  ... and %d more nodes (-o json lists them all)\n", n)
+	if n := len(p.Nodes) - nodeLimit; n > 0 && !wide {
+		ew.printf("  ... and %d more nodes (-o wide or -o json lists them all)\n", n)
 	}
 	if len(st.Demand) == 0 {
 		ew.printf("  Demand: no GPU pod pending.\n")

@@ -224,7 +224,7 @@ func TestReadVisible(t *testing.T) {
 		t.Errorf("explain: %+v", out)
 	}
 
-	if _, _, err := readCluster(context.Background(), c); err == nil || !strings.Contains(err.Error(), "nodes: forbidden ("+rightNodes+")") {
+	if _, err := readCluster(context.Background(), c); err == nil || !strings.Contains(err.Error(), "nodes: forbidden ("+rightNodes+")") {
 		t.Errorf("readCluster with gaps: %v, want an error naming the rights", err)
 	}
 }

@@ -138,10 +138,10 @@ func (v *visible) record(what string) {
 // readCluster reads the whole cluster for the commands that plan on it (what-if --live): a
 // partial view would plan on nodes and pods that are not all there, so what is forbidden is an
 // error naming the rights.
-func readCluster(ctx context.Context, c client.Client) (*snapshot.Snapshot, []v1alpha1.RepartitionPlan, error) {
+func readCluster(ctx context.Context, c client.Client) (*snapshot.Snapshot, error) {
 	v, err := readVisible(ctx, c, "")
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var missing []string
 	for _, g := range v.gaps {
@@ -154,7 +154,7 @@ func readCluster(ctx context.Context, c client.Client) (*snapshot.Snapshot, []v1
 		}
 	}
 	if len(missing) > 0 {
-		return nil, nil, fmt.Errorf("the planner needs the whole cluster, and you may not read: %s", strings.Join(missing, "; "))
+		return nil, fmt.Errorf("the planner needs the whole cluster, and you may not read: %s", strings.Join(missing, "; "))
 	}
-	return v.snap, v.plans, nil
+	return v.snap, nil
 }

@@ -3,14 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -18,11 +20,8 @@ import (
 	"github.com/gpupool/gpupool/internal/triage"
 )
 
-const whyHelp = `Explain why a GPU pod is pending (or, for a running pod, whether it holds the device it
+const whyLong = `Explain why a GPU pod is pending (or, for a running pod, whether it holds the device it
 asked for and whether its containers hit CUDA out-of-memory), from the live cluster.
-
-Usage:
-  %[1]s why POD [-n NAMESPACE] [-o table|json|yaml] [--kubeconfig FILE] [--context NAME]
 
 The answer names the layer that holds the pod and the dimension that blocks it:
   NotInPool         no GPUPoolPolicy's pool has a node the pod may run on (nodeSelector, affinity, taints)
@@ -34,34 +33,49 @@ The answer names the layer that holds the pod and the dimension that blocks it:
   NotYetDemand      the planner does not count it yet (minPendingAge, scheduling gates)
   Running           it runs on the device it asked for
   Allocator         it runs, but a container reports CUDA out-of-memory: the allocator, not the partitioning
-and a node matrix: per node, placement and free/needed for each resource the pod asks for.
-The planner runs read-only, as the controller would now; nothing is written.
+and a node matrix: per node, placement and free/needed for each resource the pod asks for
+(the first 20 nodes; -o wide or -o json lists them all). The planner runs read-only, as the
+controller would now; nothing is written.
 
-Flags:
-`
+A user who may read only their namespace gets what it shows: the scheduler's message, gpupool's
+Events on the pod, the plan that serves it and the pools' demand (with ClusterRole
+gpupool-viewer), and the list of what they could not read, with the right to ask for.`
 
-func runWhy(program string, args []string, stdout, stderr io.Writer) int {
-	c := newCommand(program, "why", stdout, stderr, true)
-	return c.live(args, fmt.Sprintf(whyHelp, program), func(p []string) string {
-		if len(p) != 1 {
-			return fmt.Sprintf("want exactly one pod name, e.g. %s why trainer-0 -n team-a", program)
+func (c *cli) whyCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:               "why POD",
+		Short:             "Explain why a GPU pod is pending, or what a running one holds",
+		Long:              whyLong,
+		Example:           "  " + c.name + " why trainer-0 -n team-a\n  " + c.name + " why trainer-0 -n team-a -o jsonpath='{.layer}'",
+		Args:              exactlyOne("want exactly one pod name, e.g. " + c.name + " why trainer-0 -n team-a"),
+		ValidArgsFunction: c.complete(func() client.ObjectList { return &corev1.PodList{} }, true),
+	}
+	out := addOutputFlags(cmd)
+	cmd.RunE = func(_ *cobra.Command, args []string) error {
+		if err := out.check(); err != nil {
+			return err
 		}
-		return ""
-	}, func(sess *session) int {
-		out, err := explain(sess.ctx, sess.client, types.NamespacedName{Namespace: sess.namespace, Name: sess.args[0]})
+		sess, err := c.open(false)
 		if err != nil {
-			return c.failed(err)
+			return err
 		}
-		if c.output != "table" {
-			return c.emit(out)
+		defer sess.cancel()
+		v, err := explain(sess.ctx, sess.client, types.NamespacedName{Namespace: sess.namespace, Name: args[0]})
+		if err != nil {
+			return failure(err)
 		}
-		ew := &errWriter{w: stdout}
-		writeWhy(ew, out)
+		if !out.table() {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: v.Pod.Namespace, Name: v.Pod.Name}}
+			return out.printDocument(v, []runtime.Object{named(pod)}, c.stdout)
+		}
+		ew := &errWriter{w: c.stdout}
+		writeWhy(ew, v, out.wide())
 		if ew.err != nil {
-			return c.failed(ew.err)
+			return failure(ew.err)
 		}
-		return exitOK
-	})
+		return nil
+	}
+	return cmd
 }
 
 // explain triages the pod with what the user may read: the planner's answer when they may read
@@ -118,8 +132,8 @@ func podOf(ctx context.Context, c client.Client, v *visible, key types.Namespace
 }
 
 // writeWhy writes the verdict, then what the answer rests on.
-func writeWhy(ew *errWriter, out *whyOutput) {
-	writeVerdict(ew, out.Verdict)
+func writeWhy(ew *errWriter, out *whyOutput, wide bool) {
+	writeVerdict(ew, out.Verdict, wide)
 	if out.Scheduler != "" {
 		ew.wrap("  Scheduler: ", "             ", out.Scheduler)
 	}
@@ -148,7 +162,7 @@ func writeWhy(ew *errWriter, out *whyOutput) {
 // matrixLimit is how many node rows the table shows; -o json has them all.
 const matrixLimit = 20
 
-func writeVerdict(ew *errWriter, v *triage.Verdict) {
+func writeVerdict(ew *errWriter, v *triage.Verdict, wide bool) {
 	ew.printf("Pod %s (%s) asks for %s\n", v.Pod, v.Phase, v.Asks)
 	ew.printf("  Layer:     %s\n", v.Layer)
 	ew.printf("  Blocking:  %s\n", v.Blocking)
@@ -183,7 +197,7 @@ func writeVerdict(ew *errWriter, v *triage.Verdict) {
 	head = append(head, "FITS", "PLACEMENT")
 	fmt.Fprintln(tw, "  "+strings.Join(head, "\t"))
 	for i, row := range v.Nodes {
-		if i == matrixLimit {
+		if i == matrixLimit && !wide {
 			break
 		}
 		cells := []string{row.Node, orDash(row.Policy)}
@@ -202,8 +216,8 @@ func writeVerdict(ew *errWriter, v *triage.Verdict) {
 		fmt.Fprintln(tw, "  "+strings.Join(cells, "\t"))
 	}
 	_ = tw.Flush()
-	if n := len(v.Nodes) - matrixLimit; n > 0 {
-		ew.printf("  ... and %d more nodes (-o json lists them all)\n", n)
+	if n := len(v.Nodes) - matrixLimit; n > 0 && !wide {
+		ew.printf("  ... and %d more nodes (-o wide or -o json lists them all)\n", n)
 	}
 }
 
