@@ -51,6 +51,7 @@ var scenarioNodes = []struct {
 	{"loosen", 1},
 	{"liveness", 1},
 	{"hourly", 2},
+	{"tenant", 1},
 	{"window", 1},
 	// One device-plugin node; the scenario's second node is the DRA node (see BeforeSuite).
 	{"dra", 1},
