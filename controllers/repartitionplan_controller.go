@@ -221,7 +221,10 @@ func (r *PlanReconciler) gateStatus(ctx context.Context, plan *v1alpha1.Repartit
 	changed := d.Changed(plan) || status.Phase == ""
 	status.Phase = d.Phase
 	if d.Phase == v1alpha1.PlanApproved && !status.Approved {
-		status.Approved, status.ApprovedTime = true, &metav1.Time{Time: now}
+		status.Approved, status.ApprovedTime, status.ApprovedBy = true, &metav1.Time{Time: now}, d.By
+	}
+	if d.Phase == v1alpha1.PlanRejected && status.RejectedBy == "" {
+		status.RejectedBy = d.By
 	}
 	if d.Reason == "" {
 		return status, changed

@@ -257,6 +257,13 @@ type RepartitionPlanStatus struct {
 	// ApprovedTime is when the plan was approved.
 	// +optional
 	ApprovedTime *metav1.Time `json:"approvedTime,omitempty"`
+	// ApprovedBy is who approved the plan: the user the API server stamped on the approval
+	// (annotation gpupool.io/approved-by), or the policy whose approval mode approved it.
+	// +optional
+	ApprovedBy string `json:"approvedBy,omitempty"`
+	// RejectedBy is the user the API server stamped on the rejection (gpupool.io/rejected-by).
+	// +optional
+	RejectedBy string `json:"rejectedBy,omitempty"`
 	// Progress is done/total nodes, e.g. 1/3.
 	// +optional
 	Progress string `json:"progress,omitempty"`
@@ -291,6 +298,7 @@ type RepartitionPlanStatus struct {
 // +kubebuilder:printcolumn:name="Disruptive",type=boolean,JSONPath=`.spec.disruptive`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Approved",type=boolean,JSONPath=`.status.approved`
+// +kubebuilder:printcolumn:name="By",type=string,JSONPath=`.status.approvedBy`,description="who approved the plan",priority=1
 // +kubebuilder:printcolumn:name="Hash",type=string,JSONPath=`.spec.hash`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RepartitionPlan struct {

@@ -8,6 +8,13 @@ const (
 	AnnotationApprove = "gpupool.io/approve"
 	// AnnotationReject rejects a RepartitionPlan; the value is the reason shown in its status.
 	AnnotationReject = "gpupool.io/reject"
+	// AnnotationApprovedBy and AnnotationRejectedBy name who set AnnotationApprove or
+	// AnnotationReject. The API server writes them from the request's user, through the
+	// MutatingAdmissionPolicy gpupool-plan-decision-author (config/approval), and refuses any
+	// other value (ValidatingAdmissionPolicy gpupool-plan-approval); the plan controller copies
+	// them into status.approvedBy and status.rejectedBy.
+	AnnotationApprovedBy = "gpupool.io/approved-by"
+	AnnotationRejectedBy = "gpupool.io/rejected-by"
 	// AnnotationSupersede is the policy controller's request that a plan still awaiting
 	// approval be superseded; the value is why. The plan controller, the only writer of a
 	// plan's status, carries it out; a plan past its approval gate ignores it. Only the

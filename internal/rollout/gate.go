@@ -41,7 +41,15 @@ type Decision struct {
 	// IgnoredApproval is set when an approval names another hash: the controller reports it
 	// with a Warning Event instead of acting on it.
 	IgnoredApproval string
+	// By is who made the decision, for status.approvedBy / rejectedBy: the user the API server
+	// stamped on the annotation (AnnotationApprovedBy, AnnotationRejectedBy), or the policy
+	// whose mode approved. "" when the annotation carries no author (the admission policy that
+	// stamps it is not installed).
+	By string
 }
+
+// unrecordedAuthor is said of a decision whose author the API server did not stamp.
+const unrecordedAuthor = "who set it is not recorded: install the MutatingAdmissionPolicy gpupool-plan-decision-author (config/approval)"
 
 // Changed reports whether the decision moves the plan out of its current phase.
 func (d Decision) Changed(plan *v1alpha1.RepartitionPlan) bool { return d.Phase != phaseOf(plan) }
@@ -69,7 +77,13 @@ func Gate(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy, now ti
 		if reason != "" {
 			msg = "rejected: " + reason
 		}
-		return Decision{Phase: v1alpha1.PlanRejected, Reason: ReasonRejected, Message: msg}
+		by := annotations[v1alpha1.AnnotationRejectedBy]
+		if by != "" {
+			msg += " (by " + by + ")"
+		} else {
+			msg += " (" + unrecordedAuthor + ")"
+		}
+		return Decision{Phase: v1alpha1.PlanRejected, Reason: ReasonRejected, Message: msg, By: by}
 	}
 	if why := annotations[v1alpha1.AnnotationSupersede]; why != "" {
 		return Decision{Phase: v1alpha1.PlanSuperseded, Reason: ReasonSuperseded, Message: why}
@@ -81,14 +95,21 @@ func Gate(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy, now ti
 	var ignored string
 	if approval, ok := annotations[v1alpha1.AnnotationApprove]; ok {
 		if approval == plan.Spec.Hash {
-			return Decision{Phase: v1alpha1.PlanApproved, Reason: ReasonApprovedByUser,
-				Message: "approved by annotation " + v1alpha1.AnnotationApprove}
+			by := annotations[v1alpha1.AnnotationApprovedBy]
+			msg := "approved by annotation " + v1alpha1.AnnotationApprove
+			if by != "" {
+				msg = "approved by " + by + " (annotation " + v1alpha1.AnnotationApprove + ")"
+			} else {
+				msg += " (" + unrecordedAuthor + ")"
+			}
+			return Decision{Phase: v1alpha1.PlanApproved, Reason: ReasonApprovedByUser, Message: msg, By: by}
 		}
 		ignored = approval
 	}
 	if mode, ok := autoApproves(plan, policy); ok {
 		return Decision{Phase: v1alpha1.PlanApproved, Reason: ReasonApprovedByPolicy,
-			Message: fmt.Sprintf("approval %s allows this plan", mode), IgnoredApproval: ignored}
+			Message: fmt.Sprintf("approval %s allows this plan", mode), IgnoredApproval: ignored,
+			By: fmt.Sprintf("policy %s (approval %s)", policy.Name, mode)}
 	}
 	ttl := DefaultPlanTTL
 	if d := policy.Spec.Disruption.PlanTTL; d != nil && d.Duration > 0 {

@@ -42,6 +42,7 @@ func TestGate(t *testing.T) {
 		phase     v1alpha1.PlanPhase
 		reason    string
 		message   string
+		by        string
 		ignored   string
 		invariant string
 		// made is the mode the plan records it was made under (spec.approval); unset, the
@@ -57,6 +58,20 @@ func TestGate(t *testing.T) {
 		{name: "approval with the plan's hash", plan: plan(true, "", approve("1f3e9a7c00000000")),
 			policy: policy(v1alpha1.ApprovalManual, false, 0), phase: v1alpha1.PlanApproved,
 			reason: rollout.ReasonApprovedByUser, invariant: "a matching approval starts the plan"},
+		{name: "the approver the API server stamped is named", plan: plan(true, "", map[string]string{
+			v1alpha1.AnnotationApprove: "1f3e9a7c00000000", v1alpha1.AnnotationApprovedBy: "alice"}),
+			policy: policy(v1alpha1.ApprovalManual, false, 0), phase: v1alpha1.PlanApproved,
+			reason: rollout.ReasonApprovedByUser, message: "approved by alice (annotation gpupool.io/approve)", by: "alice",
+			invariant: "the approver is on the plan"},
+		{name: "an approval without a stamped author says so", plan: plan(true, "", approve("1f3e9a7c00000000")),
+			policy: policy(v1alpha1.ApprovalManual, false, 0), phase: v1alpha1.PlanApproved,
+			reason: rollout.ReasonApprovedByUser, message: "who set it is not recorded",
+			invariant: "an unknown approver is not made up"},
+		{name: "the rejecter the API server stamped is named", plan: plan(true, "", map[string]string{
+			v1alpha1.AnnotationReject: "busy", v1alpha1.AnnotationRejectedBy: "bob"}),
+			policy: policy(v1alpha1.ApprovalManual, false, 0), phase: v1alpha1.PlanRejected,
+			reason: rollout.ReasonRejected, message: "rejected: busy (by bob)", by: "bob",
+			invariant: "the rejecter is on the plan"},
 		{name: "approval with another hash is ignored", plan: plan(true, "", approve("deadbeef")),
 			policy: policy(v1alpha1.ApprovalManual, false, 0), phase: v1alpha1.PlanAwaitingApproval,
 			reason: rollout.ReasonAwaitingApproval, ignored: "deadbeef",
@@ -162,6 +177,9 @@ func TestGate(t *testing.T) {
 			g.Expect(d.Phase).To(Equal(tc.phase), tc.invariant)
 			g.Expect(d.Reason).To(Equal(tc.reason))
 			g.Expect(d.Message).To(ContainSubstring(tc.message))
+			if tc.by != "" {
+				g.Expect(d.By).To(Equal(tc.by))
+			}
 			g.Expect(d.IgnoredApproval).To(Equal(tc.ignored))
 			g.Expect(d.Changed(tc.plan)).To(Equal(tc.phase != v1alpha1.PlanAwaitingApproval && tc.plan.Status.Phase != tc.phase))
 		})

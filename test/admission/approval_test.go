@@ -21,7 +21,8 @@ import (
 )
 
 // TestOnlyApproversMayApproveOrRejectPlans guards the approval model: approving disruption is
-// an authorised decision (the custom verb "approve"), not merely the right to edit a plan.
+// an authorised decision (the custom verb "approve"), not merely the right to edit a plan, and
+// who made it is written by the API server, never by the client (issue 35, audit).
 func TestOnlyApproversMayApproveOrRejectPlans(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -31,7 +32,7 @@ func TestOnlyApproversMayApproveOrRejectPlans(t *testing.T) {
 
 	objs, err := testenv.KustomizationObjects(filepath.Join(env.RepoRoot, "config", "approval"))
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(objs).To(HaveLen(5), "the approver role, two policies and their bindings")
+	g.Expect(objs).To(HaveLen(7), "the approver role, two validating policies, the decision-author policy and their bindings")
 	for _, obj := range objs {
 		g.Expect(env.Client.Create(ctx, obj)).To(Succeed(), "creating %s %s", obj.GetKind(), obj.GetName())
 	}
@@ -94,11 +95,34 @@ func TestOnlyApproversMayApproveOrRejectPlans(t *testing.T) {
 
 	g.Expect(annotate(as("editor"), "team.example.com/owner", "ml-platform")).To(Succeed(),
 		"other annotations are RBAC's business only")
+	// The API server names the approver (the mutating policy may start a moment after the
+	// validating ones: each try sets a new value, which it stamps once active).
+	g.Eventually(func(g Gomega) {
+		attempt++
+		g.Expect(annotate(as("approver"), v1.AnnotationApprove, fmt.Sprintf("try-%d", attempt))).To(Succeed())
+		got := &v1.RepartitionPlan{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(plan), got)).To(Succeed())
+		g.Expect(got.Annotations).To(HaveKeyWithValue(v1.AnnotationApprovedBy, "approver"))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Expect(annotate(as("approver"), v1.AnnotationApprove, "1f3e9a7c")).To(Succeed())
+	// Nobody writes the author by hand: not an approver naming someone else, not an editor.
+	err = annotate(as("approver"), v1.AnnotationApprovedBy, "someone-else")
+	g.Expect(err).To(MatchError(ContainSubstring("approver may not set them by hand")))
+	err = annotate(as("editor"), v1.AnnotationRejectedBy, "approver")
+	g.Expect(err).To(MatchError(ContainSubstring("editor may not set them by hand")))
+	// Even alongside a decision, the name stamped is the requester's.
+	latest := &v1.RepartitionPlan{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(plan), latest)).To(Succeed())
+	patch := client.MergeFrom(latest.DeepCopy())
+	latest.Annotations[v1.AnnotationReject] = "not now"
+	latest.Annotations[v1.AnnotationRejectedBy] = "someone-else"
+	g.Expect(as("approver").Patch(ctx, latest, patch)).To(Succeed())
 
 	got := &v1.RepartitionPlan{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(plan), got)).To(Succeed())
 	g.Expect(got.Annotations).To(HaveKeyWithValue(v1.AnnotationApprove, "1f3e9a7c"))
+	g.Expect(got.Annotations).To(HaveKeyWithValue(v1.AnnotationApprovedBy, "approver"))
+	g.Expect(got.Annotations).To(HaveKeyWithValue(v1.AnnotationRejectedBy, "approver"))
 	g.Expect(got.Annotations).To(HaveKeyWithValue("team.example.com/owner", "ml-platform"))
 
 	// Creating a plan that is approved from birth needs the verb too.

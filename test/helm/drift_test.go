@@ -93,6 +93,7 @@ func (in install) expected(t testing.TB, o *unstructured.Unstructured) *unstruct
 		kustomizeManagerUser, in.managerUser(),
 		kustomizeAgentUser, in.agentUser(),
 		"ClusterRole gpupool-plan-approver", "ClusterRole "+in.name("gpupool-plan-approver"),
+		"MutatingAdmissionPolicy gpupool-plan-decision-author", "MutatingAdmissionPolicy "+in.name("gpupool-plan-decision-author"),
 		"gpupool-manager-metrics."+kustomizeNamespace+".svc", in.name("gpupool-manager-metrics")+"."+in.namespace+".svc",
 		"--gpu-operator-namespace="+kustomizeGPUOperator, "--gpu-operator-namespace="+in.gpuOperatorNamespace,
 		"--agent-namespace="+kustomizeAgentNS, "--agent-namespace="+in.ns(kustomizeAgentNS),
@@ -128,7 +129,8 @@ func (in install) expected(t testing.TB, o *unstructured.Unstructured) *unstruct
 	for _, s := range subjects {
 		rename(s.(map[string]any), "name", "namespace")
 	}
-	if spec, ok := out.Object["spec"].(map[string]any); ok && strings.HasPrefix(out.GetKind(), "ValidatingAdmissionPolicy") {
+	if spec, ok := out.Object["spec"].(map[string]any); ok && (strings.HasPrefix(out.GetKind(), "ValidatingAdmissionPolicy") ||
+		strings.HasPrefix(out.GetKind(), "MutatingAdmissionPolicy")) {
 		rename(spec, "policyName")
 	}
 	if pod, ok, _ := unstructured.NestedMap(out.Object, "spec", "template", "spec"); ok {
