@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -105,6 +106,14 @@ func TestAPlanWhosePodsWentAwayIsWithdrawn(t *testing.T) {
 	policy.Spec.Planning.StabilizationWindow = &metav1.Duration{Duration: time.Hour}
 	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
 	plan := onlyPlan(t, env)
+	// The pod's owner sees, on the pod, which plan serves it and that it waits for approval.
+	g.Eventually(func(g Gomega) {
+		var list eventsv1.EventList
+		g.Expect(env.Client.List(ctx, &list, client.InNamespace("default"))).To(Succeed())
+		g.Expect(list.Items).To(ContainElement(SatisfyAll(
+			HaveField("Regarding.Kind", "Pod"), HaveField("Regarding.Name", "trainer"), HaveField("Regarding.UID", pod.UID),
+			HaveField("Reason", pool.PodReasonPlanned), HaveField("Note", ContainSubstring("gpupool plan "+plan.Name)))))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
 
 	// The fake clock stands still: the plan is well inside its window.
 	g.Expect(env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())

@@ -126,6 +126,8 @@ type PolicyReconciler struct {
 	lastPlan map[string]plannedResult
 	// lastInputs is, per policy, what its last complete pass started from.
 	lastInputs map[string]passInputs
+	// told is, per policy and pending pod, the PodNote.Key of the last Event written on the pod.
+	told map[string]map[types.UID]string
 }
 
 // passInputs is what a complete pass started from, as far as a reconcile can tell without
@@ -401,6 +403,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, err
 	}
 	took.lap("propose")
+	r.tellPods(pass, res, current)
 	r.remember(policy, current, res, frozenKey(pass.Frozen), pass.Pending)
 	if err := r.collectPlans(ctx, policy, pass.Own, now); err != nil {
 		return reconcile.Result{}, err
@@ -423,6 +426,46 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		after = min(after, max(time.Second, young.CreationTimestamp.Add(pass.Window).Sub(now)))
 	}
 	return reconcile.Result{RequeueAfter: after}, nil
+}
+
+// tellPods writes an Event on each pending pod of the pool whose story changed: which plan
+// serves it and where that plan stands, or why gpupool cannot help (pool.PodNotes). The pod's
+// owner, often confined to a namespace, reads it with kubectl describe pod.
+func (r *PolicyReconciler) tellPods(pass *pool.Pass, res *planner.Result, current *v1alpha1.RepartitionPlan) {
+	policy, now := pass.Policy, pass.Now
+	phase := v1alpha1.PlanPhase("")
+	var refused *pool.Refusal
+	var wanted *v1alpha1.RepartitionPlan
+	if current != nil {
+		phase = rollout.Gate(current, policy, now).Phase
+	} else if wanted = res.RepartitionPlan(policy, now); wanted != nil {
+		refused = pool.RefusedChange(pass.Own, wanted, policy, now)
+	}
+	notes := pool.PodNotes(pass.Pending, res, current, phase, refused, wanted)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.told == nil {
+		r.told = map[string]map[types.UID]string{}
+	}
+	before := r.told[policy.Name]
+	told := make(map[types.UID]string, len(notes))
+	for pod, note := range notes {
+		told[note.UID] = note.Key
+		if before[note.UID] == note.Key {
+			continue
+		}
+		eventType := corev1.EventTypeNormal
+		if note.Reason == pool.PodReasonCannotHelp || note.Reason == pool.PodReasonRefused {
+			eventType = corev1.EventTypeWarning
+		}
+		var related runtime.Object = policy
+		if current != nil && note.Reason != pool.PodReasonCannotHelp {
+			related = current
+		}
+		regarding := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: note.UID}}
+		r.Recorder.Eventf(regarding, related, eventType, note.Reason, "Plan", "%s", note.Message)
+	}
+	r.told[policy.Name] = told
 }
 
 // passClock times the phases of one pass.
@@ -493,6 +536,9 @@ func (r *PolicyReconciler) observePolicy(ctx context.Context, name string) (*v1a
 		return nil, nil, true, r.reportUndecodable(ctx, bad)
 	case policy == nil:
 		r.Metrics.ForgetPolicy(name)
+		r.mu.Lock()
+		delete(r.told, name)
+		r.mu.Unlock()
 		return nil, nil, true, nil
 	case !policy.DeletionTimestamp.IsZero():
 		return nil, nil, true, nil
@@ -566,7 +612,12 @@ func (r *PolicyReconciler) reportUnusable(ctx context.Context, policy *v1alpha1.
 		meta.FindStatusCondition(policy.Status.Conditions, v1alpha1.ConditionReady).Message != msg {
 		r.Recorder.Eventf(policy, nil, corev1.EventTypeWarning, reason, "Plan", "%s", msg)
 	}
-	return r.writeStatus(ctx, policy, status)
+	if err := r.writeStatus(ctx, policy, status); err != nil {
+		return err
+	}
+	// A policy no pass can use is the one an alert must see not Ready.
+	r.Metrics.ObserveConditions(policy.Name, status.Conditions)
+	return nil
 }
 
 // reportUndecodable writes Ready=False on a stored policy that the manager cannot decode,
@@ -587,6 +638,7 @@ func (r *PolicyReconciler) reportUndecodable(ctx context.Context, bad *undecodab
 		" (the API server's rules now refuse such a value)"
 	before := meta.FindStatusCondition(conditions, v1alpha1.ConditionReady)
 	if before != nil && before.Reason == reasonUndecodable && before.Message == msg && before.ObservedGeneration == u.GetGeneration() {
+		r.Metrics.ObserveConditions(u.GetName(), conditions)
 		return nil
 	}
 	cond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reasonUndecodable,
@@ -601,6 +653,7 @@ func (r *PolicyReconciler) reportUndecodable(ctx context.Context, bad *undecodab
 	if err := r.Client.Status().Patch(ctx, u, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return fmt.Errorf("writing the status of undecodable policy %s: %w", u.GetName(), err)
 	}
+	r.Metrics.ObserveConditions(u.GetName(), conditions)
 	return nil
 }
 
