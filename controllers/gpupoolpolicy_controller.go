@@ -208,6 +208,15 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	} else {
 		mgr.GetLogger().Info("ResourceClaims are not served; pods asking through DRA claims are not seen as demand", "reason", err.Error())
 	}
+	// A ClusterPolicy edited to point elsewhere (or back) changes GPUOperatorConfigured and so
+	// Ready; without a watch the pool would read Ready until its next full pass. Only where the
+	// GPU Operator's CRD is served when the manager starts (an informer for a missing kind
+	// would hold the manager back); otherwise each full pass reads it.
+	if _, err := mgr.GetRESTMapper().RESTMapping(nvidia.ClusterPolicyGVK.GroupKind(), nvidia.ClusterPolicyGVK.Version); err == nil {
+		clusterPolicy := &unstructured.Unstructured{}
+		clusterPolicy.SetGroupVersionKind(nvidia.ClusterPolicyGVK)
+		b = b.Watches(clusterPolicy, all)
+	}
 	if r.ConfigNamespace != "" {
 		// The GPU Operator's ConfigMaps exist from the manager's start, before any policy: a
 		// user points the ClusterPolicy at them right after installing gpupool (see

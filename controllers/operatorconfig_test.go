@@ -84,4 +84,19 @@ mig-configs:
 		g.Expect(condition(got, v1.ConditionGPUOperatorConfigured).Status).To(Equal(metav1.ConditionTrue))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 
+	// A ClusterPolicy pointed elsewhere makes the pool not Ready at once (the controller watches
+	// it; the fake clock stands still, so no periodic pass could be what noticed).
+	cp := &unstructured.Unstructured{}
+	cp.SetGroupVersionKind(sim.ClusterPolicyGVK)
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "cluster-policy"}, cp)).To(Succeed())
+	g.Expect(unstructured.SetNestedField(cp.Object, "someone-elses-config", "spec", "devicePlugin", "config", "name")).To(Succeed())
+	g.Expect(env.Client.Update(ctx, cp)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		got := &v1.GPUPoolPolicy{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "pool-a"}, got)).To(Succeed())
+		g.Expect(condition(got, v1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(condition(got, v1.ConditionReady).Reason).To(Equal("ClusterPolicyMisconfigured"))
+		g.Expect(condition(got, v1.ConditionReady).Message).To(ContainSubstring("spec.devicePlugin.config.name"))
+	}).WithTimeout(30*time.Second).Should(Succeed(), "a GPU Operator that will not apply gpupool's layouts is not Ready")
+
 }
