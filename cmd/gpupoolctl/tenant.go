@@ -12,6 +12,7 @@ import (
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/planner"
 	"github.com/gpupool/gpupool/internal/snapshot"
 	"github.com/gpupool/gpupool/internal/triage"
 )
@@ -94,16 +95,14 @@ func limitedVerdict(pod *corev1.Pod, v *visible, events []corev1.Event) (*whyOut
 		verdict.Layer, verdict.Blocking = triage.LayerPartitionShape, strings.Join(resources, ", ")
 		verdict.Reason = "plan " + verdict.Plan.Name + " re-carves MIG layouts to serve this pod"
 		verdict.Next = planNext(verdict.Plan)
-	case len(out.Events) > 0 && isLayer(out.Events[len(out.Events)-1].Reason):
+	case len(out.Events) > 0 && eventLayer(out.Events[len(out.Events)-1]) != "":
 		last := out.Events[len(out.Events)-1]
-		verdict.Layer, verdict.Reason = triage.Layer(last.Reason), last.Message
+		verdict.Layer, verdict.Reason = eventLayer(last), last.Message
 		verdict.Next = "gpupool's controller, which sees the whole cluster, says so in its last Event on the pod; for the node matrix, " + askFor
 	default:
 		verdict.Layer, verdict.Blocking = layerUnknown, "what you may read"
+		// The scheduler's message follows on its own line (Scheduler).
 		verdict.Reason = "the planner needs what you may not read (see Not seen), and gpupool has written no Event on the pod that names the layer"
-		if out.Scheduler != "" {
-			verdict.Reason += "; the scheduler says: " + out.Scheduler
-		}
 		verdict.Next = askFor
 	}
 	return out, nil
@@ -178,9 +177,26 @@ func eventTime(e corev1.Event) time.Time {
 	return e.CreationTimestamp.Time
 }
 
-func isLayer(reason string) bool {
-	return slices.Contains([]triage.Layer{triage.LayerNotInPool, triage.LayerPlacement, triage.LayerPartitionShape, triage.LayerCapacity,
-		triage.LayerDisruptionBudget, triage.LayerScheduling, triage.LayerNotYetDemand}, triage.Layer(reason))
+// eventLayer is the layer gpupool's Event on a pod names (internal/pool/podnotes.go writes
+// them: a plan serves the pod, or repartitioning cannot help with the planner's reason in
+// parentheses), or "" when it names none.
+func eventLayer(e podEvent) triage.Layer {
+	switch e.Reason {
+	case "GPUPoolPlanAwaitingApproval", "GPUPoolPlanRunning", "GPUPoolChangeRefused":
+		return triage.LayerPartitionShape
+	case "GPUPoolCannotHelp":
+		_, rest, _ := strings.Cut(e.Message, "(")
+		reason, _, _ := strings.Cut(rest, ")")
+		return map[string]triage.Layer{string(planner.ReasonNodePlacement): triage.LayerPlacement,
+			string(planner.ReasonPartitionShape): triage.LayerPartitionShape, string(planner.ReasonCapacity): triage.LayerCapacity,
+			string(planner.ReasonDisruption): triage.LayerDisruptionBudget}[reason]
+	}
+	// An Event whose reason is a layer's name says it outright.
+	if slices.Contains([]triage.Layer{triage.LayerNotInPool, triage.LayerPlacement, triage.LayerPartitionShape, triage.LayerCapacity,
+		triage.LayerDisruptionBudget, triage.LayerScheduling, triage.LayerNotYetDemand}, triage.Layer(e.Reason)) {
+		return triage.Layer(e.Reason)
+	}
+	return ""
 }
 
 // demandFor is each policy's status count of pending pods for the pod's resources.

@@ -68,7 +68,7 @@ func TestLimitedVerdict(t *testing.T) {
 		name:      "nothing readable but the pod: the scheduler's word and what to ask for",
 		pod:       pendingPod(),
 		v:         visible{gaps: tenantGaps},
-		wantLayer: layerUnknown, wantReason: "the scheduler says: 0/4 nodes are available",
+		wantLayer: layerUnknown, wantReason: "the planner needs what you may not read",
 		wantNextPart: "kubectl gpupool why trainer-0 -n team-a",
 	}, {
 		name:      "a visible plan serving the pod names it and what it waits for",
@@ -101,6 +101,20 @@ func TestLimitedVerdict(t *testing.T) {
 		},
 		wantLayer: layerUnknown, wantEvents: []string{"Planned"},
 	}, {
+		name: "gpupool's Event that repartitioning cannot help gives the planner's reason as a layer",
+		pod:  pendingPod(),
+		v:    visible{gaps: tenantGaps},
+		events: []corev1.Event{gpupoolEvent("GPUPoolCannotHelp",
+			"gpupool cannot serve this pod by repartitioning (NodePlacement): no node has 1000 CPUs; kubectl gpupool why trainer-0 -n team-a", fixture.Now)},
+		wantLayer: triage.LayerPlacement, wantReason: "no node has 1000 CPUs", wantEvents: []string{"GPUPoolCannotHelp"},
+	}, {
+		name: "gpupool's Event that a plan waits for approval: the partition shape, even without the plans",
+		pod:  pendingPod(),
+		v:    visible{gaps: tenantGaps},
+		events: []corev1.Event{gpupoolEvent("GPUPoolPlanAwaitingApproval",
+			"gpupool plan h200-abc repartitions GPUs for this pod; it waits for approval (kubectl gpupool plan h200-abc)", fixture.Now)},
+		wantLayer: triage.LayerPartitionShape, wantReason: "plan h200-abc", wantEvents: []string{"GPUPoolPlanAwaitingApproval"},
+	}, {
 		name:       "the policies' status counts the pod's shape, and a single pool is named",
 		pod:        pendingPod(),
 		v:          visible{gaps: tenantGaps, policiesVisible: true, snap: &snapshot.Snapshot{Policies: []v1alpha1.GPUPoolPolicy{policy}}},
@@ -120,6 +134,9 @@ func TestLimitedVerdict(t *testing.T) {
 			out, err := limitedVerdict(&tc.pod, &tc.v, tc.events)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !strings.HasPrefix(out.Scheduler, "0/4 nodes are available") && tc.pod.Spec.NodeName == "" {
+				t.Errorf("scheduler %q, want the pod's PodScheduled message", out.Scheduler)
 			}
 			if out.Complete || out.Layer != tc.wantLayer || !strings.Contains(out.Reason, tc.wantReason) || out.Policy != tc.wantPolicy {
 				t.Errorf("complete %t, layer %q, policy %q, reason %q; want incomplete, %q, %q, %q", out.Complete, out.Layer, out.Policy, out.Reason,
