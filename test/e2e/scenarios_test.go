@@ -61,8 +61,10 @@ var _ = Describe("gpupool on a simulated GPU cluster", func() {
 		done := s.waitPhase(plan.Name, v1alpha1.PlanSucceeded, 2*time.Minute)
 		succeeded := time.Now()
 		Expect(done.Status.Approved).To(BeTrue())
+		Expect(done.Status.ApprovedBy).To(Equal(whoAmI()), "the API server named the approver (issue 35, audit)")
 		Expect(done.Status.Conditions).To(ContainElement(SatisfyAll(
-			HaveField("Type", controllers.ConditionApproved), HaveField("Reason", rollout.ReasonApprovedByUser))))
+			HaveField("Type", controllers.ConditionApproved), HaveField("Reason", rollout.ReasonApprovedByUser),
+			HaveField("Message", ContainSubstring("approved by "+whoAmI())))))
 		s.waitRunning("train-3g", 2, time.Minute)
 		running := time.Now()
 		threeG := 0

@@ -53,6 +53,7 @@ var scenarioNodes = []struct {
 	{"hourly", 2},
 	{"tenant", 1},
 	{"window", 1},
+	{"signals", 1},
 	// One device-plugin node; the scenario's second node is the DRA node (see BeforeSuite).
 	{"dra", 1},
 	// Last: its second node is the one node that starts all-7g (see BeforeSuite).
