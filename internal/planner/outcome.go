@@ -501,13 +501,13 @@ func (p *planState) currentlyWhole(ni *nodeInfo) bool {
 func (p *planState) resourceObstacle(c *class, ni *nodeInfo) string {
 	for d, per := range c.vec {
 		if per > ni.free[d] {
-			return fmt.Sprintf("node %s has %d of %s free, the pod needs %d", ni.node.Name, ni.free[d], p.dimName(d), per)
+			name := p.dims.names[d]
+			return fmt.Sprintf("node %s has %s free, the pod needs %s", ni.node.Name,
+				demand.Amount(name, ni.free[d]), demand.Amount(name, per))
 		}
 	}
 	return ""
 }
-
-func (p *planState) dimName(d int) string { return string(p.dims.names[d]) }
 
 // evictionsToHost estimates the evictions a node needs to host one pod of the class by
 // re-carving its cheapest GPUs, or says what forbids it.

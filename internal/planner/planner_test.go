@@ -149,7 +149,7 @@ func TestUnservedReasons(t *testing.T) {
 		{name: "node selector matches no pool node", pending: mig1("3g.71gb"), opts: []podOpt{nodeSelector("zone", "b")},
 			pol: policy(), reason: planner.ReasonNotInPool, message: "none of the pool's 1 nodes matches"},
 		{name: "too much CPU", pending: mig1("3g.71gb"), opts: []podOpt{cpu("100")}, pol: policy(),
-			reason: planner.ReasonNodePlacement, message: "node gpu-1 has 64000 of cpu free, the pod needs 100000"},
+			reason: planner.ReasonNodePlacement, message: "node gpu-1 has 64 CPU free, the pod needs 100 CPU"},
 		{name: "whole GPUs not allowed", pending: map[string]int64{"nvidia.com/gpu": 1}, pol: policy(),
 			reason: planner.ReasonPartitionShape, message: "allowWholeGPU is false"},
 		{name: "more instances than a node holds", pending: map[string]int64{mig.ResourceName("3g.71gb"): 5}, pol: policy(),

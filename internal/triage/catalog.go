@@ -3,13 +3,10 @@ package triage
 import (
 	"cmp"
 	"fmt"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
@@ -177,39 +174,4 @@ func orNothing(profiles []v1alpha1.MIGProfileName) string {
 		names[i] = string(p)
 	}
 	return strings.Join(names, ", ")
-}
-
-// resourceShortfall matches the planner's words for a node lacking a non-GPU resource, in the
-// scheduler's integers (internal/planner/outcome.go, resourceObstacle): CPU in millicores,
-// memory in bytes.
-var resourceShortfall = regexp.MustCompile(`node (\S+) has (-?\d+) of (\S+) free, the pod needs (-?\d+)`)
-
-// withUnits rewrites the planner's resource amounts in a message into the units a user reads.
-func withUnits(message string) string {
-	return resourceShortfall.ReplaceAllStringFunc(message, func(m string) string {
-		sub := resourceShortfall.FindStringSubmatch(m)
-		free, err1 := strconv.ParseInt(sub[2], 10, 64)
-		need, err2 := strconv.ParseInt(sub[4], 10, 64)
-		if err1 != nil || err2 != nil {
-			return m
-		}
-		name := corev1.ResourceName(sub[3])
-		return fmt.Sprintf("node %s has %s free, the pod needs %s", sub[1], withUnit(name, free), withUnit(name, need))
-	})
-}
-
-// withUnit writes an amount of a resource with its unit, as kubectl writes quantities: "500m
-// CPU", "4 CPU", "256Gi memory", "3 example.com/fpga".
-func withUnit(name corev1.ResourceName, v int64) string {
-	switch name {
-	case corev1.ResourceCPU:
-		// Whole cores as kubectl shows them ("4"), else millicores ("3500m"), never "4k".
-		if v%1000 == 0 {
-			return strconv.FormatInt(v/1000, 10) + " CPU"
-		}
-		return strconv.FormatInt(v, 10) + "m CPU"
-	case corev1.ResourceMemory, corev1.ResourceEphemeralStorage:
-		return resource.NewQuantity(v, resource.BinarySI).String() + " " + string(name)
-	}
-	return fmt.Sprintf("%d %s", v, name)
 }

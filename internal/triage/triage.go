@@ -225,7 +225,7 @@ func explainPending(s *snapshot.Snapshot, rep *snapshot.Report, plans []v1alpha1
 		return
 	}
 	u := rep.Unserved[j]
-	v.Policy, v.Reason = u.Policy, withUnits(u.Message)
+	v.Policy, v.Reason = u.Policy, u.Message
 	req, _, _ := requestsOf(s, pod)
 	switch u.Reason {
 	case planner.ReasonNotInPool:
