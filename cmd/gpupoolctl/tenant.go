@@ -98,6 +98,12 @@ func limitedVerdict(pod *corev1.Pod, v *visible, events []corev1.Event) (*whyOut
 	case len(out.Events) > 0 && eventLayer(out.Events[len(out.Events)-1]) != "":
 		last := out.Events[len(out.Events)-1]
 		verdict.Layer, verdict.Reason = eventLayer(last), last.Message
+		// The Event names the layer; the blocking dimension is the GPU shape for the layers
+		// about GPUs, else in the Event's words.
+		verdict.Blocking = "see Why"
+		if verdict.Layer == triage.LayerPartitionShape || verdict.Layer == triage.LayerCapacity {
+			verdict.Blocking = strings.Join(resources, ", ")
+		}
 		verdict.Next = "gpupool's controller, which sees the whole cluster, says so in its last Event on the pod; for the node matrix, " + askFor
 	default:
 		verdict.Layer, verdict.Blocking = layerUnknown, "what you may read"

@@ -138,6 +138,9 @@ func TestLimitedVerdict(t *testing.T) {
 			if !strings.HasPrefix(out.Scheduler, "0/4 nodes are available") && tc.pod.Spec.NodeName == "" {
 				t.Errorf("scheduler %q, want the pod's PodScheduled message", out.Scheduler)
 			}
+			if out.Blocking == "" {
+				t.Error("no blocking dimension")
+			}
 			if out.Complete || out.Layer != tc.wantLayer || !strings.Contains(out.Reason, tc.wantReason) || out.Policy != tc.wantPolicy {
 				t.Errorf("complete %t, layer %q, policy %q, reason %q; want incomplete, %q, %q, %q", out.Complete, out.Layer, out.Policy, out.Reason,
 					tc.wantLayer, tc.wantPolicy, tc.wantReason)
