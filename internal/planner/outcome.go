@@ -368,7 +368,7 @@ func (p *planState) explain(c *class, res *Result, steps map[*nodeInfo]*proposal
 		return ReasonNotInPool, fmt.Sprintf("%s: none of the pool's %d nodes matches the pod's node selector, affinity, tolerations or the way it asks for GPUs (%s)",
 			what, len(p.nodes), firstMismatch)
 	}
-	shaped, shapeWhy := passing(eligible, func(ni *nodeInfo) string { return p.shapeObstacle(c, ni) })
+	shaped, shapeWhy := p.shapePassing(c, eligible)
 	if len(shaped) == 0 {
 		return ReasonPartitionShape, fmt.Sprintf("%s: %s", what, shapeWhy)
 	}
@@ -445,15 +445,43 @@ func passing(nodes []*nodeInfo, obstacle func(*nodeInfo) string) ([]*nodeInfo, s
 	return out, first
 }
 
+// How actionable a shape obstacle is: what the policy forbids a user can change; the size of a
+// node they cannot; a GPU model without the profile at all is the least to say about a pool
+// whose other models have it. The most actionable obstacle among the pool's nodes is the one
+// reported, so that a mixed pool does not blame its A100s for what its H200 entry forbids.
+const (
+	obstacleNoSuchProfile = iota
+	obstacleNodeTooSmall
+	obstacleCatalog
+)
+
+// shapePassing is passing for shape obstacles, reporting the most actionable one.
+func (p *planState) shapePassing(c *class, nodes []*nodeInfo) ([]*nodeInfo, string) {
+	var out []*nodeInfo
+	best, rank := "", -1
+	for _, ni := range nodes {
+		why, r := p.shapeObstacle(c, ni)
+		if why == "" {
+			out = append(out, ni)
+			continue
+		}
+		if r > rank {
+			best, rank = why, r
+		}
+	}
+	return out, best
+}
+
 // shapeObstacle says why no layout of this node's GPUs the catalog allows could hold one pod
-// of the class, or "" when one could.
-func (p *planState) shapeObstacle(c *class, ni *nodeInfo) string {
+// of the class, and how actionable that is; "" when one could.
+func (p *planState) shapeObstacle(c *class, ni *nodeInfo) (string, int) {
 	if ni.prod == nil {
-		return fmt.Sprintf("node %s: %s", ni.node.Name, ni.blocker)
+		return fmt.Sprintf("node %s: %s", ni.node.Name, ni.blocker), obstacleNoSuchProfile
 	}
 	pi := ni.prod
+	model := productLabel(ni)
 	if p.needs(c, pi) == nil {
-		return fmt.Sprintf("%s has no such MIG profile (it has %s)", pi.product.Name, strings.Join(pi.names, ", "))
+		return fmt.Sprintf("%s has no such MIG profile (it has %s)", model, strings.Join(pi.names, ", ")), obstacleNoSuchProfile
 	}
 	for profile, n := range c.mig {
 		pr, _ := pi.product.Profile(profile)
@@ -462,21 +490,32 @@ func (p *planState) shapeObstacle(c *class, ni *nodeInfo) string {
 			if len(pi.allowed) > 0 {
 				allowed = strings.Join(pi.allowed, ", ")
 			}
-			return fmt.Sprintf("the policy's catalog does not allow %s on %s (it allows %s)", pr.Name, pi.product.Name, allowed)
+			return fmt.Sprintf("the policy's catalog does not allow %s on %s (it allows %s)", pr.Name, model, allowed), obstacleCatalog
 		}
 		if int(n) > pr.MaxCount*len(ni.gpus) {
-			return fmt.Sprintf("%d x %s exceed what the %d GPU(s) of a %s node can hold", n, pr.Name, len(ni.gpus), pi.product.Name)
+			return fmt.Sprintf("%d x %s exceed what the %d GPU(s) of a %s node can hold", n, pr.Name, len(ni.gpus), model), obstacleNodeTooSmall
 		}
 	}
 	if c.whole > 0 {
 		if !pi.wholeOK && !p.currentlyWhole(ni) {
-			return fmt.Sprintf("the policy's catalog does not allow whole GPUs (MIG off) on %s (allowWholeGPU is false)", pi.product.Name)
+			return fmt.Sprintf("the policy's catalog does not allow whole GPUs (MIG off) on %s (set allowWholeGPU: true in its catalog entry)", model), obstacleCatalog
 		}
 		if int(c.whole) > len(ni.gpus) {
-			return fmt.Sprintf("%d whole GPUs exceed the %d GPU(s) of a %s node", c.whole, len(ni.gpus), pi.product.Name)
+			return fmt.Sprintf("%d whole GPUs exceed the %d GPU(s) of a %s node", c.whole, len(ni.gpus), model), obstacleNodeTooSmall
 		}
 	}
-	return ""
+	return "", 0
+}
+
+// productLabel names the node's GPU model as users write it in a catalog (the
+// nvidia.com/gpu.product spelling, inventory.GPU.Label), not by the built-in table's key.
+func productLabel(ni *nodeInfo) string {
+	if len(ni.node.GPUs) > 0 {
+		if name := ni.node.GPUs[0].Label(); name != "" {
+			return name
+		}
+	}
+	return ni.prod.product.Name
 }
 
 func (p *planState) currentlyOffered(ni *nodeInfo, profile string) bool {

@@ -143,15 +143,15 @@ func TestUnservedReasons(t *testing.T) {
 		{name: "profile not in catalog", pending: mig1("4g.71gb"),
 			pol:     policy(catalog("H200", false, "1g.18gb", "3g.71gb")),
 			reason:  planner.ReasonPartitionShape,
-			message: "needs 1 x 4g.71gb: the policy's catalog does not allow 4g.71gb on H200-141GB (it allows 1g.18gb, 3g.71gb)"},
+			message: "needs 1 x 4g.71gb: the policy's catalog does not allow 4g.71gb on NVIDIA-H200 (it allows 1g.18gb, 3g.71gb)"},
 		{name: "profile of another product", pending: mig1("3g.40gb"), pol: policy(),
-			reason: planner.ReasonPartitionShape, message: "H200-141GB has no such MIG profile"},
+			reason: planner.ReasonPartitionShape, message: "NVIDIA-H200 has no such MIG profile"},
 		{name: "node selector matches no pool node", pending: mig1("3g.71gb"), opts: []podOpt{nodeSelector("zone", "b")},
 			pol: policy(), reason: planner.ReasonNotInPool, message: "none of the pool's 1 nodes matches"},
 		{name: "too much CPU", pending: mig1("3g.71gb"), opts: []podOpt{cpu("100")}, pol: policy(),
 			reason: planner.ReasonNodePlacement, message: "node gpu-1 has 64 CPU free, the pod needs 100 CPU"},
 		{name: "whole GPUs not allowed", pending: map[string]int64{"nvidia.com/gpu": 1}, pol: policy(),
-			reason: planner.ReasonPartitionShape, message: "allowWholeGPU is false"},
+			reason: planner.ReasonPartitionShape, message: "set allowWholeGPU: true in its catalog entry"},
 		{name: "more instances than a node holds", pending: map[string]int64{mig.ResourceName("3g.71gb"): 5}, pol: policy(),
 			reason: planner.ReasonPartitionShape, message: "5 x 3g.71gb exceed what the 2 GPU(s)"},
 		{name: "shared replicas", pending: map[string]int64{"nvidia.com/gpu.shared": 1}, pol: policy(),
@@ -432,4 +432,21 @@ func TestHourlyCapBoundsTheEvictingStepsOfOnePlan(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMixedPoolBlamesWhatThePolicyForbids guards issue 35's "why blames the A100": in a pool
+// of A100s and H200s whose catalog forbids 3g.71gb on the H200, a pod asking for 3g.71gb is
+// told what the policy forbids (which a user can change), not that the A100 has no such
+// profile, and the GPU model is named as the catalog names it.
+func TestMixedPoolBlamesWhatThePolicyForbids(t *testing.T) {
+	g := NewWithT(t)
+	res := newCluster(t).
+		node("a100", "NVIDIA-A100-SXM4-80GB", "1g.10gb:7").
+		node("h200", "NVIDIA-H200", "1g.18gb:7").
+		pending("p", mig1("3g.71gb")).
+		plan(policy(catalog("NVIDIA-A100-SXM4-80GB", false, "1g.10gb"), catalog("NVIDIA-H200", false, "1g.18gb")))
+	g.Expect(res.Unserved).To(HaveLen(1))
+	g.Expect(res.Unserved[0].Reason).To(Equal(planner.ReasonPartitionShape))
+	g.Expect(res.Unserved[0].Message).To(ContainSubstring("the policy's catalog does not allow 3g.71gb on NVIDIA-H200"))
+	g.Expect(res.Unserved[0].Message).NotTo(ContainSubstring("A100"))
 }
