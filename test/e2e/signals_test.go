@@ -133,7 +133,11 @@ func expectReadyReason(policy, reason string) {
 		c := findCondition(p.Status.Conditions, v1alpha1.ConditionReady)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Reason).To(Equal(reason), c.Message)
-		g.Expect(c.Status == metav1.ConditionTrue).To(Equal(reason == pool.ReasonObserving))
+		want := metav1.ConditionFalse
+		if reason == pool.ReasonObserving {
+			want = metav1.ConditionTrue
+		}
+		g.Expect(c.Status).To(Equal(want))
 	}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed())
 }
 
