@@ -178,6 +178,13 @@ func planRow(w io.Writer, p *v1alpha1.RepartitionPlan, wide bool) {
 func writeLivePlan(ew *errWriter, plan *v1alpha1.RepartitionPlan, program string) {
 	ew.printf("Plan %s of policy %s: %s, %s nodes done, hash %s\n", plan.Name, plan.Spec.Policy,
 		cmp.Or(string(plan.Status.Phase), "new"), cmp.Or(plan.Status.Progress, fmt.Sprintf("0/%d", len(plan.Spec.Steps))), plan.Spec.Hash)
+	// Who decided, as the API server recorded it (status.approvedBy / rejectedBy).
+	if plan.Status.ApprovedBy != "" {
+		ew.printf("  Approved by %s at %s\n", plan.Status.ApprovedBy, approvedAt(plan))
+	}
+	if plan.Status.RejectedBy != "" {
+		ew.printf("  Rejected by %s\n", plan.Status.RejectedBy)
+	}
 	for _, c := range plan.Status.Conditions {
 		ew.wrap("  ", "    ", fmt.Sprintf("%s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message))
 	}
@@ -193,6 +200,13 @@ func writeLivePlan(ew *errWriter, plan *v1alpha1.RepartitionPlan, program string
 	if plan.Status.Phase == v1alpha1.PlanAwaitingApproval {
 		ew.printf("  Approve: %s approve %s    Reject: %s reject %s --reason \"...\"\n", program, plan.Name, program, plan.Name)
 	}
+}
+
+func approvedAt(plan *v1alpha1.RepartitionPlan) string {
+	if plan.Status.ApprovedTime == nil {
+		return "an unrecorded time"
+	}
+	return plan.Status.ApprovedTime.UTC().Format(time.RFC3339)
 }
 
 const approveLong = `Approve a RepartitionPlan: annotate it %[2]s=<its spec.hash>, read from the plan itself,

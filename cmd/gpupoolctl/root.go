@@ -36,7 +36,7 @@ var scheme = func() *runtime.Scheme {
 const rootLong = `%[1]s inspects and plans gpupool's MIG repartitioning.
 
 Commands on the live cluster (the kubeconfig's current context, or --context):
-  status [POLICY]          each pool's nodes and layouts, demand per shape, stranded slices, the plan's progress
+  status [POLICY]          each pool's nodes and layouts, demand per shape, stranded MIG instances, the plan's progress
   why POD [-n NS]          why a GPU pod is pending (or what a running one holds): the layer, the blocking
                            dimension, the node matrix, and what the current or next plan does about it
   plan [PLAN]              list the RepartitionPlans, or show one node by node

@@ -19,10 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
 )
 
 const statusLong = `Show each pool: its nodes, GPUs and MIG layouts, pending demand per request shape with
-feasible/eligible nodes, stranded slices per profile, and the current plan's progress.
+feasible/eligible nodes, stranded MIG instances per profile, and the current plan's progress.
 
 With --watch, the status is printed again each time a GPUPoolPolicy or RepartitionPlan changes.
 -o json|yaml prints the same as a document, GPU layouts as structured fields; -o name names the
@@ -82,7 +83,7 @@ func (c *cli) statusCommand() *cobra.Command {
 	var watchFlag bool
 	cmd := &cobra.Command{
 		Use:               "status [POLICY]",
-		Short:             "Show each pool's nodes, layouts, demand, stranded slices and plan",
+		Short:             "Show each pool's nodes, layouts, demand, stranded MIG instances and plan",
 		Long:              statusLong,
 		Args:              atMostOne("policy name"),
 		ValidArgsFunction: c.complete(func() client.ObjectList { return &v1alpha1.GPUPoolPolicyList{} }, false),
@@ -231,7 +232,7 @@ func pool(p *v1alpha1.GPUPoolPolicy, nodes []corev1.Node, gpuNodes []v1alpha1.GP
 			row.State += ", no agent report"
 		} else {
 			for _, gpu := range g.Status.GPUs {
-				row.GPUs = append(row.GPUs, gpuOf(gpu))
+				row.GPUs = append(row.GPUs, gpuOf(gpu, n.Labels[v1alpha1.LabelGPUProduct]))
 			}
 		}
 		out.Nodes = append(out.Nodes, row)
@@ -257,9 +258,10 @@ func policyPlan(p *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan) (pl
 	return plan, false
 }
 
-// gpuOf is what a GPU holds: its MIG instances by profile, or whole / shared.
-func gpuOf(gpu v1alpha1.GPUStatus) gpuOutput {
-	out := gpuOutput{Index: gpu.Index, Product: gpu.Product, Error: gpu.Error, Sharing: string(gpu.Sharing),
+// gpuOf is what a GPU holds: its MIG instances by profile, or whole / shared. The product is
+// named as a policy's catalog names it (inventory.ProductLabel), as the policy status does.
+func gpuOf(gpu v1alpha1.GPUStatus, nodeLabel string) gpuOutput {
+	out := gpuOutput{Index: gpu.Index, Product: inventory.ProductLabel(gpu.Product, nodeLabel), Error: gpu.Error, Sharing: string(gpu.Sharing),
 		MIG: gpu.MIGMode != nil && gpu.MIGMode.Current == "Enabled"}
 	if out.MIG {
 		out.Sharing = ""
