@@ -1,0 +1,173 @@
+package controllers
+
+// The policy controller's memory between passes: what a complete pass started from, so that a
+// reconcile that would repeat it is skipped, and the planner's last result, so that a plan under
+// review is not re-planned on every pod event; and the timing of a pass's phases.
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/demand"
+	"github.com/gpupool/gpupool/internal/planner"
+	"github.com/gpupool/gpupool/internal/pool"
+	"github.com/gpupool/gpupool/internal/rollout"
+)
+
+// passInputs is what a complete pass started from, as far as a reconcile can tell without
+// making the pass again: the policy's generation, the event count, and the facts time alone
+// changes.
+type passInputs struct {
+	generation int64
+	events     int64
+	facts      pool.TimeFacts
+	// young is the plan under review inside the stabilization window, "" when none.
+	young string
+	at    time.Time
+}
+
+// fullPassInterval bounds how long a policy goes without a complete pass when nothing seems to
+// change: a safety net for rules that follow the clock beyond TimeFacts (a refused plan may be
+// proposed again after pool.RefusalMemory). At 5,000 nodes a pass costs a few seconds of one core,
+// so this costs well under 1% of a core.
+const fullPassInterval = 10 * time.Minute
+
+// plannedResult is one planner pass remembered.
+type plannedResult struct {
+	generation int64
+	// frozen lists the nodes the planner was told not to change: a conflict or another plan
+	// taking a node changes what may be planned at all, so it always plans again.
+	frozen string
+	plan   string
+	res    *planner.Result
+	// pending are the pods that were pending when the planner ran: a pod pending now that is
+	// not among them is new demand, which the remembered result knows nothing about.
+	pending map[types.NamespacedName]bool
+}
+
+// passClock times the phases of one pass.
+type passClock struct {
+	clock clock.Clock
+	start time.Time
+	last  time.Time
+	laps  []any
+}
+
+// lap ends the phase named name.
+func (t *passClock) lap(name string) {
+	now := t.clock.Now()
+	if t.last.IsZero() {
+		t.last = t.start
+	}
+	t.laps = append(t.laps, name, now.Sub(t.last).Round(time.Millisecond).String())
+	t.last = now
+}
+
+// total is the time from the pass's start to its last lap.
+func (t *passClock) total() time.Duration { return t.last.Sub(t.start) }
+
+// keysAndValues are the total and each phase, for a log line.
+func (t *passClock) keysAndValues() []any {
+	return append([]any{"took", t.total().Round(time.Millisecond).String()}, t.laps...)
+}
+
+func planNameOf(p *v1alpha1.RepartitionPlan) string {
+	if p == nil {
+		return ""
+	}
+	return p.Name
+}
+
+// recheckAfter is when to look again at what time alone changes.
+func recheckAfter(minPendingAge time.Duration) time.Duration {
+	return min(max(minPendingAge, time.Second), policyRecheckInterval)
+}
+
+// unchanged reports whether the policy's last complete pass started from the same inputs.
+func (r *PolicyReconciler) unchanged(policy string, in passInputs) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.lastInputs[policy]
+	return ok && last.generation == in.generation && last.events == in.events && last.facts.Equal(in.facts) &&
+		last.young == in.young && in.at.Sub(last.at) < fullPassInterval
+}
+
+// noteInputs remembers what the policy's complete pass started from.
+func (r *PolicyReconciler) noteInputs(policy string, in passInputs) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lastInputs == nil {
+		r.lastInputs = map[string]passInputs{}
+	}
+	r.lastInputs[policy] = in
+}
+
+// youngAwaitingPlan is the policy's plan that waits for approval and is younger than the
+// stabilisation window: propose keeps such a plan whatever the planner says, unless the demand
+// is gone, which revalidation at approval catches too.
+func youngAwaitingPlan(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan, now time.Time, window time.Duration) *v1alpha1.RepartitionPlan {
+	for i := range plans {
+		if rollout.Gate(&plans[i], policy, now).Phase == v1alpha1.PlanAwaitingApproval &&
+			now.Sub(plans[i].CreationTimestamp.Time) < window {
+			return &plans[i]
+		}
+	}
+	return nil
+}
+
+// remembered returns the planner result that proposed plan, when neither the policy nor the
+// frozen nodes have changed since and the same pods are pending; nil means the planner must
+// run. New demand always runs it, so that it can extend the plan under review (propose), and
+// so does demand that went away, so that a plan nobody needs any more is withdrawn.
+func (r *PolicyReconciler) remembered(policy *v1alpha1.GPUPoolPolicy, plan *v1alpha1.RepartitionPlan, frozen string,
+	pending []demand.Request) *planner.Result {
+	if plan == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.lastPlan[policy.Name]
+	if !ok || last.generation != policy.Generation || last.plan != plan.Name || last.frozen != frozen {
+		return nil
+	}
+	// New demand, or demand gone: a pod that started pending since, or one that no longer is
+	// (scheduled, deleted), changes what the plan under review is for.
+	if len(pending) != len(last.pending) {
+		return nil
+	}
+	for _, p := range pending {
+		if !last.pending[p.Pod] {
+			return nil
+		}
+	}
+	return last.res
+}
+
+// frozenKey is a stable text of the frozen nodes, for comparison.
+func frozenKey(frozen map[string]string) string {
+	return strings.Join(slices.Sorted(maps.Keys(frozen)), ",")
+}
+
+func (r *PolicyReconciler) remember(policy *v1alpha1.GPUPoolPolicy, current *v1alpha1.RepartitionPlan, res *planner.Result, frozen string,
+	pending []demand.Request) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lastPlan == nil {
+		r.lastPlan = map[string]plannedResult{}
+	}
+	if current == nil {
+		delete(r.lastPlan, policy.Name)
+		return
+	}
+	known := make(map[types.NamespacedName]bool, len(pending))
+	for _, p := range pending {
+		known[p.Pod] = true
+	}
+	r.lastPlan[policy.Name] = plannedResult{generation: policy.Generation, frozen: frozen, plan: current.Name, res: res, pending: known}
+}
