@@ -272,6 +272,7 @@ func writePolicy(ew *errWriter, pr *snapshot.PolicyReport, unserved []snapshot.U
 	} else {
 		writePlan(ew, pr)
 	}
+	writeProposal(ew, pr)
 	for _, node := range slices.Sorted(maps.Keys(pr.Frozen)) {
 		ew.printf("  Left alone: node %s (%s).\n", node, pr.Frozen[node])
 	}
@@ -341,6 +342,30 @@ func writePlan(ew *errWriter, pr *snapshot.PolicyReport) {
 	ew.wrap("  ", "    ", fmt.Sprintf("Plan %s (hash %s): %s on %s, %s; %s.", plan.Name, plan.Spec.Hash,
 		plural(gpus, "GPU"), plural(len(plan.Spec.Steps), "node"), evicts, gate))
 	writeSteps(ew, plan)
+}
+
+// writeProposal says what the controller would do with the policy's plans, where that is
+// more than creating the plan shown (pool.Decide).
+func writeProposal(ew *errWriter, pr *snapshot.PolicyReport) {
+	d := pr.Proposal
+	for _, s := range d.Supersede {
+		ew.wrap("  ", "    ", fmt.Sprintf("The controller retires plan %s: %s.", s.Plan.Name, s.Why))
+	}
+	switch {
+	case d.Refused != nil:
+		ew.wrap("  ", "    ", fmt.Sprintf("The controller does not propose this change: it was %s in plan %s, and is not proposed again before %s.",
+			refusedAs(d.Refused.Phase), d.Refused.Plan, d.Refused.Until.UTC().Format(time.RFC3339)))
+	case d.Create == nil && d.Current != nil:
+		ew.wrap("  ", "    ", fmt.Sprintf("The controller keeps plan %s (%s).", d.Current.Name,
+			cmp.Or(string(d.Current.Status.Phase), string(v1alpha1.PlanAwaitingApproval))))
+	}
+}
+
+func refusedAs(phase v1alpha1.PlanPhase) string {
+	if phase == v1alpha1.PlanExpired {
+		return "not approved within planTTL"
+	}
+	return "rejected"
 }
 
 // writeSteps lists a plan's GPU changes node by node, then its evictions with where each pod

@@ -43,8 +43,12 @@ type PolicyReport struct {
 	Policy *v1alpha1.GPUPoolPolicy
 	// Result is the planner's answer.
 	Result *planner.Result
-	// Plan is the RepartitionPlan the controller would create; nil when nothing changes.
+	// Plan is the RepartitionPlan the planner wants; nil when nothing changes.
 	Plan *v1alpha1.RepartitionPlan
+	// Proposal is what the controller would do about the policy's plans, given the plans of
+	// the snapshot (pool.Decide, as the controller calls it): keep a plan under review or past
+	// approval, withdraw or supersede one, create Plan, or hold it back as refused.
+	Proposal pool.Proposal
 	// Pending counts the pending pods this pool could be asked to host: all pending GPU pods
 	// except those whose placement rules exclude every node of the pool.
 	Pending int
@@ -140,6 +144,9 @@ func (s *Snapshot) planPolicy(p *v1alpha1.GPUPoolPolicy, now time.Time) (*Policy
 		return nil, &Error{Object: "GPUPoolPolicy " + p.Name, Message: err.Error()}
 	}
 	pr := &PolicyReport{Policy: p, Result: res, Plan: res.RepartitionPlan(p, now), Frozen: pass.Frozen}
+	// The controller's own decision on the same plans, so that what-if never promises a plan the
+	// controller would keep back (a refusal, the stabilization window) or show one it replaces.
+	pr.Proposal = pool.Decide(p, pass.Own, func() *v1alpha1.RepartitionPlan { return pr.Plan }, pass.Pending, now)
 	notInPool := 0
 	for _, u := range res.Unserved {
 		if u.Reason == planner.ReasonNotInPool {

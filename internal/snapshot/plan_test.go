@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/planner"
+	"github.com/gpupool/gpupool/internal/pool"
 )
 
 var planTime = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -251,5 +254,64 @@ func TestErrorIsOneLine(t *testing.T) {
 	e := &Error{Where: "item 1", Object: "Pod a/b", Field: "metadata.labels[x]", Message: "bad\nvalue\r\nhere"}
 	if got := e.Error(); strings.ContainsAny(got, "\n\r") || got != "item 1 (Pod a/b): metadata.labels[x]: bad value here" {
 		t.Errorf("Error() = %q", got)
+	}
+}
+
+// TestPlanSaysWhatTheControllerWouldDo guards what-if against promising a plan the controller
+// would not propose: with the snapshot's plans, the same pool.Decide the controller calls says
+// whether the planner's plan is created, kept back by a refusal, or already under review.
+func TestPlanSaysWhatTheControllerWouldDo(t *testing.T) {
+	input := list(policy("pool-a", "{matchLabels: {pool: a}}", ""), h200Node("n1", "pool: a"),
+		pendingPod("trainer-0", planTime.Add(-time.Hour)))
+	snap := mustParse(t, input)
+	rep, err := snap.Plan(Options{Now: planTime})
+	if err != nil {
+		t.Fatalf("Plan: %v", err)
+	}
+	pr := rep.Policies[0]
+	if pr.Plan == nil || pr.Proposal.Create != pr.Plan {
+		t.Fatalf("with no plan yet the controller creates the planner's: %+v", pr.Proposal)
+	}
+	earlier := func(annotations map[string]string) v1alpha1.RepartitionPlan {
+		p := *pr.Plan.DeepCopy()
+		p.Name, p.Annotations = "pool-a-earlier", annotations
+		// As the controller creates it: its own entry names, hashed (pool.HashAs).
+		p.Spec.Hash = pool.HashAs(pr.Plan, p.Name)
+		p.CreationTimestamp = metav1.NewTime(planTime.Add(-10 * time.Minute))
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "GPUPoolPolicy",
+			Name: "pool-a", Controller: ptr.To(true)}}
+		return p
+	}
+	for _, tc := range []struct {
+		name    string
+		plan    v1alpha1.RepartitionPlan
+		refused bool
+		kept    string
+	}{
+		{"the same change was rejected", earlier(map[string]string{v1alpha1.AnnotationReject: "not now"}), true, ""},
+		{"the same change waits for approval", earlier(nil), false, "pool-a-earlier"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := mustParse(t, input)
+			snap.Plans = append(snap.Plans, tc.plan)
+			rep, err := snap.Plan(Options{Now: planTime})
+			if err != nil {
+				t.Fatalf("Plan: %v", err)
+			}
+			d := rep.Policies[0].Proposal
+			if d.Create != nil {
+				t.Errorf("what-if would promise a new plan the controller does not create")
+			}
+			if (d.Refused != nil) != tc.refused {
+				t.Errorf("refused = %+v, want %v", d.Refused, tc.refused)
+			}
+			if got := ""; d.Current != nil {
+				if got = d.Current.Name; got != tc.kept {
+					t.Errorf("kept %q, want %q", got, tc.kept)
+				}
+			} else if tc.kept != "" {
+				t.Errorf("kept nothing, want %q", tc.kept)
+			}
+		})
 	}
 }
