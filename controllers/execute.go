@@ -676,7 +676,7 @@ func namesInUse(ctx context.Context, c client.Reader, label string, ofStep func(
 		return nil, fmt.Errorf("listing plans: %w", err)
 	}
 	for _, p := range plans.Items {
-		if p.Status.Phase == v1alpha1.PlanApproved || p.Status.Phase == v1alpha1.PlanExecuting {
+		if p.Status.Phase.Running() {
 			for _, s := range p.Spec.Steps {
 				if v := ofStep(s); v != "" {
 					inUse = append(inUse, v)

@@ -183,7 +183,7 @@ func (r *PolicyReconciler) collectPlans(ctx context.Context, policy *v1alpha1.GP
 	kept := 0
 	for i := range plans {
 		p := &plans[i]
-		if !pool.Finished(p.Status.Phase) || !metav1.IsControlledBy(p, policy) {
+		if !p.Status.Phase.Finished() || !metav1.IsControlledBy(p, policy) {
 			continue
 		}
 		if kept++; kept <= keepFinishedPlans || pool.InHistory(p, now) {

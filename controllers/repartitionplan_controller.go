@@ -107,7 +107,7 @@ func (r *PlanReconciler) plansOfPolicy(ctx context.Context, obj client.Object) [
 // plansOnNode maps a Node or GPUNode to the live plans with a step on it.
 func (r *PlanReconciler) plansOnNode(ctx context.Context, obj client.Object) []reconcile.Request {
 	return r.plansWhere(ctx, func(p *v1alpha1.RepartitionPlan) bool {
-		live := p.Status.Phase == v1alpha1.PlanApproved || p.Status.Phase == v1alpha1.PlanExecuting
+		live := p.Status.Phase.Running()
 		return live && slices.ContainsFunc(p.Spec.Steps, func(s v1alpha1.NodeStep) bool { return s.Node == obj.GetName() })
 	})
 }
@@ -135,7 +135,7 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	}
 	now := r.Clock.Now()
 	ctx, held := holdEvents(ctx)
-	if policy != nil && !pool.Finished(plan.Status.Phase) {
+	if policy != nil && !plan.Status.Phase.Finished() {
 		inPool, err := r.poolMembers(ctx, policy)
 		if err != nil {
 			return reconcile.Result{}, err
@@ -163,7 +163,7 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		r.recordDecision(ctx, plan, policy, d)
 	}
 	var requeue time.Duration
-	if policy != nil && (status.Phase == v1alpha1.PlanApproved || status.Phase == v1alpha1.PlanExecuting) {
+	if policy != nil && status.Phase.Running() {
 		if requeue, err = r.execute(ctx, plan, policy, &status, now); err != nil {
 			return reconcile.Result{}, err
 		}

@@ -225,9 +225,7 @@ func demandFor(policies []v1alpha1.GPUPoolPolicy, resources []string) []poolDema
 func servedBy(plans []v1alpha1.RepartitionPlan, key types.NamespacedName) *triage.PlanRef {
 	for i := range plans {
 		p := &plans[i]
-		switch p.Status.Phase {
-		case "", v1alpha1.PlanAwaitingApproval, v1alpha1.PlanApproved, v1alpha1.PlanExecuting:
-		default:
+		if p.Status.Phase.Finished() {
 			continue
 		}
 		if slices.ContainsFunc(p.Spec.Expected.Pods, func(e v1alpha1.PodReference) bool { return e.Namespace == key.Namespace && e.Name == key.Name }) {

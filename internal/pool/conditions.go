@@ -118,7 +118,7 @@ func Degraded(unreported, failed string) Condition {
 // did not): a failed reconfiguration degrades the pool until a later plan finishes.
 func LastFailedPlan(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan) string {
 	for _, p := range OwnPlans(policy, plans) {
-		if !Finished(p.Status.Phase) {
+		if !p.Status.Phase.Finished() {
 			continue
 		}
 		if p.Status.Phase != v1alpha1.PlanFailed {
@@ -137,14 +137,4 @@ func LastFailedPlan(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.Repartition
 		return msg
 	}
 	return ""
-}
-
-// Finished reports whether a plan is in an end phase: it changes nothing any more.
-func Finished(phase v1alpha1.PlanPhase) bool {
-	switch phase {
-	case v1alpha1.PlanSucceeded, v1alpha1.PlanFailed, v1alpha1.PlanRejected,
-		v1alpha1.PlanExpired, v1alpha1.PlanSuperseded:
-		return true
-	}
-	return false
 }

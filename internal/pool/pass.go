@@ -242,7 +242,7 @@ func frozenNodes(policy *v1alpha1.GPUPoolPolicy, c *Cluster, conflicts map[strin
 		}
 	}
 	for _, p := range c.Plans {
-		running := p.Status.Phase == v1alpha1.PlanApproved || p.Status.Phase == v1alpha1.PlanExecuting
+		running := p.Status.Phase.Running()
 		for _, step := range p.Spec.Steps {
 			var st *v1alpha1.NodeStepStatus
 			for i := range p.Status.Nodes {

@@ -277,9 +277,7 @@ func nextForServed(live *PlanRef, pr snapshot.PolicyReport) string {
 func servingPlan(plans []v1alpha1.RepartitionPlan, key types.NamespacedName) *PlanRef {
 	for i := range plans {
 		p := &plans[i]
-		switch p.Status.Phase {
-		case "", v1alpha1.PlanAwaitingApproval, v1alpha1.PlanApproved, v1alpha1.PlanExecuting:
-		default:
+		if p.Status.Phase.Finished() {
 			continue
 		}
 		for _, e := range p.Spec.Expected.Pods {
