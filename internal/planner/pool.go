@@ -168,10 +168,14 @@ func (pi *productInfo) counts(l mig.Layout) []int {
 // API server defaults it to the same on every stored policy.
 const DefaultMaxReconfiguringNodes = "50%"
 
+// DefaultMaxDisruptedNodes is maxDisruptedNodes when a policy leaves it unset (the CRD's
+// default marker says the same; internal/pool's TestCRDDefaultsAreTheCodes holds them equal).
+const DefaultMaxDisruptedNodes = 1
+
 // Budget resolves maxDisruptedNodes (a count or a percentage of the pool, rounded up).
 func Budget(v *intstr.IntOrString, poolNodes int) int {
 	if v == nil {
-		return 1
+		return DefaultMaxDisruptedNodes
 	}
 	return resolveBudget(v, poolNodes)
 }
