@@ -10,18 +10,7 @@ import (
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpupool/gpupool/internal/mig"
-)
-
-// NVIDIA's DRA driver, as kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1 publishes it
-// (cmd/gpu-kubelet-plugin/main.go, deployments/helm/dra-driver-nvidia-gpu/templates/
-// deviceclass-gpu.yaml and deviceclass-mig.yaml): see docs/dra.md.
-const (
-	// DRADriver is the driver name in ResourceSlices and allocation results.
-	DRADriver = "gpu.nvidia.com"
-	// DeviceClassGPU selects whole GPUs (attribute type == "gpu").
-	DeviceClassGPU = "gpu.nvidia.com"
-	// DeviceClassMIG selects MIG devices (attribute type == "mig"), chosen by profile in CEL.
-	DeviceClassMIG = "mig.nvidia.com"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // ClaimLookup finds a ResourceClaim by namespace and name; nil when it is not known.
@@ -120,18 +109,18 @@ func mapRequest(req resourcev1.DeviceRequest) (resource corev1.ResourceName, n i
 		count = 1
 	}
 	switch ex.DeviceClassName {
-	case DeviceClassGPU:
+	case nvidia.DeviceClassGPU:
 		if len(ex.Selectors) > 0 {
 			return "", 0, "selectors on whole GPUs are not modelled; gpupool plans whole GPUs by count"
 		}
 		return ResourceGPU, count, ""
-	case DeviceClassMIG:
+	case nvidia.DeviceClassMIG:
 		if len(ex.Selectors) != 1 || ex.Selectors[0].CEL == nil {
-			return "", 0, fmt.Sprintf("want exactly one CEL selector device.attributes['%s'].profile == '<profile>', found %d selector(s)", DRADriver, len(ex.Selectors))
+			return "", 0, fmt.Sprintf("want exactly one CEL selector device.attributes['%s'].profile == '<profile>', found %d selector(s)", nvidia.DRADriver, len(ex.Selectors))
 		}
 		profile, ok := selectedProfile(ex.Selectors[0].CEL.Expression)
 		if !ok {
-			return "", 0, fmt.Sprintf("selector %q is not of the form device.attributes['%s'].profile == '<profile>'", ex.Selectors[0].CEL.Expression, DRADriver)
+			return "", 0, fmt.Sprintf("selector %q is not of the form device.attributes['%s'].profile == '<profile>'", ex.Selectors[0].CEL.Expression, nvidia.DRADriver)
 		}
 		resource := corev1.ResourceName(mig.ResourceName(profile))
 		if kind, _, ok := Classify(resource); !ok || kind != KindMIG {
@@ -139,14 +128,14 @@ func mapRequest(req resourcev1.DeviceRequest) (resource corev1.ResourceName, n i
 		}
 		return resource, count, ""
 	}
-	return "", 0, fmt.Sprintf("device class %s is not modelled (gpupool reads %s and %s)", ex.DeviceClassName, DeviceClassGPU, DeviceClassMIG)
+	return "", 0, fmt.Sprintf("device class %s is not modelled (gpupool reads %s and %s)", ex.DeviceClassName, nvidia.DeviceClassGPU, nvidia.DeviceClassMIG)
 }
 
 // nvidiaClass reports whether a device class is one of NVIDIA's GPU driver's, by the naming
 // its chart uses (gpu.nvidia.com, mig.nvidia.com, vfio.gpu.nvidia.com, and per-profile demo
 // classes such as mig-1g-12gb.gpu.nvidia.com); compute-domain classes are not GPUs.
 func nvidiaClass(name string) bool {
-	return strings.HasSuffix(name, ".nvidia.com") && !strings.HasPrefix(name, "compute-domain") || name == DeviceClassGPU
+	return strings.HasSuffix(name, ".nvidia.com") && !strings.HasPrefix(name, "compute-domain") || name == nvidia.DeviceClassGPU
 }
 
 // claimName resolves a pod's claim reference: a named claim, or the one the ResourceClaim

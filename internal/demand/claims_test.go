@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpupool/gpupool/internal/fixture"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // claim is a ResourceClaim in team-a with one exact request per (class, CEL selector) pair; an
@@ -62,7 +63,7 @@ func lookup(claims ...*resourcev1.ResourceClaim) ClaimLookup {
 
 func TestPendingWithClaims(t *testing.T) {
 	cpuOnly := withMain(fixture.Resources("cpu", "1"), nil)
-	allocated := claim("done", exactly("gpu", DeviceClassMIG, profileIs("1g.5gb"), 1))
+	allocated := claim("done", exactly("gpu", nvidia.DeviceClassMIG, profileIs("1g.5gb"), 1))
 	allocated.Status.Allocation = &resourcev1.AllocationResult{}
 	tests := []struct {
 		name       string
@@ -73,29 +74,29 @@ func TestPendingWithClaims(t *testing.T) {
 	}{{
 		name:   "a claim generated from a template asks for two 1g.5gb",
 		pod:    pendingPod("p", cpuOnly, usesClaim("mig", "mig-devices", "p-mig-x7k2q")),
-		claims: []*resourcev1.ResourceClaim{claim("p-mig-x7k2q", exactly("mig", DeviceClassMIG, profileIs("1g.5gb"), 2))},
+		claims: []*resourcev1.ResourceClaim{claim("p-mig-x7k2q", exactly("mig", nvidia.DeviceClassMIG, profileIs("1g.5gb"), 2))},
 		want:   []GPURequest{{Resource: "nvidia.com/mig-1g.5gb", Kind: KindMIG, Profile: "1g.5gb", Count: 2}},
 	}, {
 		name: "the selector the other way round, in double quotes, and a count left to its default",
 		pod:  pendingPod("p", cpuOnly, usesClaim("mig", "", "shared")),
 		claims: []*resourcev1.ResourceClaim{claim("shared",
-			exactly("mig", DeviceClassMIG, `"3g.40gb" == device.attributes["gpu.nvidia.com"].profile`, 0))},
+			exactly("mig", nvidia.DeviceClassMIG, `"3g.40gb" == device.attributes["gpu.nvidia.com"].profile`, 0))},
 		want: []GPURequest{{Resource: "nvidia.com/mig-3g.40gb", Kind: KindMIG, Profile: "3g.40gb", Count: 1}},
 	}, {
 		name:   "Blackwell variants keep their attribute",
 		pod:    pendingPod("p", cpuOnly, usesClaim("v", "", "video")),
-		claims: []*resourcev1.ResourceClaim{claim("video", exactly("v", DeviceClassMIG, profileIs("1g.24gb+me.all"), 1))},
+		claims: []*resourcev1.ResourceClaim{claim("video", exactly("v", nvidia.DeviceClassMIG, profileIs("1g.24gb+me.all"), 1))},
 		want:   []GPURequest{{Resource: "nvidia.com/mig-1g.24gb.me.all", Kind: KindMIG, Profile: "1g.24gb+me.all", Count: 1}},
 	}, {
 		name:   "whole GPUs by count",
 		pod:    pendingPod("p", cpuOnly, usesClaim("g", "", "two-gpus")),
-		claims: []*resourcev1.ResourceClaim{claim("two-gpus", exactly("g", DeviceClassGPU, "", 2))},
+		claims: []*resourcev1.ResourceClaim{claim("two-gpus", exactly("g", nvidia.DeviceClassGPU, "", 2))},
 		want:   []GPURequest{{Resource: "nvidia.com/gpu", Kind: KindGPU, Count: 2}},
 	}, {
 		// NVIDIA's DRA driver and device plugin never serve the same GPU, so no node has both.
 		name:       "GPUs asked of the device plugin and of claims at once are reported",
 		pod:        pendingPod("p", usesClaim("g", "", "two-gpus")),
-		claims:     []*resourcev1.ResourceClaim{claim("two-gpus", exactly("g", DeviceClassGPU, "", 2))},
+		claims:     []*resourcev1.ResourceClaim{claim("two-gpus", exactly("g", nvidia.DeviceClassGPU, "", 2))},
 		wantReason: "both through the device plugin and through DRA claims",
 	}, {
 		name:   "an allocated claim is no demand",
@@ -111,18 +112,18 @@ func TestPendingWithClaims(t *testing.T) {
 	}, {
 		name:       "a selector on capacity is reported, never guessed",
 		pod:        pendingPod("p", cpuOnly, usesClaim("mig", "", "big")),
-		claims:     []*resourcev1.ResourceClaim{claim("big", exactly("mig", DeviceClassMIG, "device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('10Gi'))", 1))},
+		claims:     []*resourcev1.ResourceClaim{claim("big", exactly("mig", nvidia.DeviceClassMIG, "device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('10Gi'))", 1))},
 		wantReason: `ResourceClaim big, request "mig": selector "device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('10Gi'))" is not of the form`,
 	}, {
 		name:       "a profile selector with more conditions is reported",
 		pod:        pendingPod("p", cpuOnly, usesClaim("mig", "", "and")),
-		claims:     []*resourcev1.ResourceClaim{claim("and", exactly("mig", DeviceClassMIG, profileIs("1g.5gb")+" && device.attributes['gpu.nvidia.com'].productName == 'x'", 1))},
+		claims:     []*resourcev1.ResourceClaim{claim("and", exactly("mig", nvidia.DeviceClassMIG, profileIs("1g.5gb")+" && device.attributes['gpu.nvidia.com'].productName == 'x'", 1))},
 		wantReason: "is not of the form",
 	}, {
 		name: "firstAvailable is reported",
 		pod:  pendingPod("p", cpuOnly, usesClaim("mig", "", "alt")),
 		claims: []*resourcev1.ResourceClaim{claim("alt", resourcev1.DeviceRequest{Name: "mig", FirstAvailable: []resourcev1.DeviceSubRequest{
-			{Name: "small", DeviceClassName: DeviceClassMIG}, {Name: "big", DeviceClassName: DeviceClassGPU}}})},
+			{Name: "small", DeviceClassName: nvidia.DeviceClassMIG}, {Name: "big", DeviceClassName: nvidia.DeviceClassGPU}}})},
 		wantReason: "firstAvailable alternatives are not modelled",
 	}, {
 		name:       "another NVIDIA class is reported",
@@ -132,7 +133,7 @@ func TestPendingWithClaims(t *testing.T) {
 	}, {
 		name:       "a claim pod that is already scheduled is skipped for that, not for its claim",
 		pod:        pendingPod("p", cpuOnly, fixture.Running("node-1"), usesClaim("mig", "", "alt2")),
-		claims:     []*resourcev1.ResourceClaim{claim("alt2", exactly("mig", DeviceClassMIG, "true", 1))},
+		claims:     []*resourcev1.ResourceClaim{claim("alt2", exactly("mig", nvidia.DeviceClassMIG, "true", 1))},
 		wantReason: "scheduled to node node-1",
 	}}
 	for _, tt := range tests {

@@ -9,11 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
-
-// draDriver is NVIDIA's DRA driver's name in ResourceSlices and allocation results
-// (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/main.go; docs/dra.md).
-const draDriver = "gpu.nvidia.com"
 
 // DeviceHolder is who holds a device NVIDIA's DRA driver allocated: the pods the claim is
 // reserved for, or nobody yet (no Pods) for a claim allocated before its pod started.
@@ -68,7 +65,7 @@ func DRAHolders(claims []resourcev1.ResourceClaim, resourceSlices []resourcev1.R
 	current, older := map[key][]device{}, map[key][]device{}
 	for i := range resourceSlices {
 		s := &resourceSlices[i].Spec
-		if s.Driver != draDriver {
+		if s.Driver != nvidia.DRADriver {
 			continue
 		}
 		byName := current
@@ -107,7 +104,7 @@ func DRAHolders(claims []resourcev1.ResourceClaim, resourceSlices []resourcev1.R
 		slices.SortFunc(holder.Pods, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
 		holder.Pods = slices.Compact(holder.Pods)
 		for _, r := range c.Status.Allocation.Devices.Results {
-			if r.Driver != draDriver {
+			if r.Driver != nvidia.DRADriver {
 				continue
 			}
 			devices, ok := current[key{r.Pool, r.Device}]
@@ -147,7 +144,7 @@ func DynamicMIGNodes(slices []resourcev1.ResourceSlice) map[string]bool {
 	var out map[string]bool
 	for i := range slices {
 		s := &slices[i].Spec
-		if s.Driver != draDriver {
+		if s.Driver != nvidia.DRADriver {
 			continue
 		}
 		dynamic := len(s.SharedCounters) > 0
@@ -188,7 +185,7 @@ func DRAPublished(slices []resourcev1.ResourceSlice) map[string]map[string]bool 
 	newest := newestGenerations(slices)
 	for i := range slices {
 		s := &slices[i].Spec
-		if s.Driver != draDriver || s.Pool.Generation < newest[poolID{s.Driver, s.Pool.Name}] {
+		if s.Driver != nvidia.DRADriver || s.Pool.Generation < newest[poolID{s.Driver, s.Pool.Name}] {
 			continue
 		}
 		if out == nil {
