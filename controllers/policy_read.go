@@ -105,7 +105,7 @@ func (r *PolicyReconciler) migManagerReboot(ctx context.Context) planner.MIGMana
 	if err := r.Client.List(ctx, list); err != nil || len(list.Items) == 0 {
 		return planner.RebootUnknown
 	}
-	if nvidia.MIGManagerWithReboot(&list.Items[0]) {
+	if nvidia.MIGManagerWithReboot(nvidia.ActiveClusterPolicy(list.Items)) {
 		return planner.RebootOnFailure
 	}
 	return planner.RebootNever

@@ -215,12 +215,13 @@ func (r *PolicyReconciler) setOperatorCondition(ctx context.Context, set func(st
 			MIGPartedConfigMap, DevicePluginConfigMap, r.ConfigNamespace, err, r.ConfigNamespace))
 		return
 	}
-	problems := nvidia.CheckClusterPolicy(&list.Items[0], r.ConfigNamespace, MIGPartedConfigMap, DevicePluginConfigMap)
+	active := nvidia.ActiveClusterPolicy(list.Items)
+	problems := nvidia.CheckClusterPolicy(active, r.ConfigNamespace, MIGPartedConfigMap, DevicePluginConfigMap)
 	if len(problems) > 0 {
 		set(v1alpha1.ConditionGPUOperatorConfigured, false, "ClusterPolicyMisconfigured", nvidia.ProblemsMessage(problems))
 		return
 	}
-	set(v1alpha1.ConditionGPUOperatorConfigured, true, "Configured", "ClusterPolicy "+list.Items[0].GetName()+
+	set(v1alpha1.ConditionGPUOperatorConfigured, true, "Configured", "ClusterPolicy "+active.GetName()+
 		" uses gpupool's config maps, which gpupool writes into the operator's namespace "+r.ConfigNamespace)
 }
 

@@ -15,6 +15,27 @@ import (
 // does not depend on the operator's Go module.
 var ClusterPolicyGVK = schema.GroupVersionKind{Group: "nvidia.com", Version: "v1", Kind: "ClusterPolicy"}
 
+// ActiveClusterPolicy is the ClusterPolicy the GPU Operator acts on when several exist: the
+// oldest by creationTimestamp, the name breaking a tie; the operator marks every other one
+// "ignored" (NVIDIA/gpu-operator controllers/active_config.go getSingletonClusterPolicy, used
+// by controllers/clusterpolicy_controller.go). gpupool judges the same one, so that a stray
+// second ClusterPolicy can neither hide a misconfiguration nor invent one. nil when none.
+func ActiveClusterPolicy(items []unstructured.Unstructured) *unstructured.Unstructured {
+	var active *unstructured.Unstructured
+	for i := range items {
+		c := &items[i]
+		if active == nil {
+			active = c
+			continue
+		}
+		ct, at := c.GetCreationTimestamp(), active.GetCreationTimestamp()
+		if ct.Before(&at) || (ct.Equal(&at) && c.GetName() < active.GetName()) {
+			active = c
+		}
+	}
+	return active
+}
+
 // DefaultClusterPolicyName is the name the GPU Operator's Helm chart gives its ClusterPolicy.
 const DefaultClusterPolicyName = "cluster-policy"
 

@@ -3,7 +3,9 @@ package nvidia
 import (
 	"reflect"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -153,5 +155,37 @@ func TestProblemFields(t *testing.T) {
 	two := []Problem{{Fix: "a"}, {Fix: "b"}}
 	if got := ProblemsMessage(two); got != "a; b" {
 		t.Errorf("ProblemsMessage = %q", got)
+	}
+}
+
+// TestActiveClusterPolicyIsTheOperators guards that gpupool judges the ClusterPolicy the GPU
+// Operator acts on: the oldest, the name breaking a tie, whatever order a list returns.
+func TestActiveClusterPolicyIsTheOperators(t *testing.T) {
+	at := func(name string, created time.Time) unstructured.Unstructured {
+		u := clusterPolicy(name, nil)
+		u.SetCreationTimestamp(metav1.NewTime(created))
+		return *u
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		items []unstructured.Unstructured
+		want  string
+	}{
+		{"none", nil, ""},
+		{"one", []unstructured.Unstructured{at("cluster-policy", t0)}, "cluster-policy"},
+		{"the oldest, listed last", []unstructured.Unstructured{at("a-newer", t0.Add(time.Hour)), at("z-older", t0)}, "z-older"},
+		{"a tie goes to the first name", []unstructured.Unstructured{at("b", t0), at("a", t0)}, "a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ActiveClusterPolicy(tc.items)
+			name := ""
+			if got != nil {
+				name = got.GetName()
+			}
+			if name != tc.want {
+				t.Errorf("ActiveClusterPolicy = %q, want %q", name, tc.want)
+			}
+		})
 	}
 }
