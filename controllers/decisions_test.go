@@ -6,19 +6,13 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
@@ -31,24 +25,11 @@ import (
 // phase, which is the widest form of the race between a human's decision and the next pass.
 func startPoliciesOnly(t *testing.T, env *testenv.Env) {
 	t.Helper()
-	g := NewWithT(t)
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme,
-		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&coordinationv1.Lease{}: controllers.AgentLeaseCache(agentNamespace)}},
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect((&controllers.PolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+	mgr := newTestManager(t, env)
+	NewWithT(t).Expect((&controllers.PolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Clock: clocktesting.NewFakeClock(time.Now()), Recorder: mgr.GetEventRecorder("gpupool-policy-controller"),
 		AgentNamespace: agentNamespace, ConfigNamespace: "default"}).SetupWithManager(mgr)).To(Succeed())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		NewWithT(t).Eventually(done).WithTimeout(30 * time.Second).Should(Receive(BeNil()))
-	})
+	runManager(t, mgr)
 }
 
 // TestARejectionSticksBeforeItIsRecorded guards issue 35's first point: a rejection

@@ -67,14 +67,7 @@ func startEnv(t *testing.T) *testenv.Env {
 func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock, withPolicies bool) (stop func(), reg *prometheus.Registry) {
 	t.Helper()
 	g := NewWithT(t)
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme,
-		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&coordinationv1.Lease{}: controllers.AgentLeaseCache(agentNamespace)}},
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		// Every test runs its own manager in this process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
-	g.Expect(err).NotTo(HaveOccurred())
+	mgr := newTestManager(t, env)
 	reg = prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -88,6 +81,28 @@ func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock,
 	g.Expect((&controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder,
 		Namespace: "default", ConfigPropagation: time.Millisecond, Metrics: m}).SetupWithManager(mgr)).To(Succeed())
 	g.Expect((&controllers.CordonReconciler{Client: mgr.GetClient(), Recorder: recorder, Namespace: "default", Metrics: m}).SetupWithManager(mgr)).To(Succeed())
+	return runManager(t, mgr), reg
+}
+
+// newTestManager makes a manager as cmd/manager configures its cache (unstructured policies,
+// only the agents' Leases), without metrics or probe listeners.
+func newTestManager(t *testing.T, env *testenv.Env) ctrl.Manager {
+	t.Helper()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme,
+		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&coordinationv1.Lease{}: controllers.AgentLeaseCache(agentNamespace)}},
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		// Every test runs its own manager in this process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return mgr
+}
+
+// runManager starts the manager; the returned stop ends it and waits for it, and runs when the
+// test ends too.
+func runManager(t *testing.T, mgr ctrl.Manager) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
@@ -99,7 +114,7 @@ func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock,
 		})
 	}
 	t.Cleanup(stop)
-	return stop, reg
+	return stop
 }
 
 // agentNamespace is where the tests' agents keep their heartbeat Leases and run their pods,
