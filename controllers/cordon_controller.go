@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -153,8 +152,7 @@ func (r *CordonReconciler) leftItsPool(ctx context.Context, node *corev1.Node, r
 	}
 	policyExists := false
 	for i := range policies {
-		sel, err := policies[i].Spec.NodeSelector.AsSelector()
-		if err == nil && !sel.Empty() && sel.Matches(labels.Set(node.Labels)) {
+		if policies[i].Spec.NodeSelector.Selects(node.Labels) {
 			return false, nil
 		}
 		policyExists = policyExists || policies[i].Name == rec.Policy

@@ -107,10 +107,37 @@ func (s PoolSelector) LabelSelector() *metav1.LabelSelector {
 	return out
 }
 
-// AsSelector parses the selector. The API server's rules make an error here rare (a policy
-// stored before they existed); callers report it on the policy rather than skip it silently.
+// AsSelector parses the selector as Kubernetes would: an empty selector matches every node.
+// That is right only for checking a spec (pool.Problems, which reports an empty selector);
+// which nodes a policy's pool holds is Selector's answer.
 func (s PoolSelector) AsSelector() (labels.Selector, error) {
 	return metav1.LabelSelectorAsSelector(s.LabelSelector())
+}
+
+// IsEmpty reports whether the selector holds no requirement at all.
+func (s PoolSelector) IsEmpty() bool {
+	return len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0
+}
+
+// Selector is the pool's membership, the one meaning every reader of a policy shares: the
+// nodes whose labels the selector matches, and no node at all for an empty selector. The API
+// server refuses an empty selector; a policy stored before it did is reported by
+// pool.Problems, and its pool is empty, never the whole cluster. The API server's rules make
+// a parse error rare (likewise a policy stored before them); callers report it on the policy
+// rather than skip it silently.
+func (s PoolSelector) Selector() (labels.Selector, error) {
+	if s.IsEmpty() {
+		return labels.Nothing(), nil
+	}
+	return metav1.LabelSelectorAsSelector(s.LabelSelector())
+}
+
+// Selects reports whether the pool holds a node with these labels: false for an empty
+// selector and for one that does not parse. A caller testing many nodes parses once with
+// Selector instead.
+func (s PoolSelector) Selects(nodeLabels map[string]string) bool {
+	sel, err := s.Selector()
+	return err == nil && sel.Matches(labels.Set(nodeLabels))
 }
 
 // EveryNodeLabels are the labels the kubelet puts on every node it registers (kubernetes

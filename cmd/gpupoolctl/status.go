@@ -202,7 +202,7 @@ func pool(p *v1alpha1.GPUPoolPolicy, nodes []corev1.Node, gpuNodes []v1alpha1.GP
 		out.Plan = &planProgress{Name: plan.Name, Current: current, Phase: plan.Status.Phase,
 			Progress: cmp.Or(plan.Status.Progress, fmt.Sprintf("0/%d", len(plan.Spec.Steps))), Nodes: plan.Status.Nodes, Waiting: plan.Status.Waiting}
 	}
-	sel, err := p.Spec.NodeSelector.AsSelector()
+	sel, err := p.Spec.NodeSelector.Selector()
 	if err != nil {
 		return out
 	}

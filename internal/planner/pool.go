@@ -202,13 +202,14 @@ func resolveBudget(v *intstr.IntOrString, poolNodes int) int {
 
 // poolNodes picks the policy's nodes, sorted by name.
 func poolNodes(snap *inventory.Snapshot, policy *v1alpha1.GPUPoolPolicy) ([]*inventory.Node, error) {
-	sel, err := policy.Spec.NodeSelector.AsSelector()
+	if policy.Spec.NodeSelector.IsEmpty() {
+		// The API server refuses an empty selector; a hand-written snapshot might not. Its pool
+		// is empty (PoolSelector.Selector): say so rather than plan for no node in silence.
+		return nil, fmt.Errorf("policy %s: spec.nodeSelector is empty, so the pool holds no node; name the pool's nodes with matchLabels or matchExpressions", policy.Name)
+	}
+	sel, err := policy.Spec.NodeSelector.Selector()
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: spec.nodeSelector: %w", policy.Name, err)
-	}
-	if sel.Empty() {
-		// The API server refuses an empty selector; a hand-written snapshot might not.
-		return nil, fmt.Errorf("policy %s: spec.nodeSelector selects every node; name the pool's nodes", policy.Name)
 	}
 	var out []*inventory.Node
 	for _, n := range snap.Nodes {

@@ -127,9 +127,9 @@ type Pass struct {
 }
 
 // NewPass assembles a policy's pass over the cluster at now. The policy's nodeSelector must
-// parse (Problems reports it when it does not).
+// parse (Problems reports it when it does not); an empty one makes an empty pool.
 func NewPass(policy *v1alpha1.GPUPoolPolicy, c *Cluster, now time.Time, opts Options) (*Pass, error) {
-	selector, err := policy.Spec.NodeSelector.AsSelector()
+	selector, err := policy.Spec.NodeSelector.Selector()
 	if err != nil {
 		return nil, fmt.Errorf("spec.nodeSelector: %w", err)
 	}
@@ -195,8 +195,8 @@ func conflictingNodes(policy *v1alpha1.GPUPoolPolicy, selector labels.Selector, 
 		if other.Name == policy.Name {
 			continue
 		}
-		sel, err := other.Spec.NodeSelector.AsSelector()
-		if err != nil || sel.Empty() {
+		sel, err := other.Spec.NodeSelector.Selector()
+		if err != nil {
 			continue
 		}
 		for _, n := range c.Nodes {

@@ -73,6 +73,14 @@ func TestNewPass(t *testing.T) {
 			Nodes: []corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "a-1", Labels: map[string]string{"pool": "a", "shared": "yes"}}}}},
 		wantFrozen: map[string]string{"a-1": "also selected by policy z"},
 	}, {
+		// The API server refuses an empty selector; one stored before it did makes an empty
+		// pool (Problems reports it), never the whole cluster: no conflict, no pod to place.
+		name: "a stored policy with an empty selector has an empty pool",
+		cluster: Cluster{Policies: []v1alpha1.GPUPoolPolicy{{ObjectMeta: metav1.ObjectMeta{Name: "old"}}, policyFor("a", "a")},
+			Nodes: []corev1.Node{poolNode("a-1", "a")},
+			Pods:  podrecord.FromPods([]*corev1.Pod{ptr.To(pendingPod("mine", nil))})},
+		wantFrozen: map[string]string{},
+	}, {
 		name: "an executing plan freezes its unfinished nodes and spends the budgets; a node it finished is in the window",
 		cluster: Cluster{Policies: []v1alpha1.GPUPoolPolicy{policyFor("a", "a")},
 			Nodes: []corev1.Node{poolNode("a-1", "a"), poolNode("a-2", "a"), poolNode("a-3", "a")},

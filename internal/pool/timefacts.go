@@ -45,7 +45,7 @@ func TimeFactsOf(policy *v1alpha1.GPUPoolPolicy, c *Cluster, now time.Time, maxR
 		f.Pending = append(f.Pending, r.Pod.String())
 	}
 	slices.Sort(f.Pending)
-	if selector, err := policy.Spec.NodeSelector.AsSelector(); err == nil {
+	if selector, err := policy.Spec.NodeSelector.Selector(); err == nil {
 		window := DurationOr(policy.Spec.Planning.StabilizationWindow, DefaultStabilizationWindow)
 		frozen, _ := frozenNodes(policy, c, conflictingNodes(policy, selector, c), window, now)
 		f.Frozen = slices.Sorted(maps.Keys(frozen))

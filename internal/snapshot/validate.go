@@ -51,7 +51,7 @@ func validatePolicy(p *v1alpha1.GPUPoolPolicy) *fieldError {
 		return ferr
 	}
 	spec := &p.Spec
-	if ferr := validateSelector(spec.NodeSelector.LabelSelector()); ferr != nil {
+	if ferr := validateSelector(spec.NodeSelector); ferr != nil {
 		return ferr
 	}
 	if ferr := validateCatalog(spec.Catalog); ferr != nil {
@@ -103,18 +103,19 @@ func intOrStringText(v *intstr.IntOrString) string {
 	return fmt.Sprintf("%q", v.StrVal)
 }
 
-// validateSelector refuses the empty selector: it would put every node of the cluster in the
-// pool, which the CRD forbids.
-func validateSelector(sel *metav1.LabelSelector) *fieldError {
+// validateSelector refuses the empty selector as the CRD does, in the CRD's words (to
+// Kubernetes an empty selector is every node of the cluster; gpupool's pool would hold none,
+// PoolSelector.Selector), and any selector the API server's rules refuse.
+func validateSelector(sel v1alpha1.PoolSelector) *fieldError {
 	const path = "spec.nodeSelector"
-	if len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0 {
+	if sel.IsEmpty() {
 		return &fieldError{field: path, msg: "must select something: an empty selector would put every node of the cluster in the pool"}
 	}
-	errs := metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, field.NewPath("spec", "nodeSelector"))
+	errs := metav1validation.ValidateLabelSelector(sel.LabelSelector(), metav1validation.LabelSelectorValidationOptions{}, field.NewPath("spec", "nodeSelector"))
 	if len(errs) > 0 {
 		return fromFieldError(errs[0])
 	}
-	if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+	if _, err := sel.Selector(); err != nil {
 		return &fieldError{field: path, msg: err.Error()}
 	}
 	return nil

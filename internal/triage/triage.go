@@ -293,12 +293,13 @@ func servingPlan(plans []v1alpha1.RepartitionPlan, key types.NamespacedName) *Pl
 	return nil
 }
 
-// poolOf maps each node to the policies whose nodeSelector picks it.
+// poolOf maps each node to the policies whose pool holds it (PoolSelector.Selector: an empty
+// selector holds no node).
 func poolOf(s *snapshot.Snapshot) map[string][]string {
 	out := map[string][]string{}
 	for i := range s.Policies {
 		p := &s.Policies[i]
-		sel, err := p.Spec.NodeSelector.AsSelector()
+		sel, err := p.Spec.NodeSelector.Selector()
 		if err != nil {
 			continue
 		}
