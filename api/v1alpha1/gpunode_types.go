@@ -120,6 +120,17 @@ type GPUStatus struct {
 	Error string `json:"error,omitempty"`
 }
 
+// ProfileCounts is the GPU's layout as reported: how many instances of each profile exist now,
+// by the names the agent reports. It is empty when the GPU has no instance (MIG off, or on
+// with none made), and never nil, so a caller may add to it.
+func (g GPUStatus) ProfileCounts() ProfileCounts {
+	out := ProfileCounts{}
+	for _, in := range g.Instances {
+		out[in.Profile]++
+	}
+	return out
+}
+
 // GPUNodeStatus is written by the node agent.
 type GPUNodeStatus struct {
 	// GPUs on the node.

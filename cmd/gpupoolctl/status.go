@@ -265,10 +265,7 @@ func gpuOf(gpu v1alpha1.GPUStatus, nodeLabel string) gpuOutput {
 		MIG: gpu.MIGMode != nil && gpu.MIGMode.Current == "Enabled"}
 	if out.MIG {
 		out.Sharing = ""
-		out.Instances = v1alpha1.ProfileCounts{}
-		for _, in := range gpu.Instances {
-			out.Instances[in.Profile]++
-		}
+		out.Instances = gpu.ProfileCounts()
 	}
 	return out
 }

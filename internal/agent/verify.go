@@ -114,9 +114,7 @@ func gpuDifference(e v1alpha1.GPULayout, g *v1alpha1.GPUStatus) string {
 	}
 	haveLayout := mig.Layout{}
 	if mode == MIGEnabled {
-		for _, inst := range g.Instances {
-			haveLayout[inst.Profile]++
-		}
+		haveLayout = mig.LayoutOf(g.ProfileCounts())
 	}
 	if p, _ := LookupBuiltin(*g); p != nil {
 		// Canonical fails only on a name the product does not know; comparing

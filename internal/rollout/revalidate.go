@@ -163,7 +163,7 @@ func Revalidate(plan *v1alpha1.RepartitionPlan, f Facts) string {
 			if i < 0 {
 				return fmt.Sprintf("GPU %d of node %s is no longer reported", change.Index, step.Node)
 			}
-			if now := profileCounts(gpus[i]); !mig.LayoutOf(now).Equal(mig.LayoutOf(change.From)) {
+			if now := gpus[i].ProfileCounts(); !mig.LayoutOf(now).Equal(mig.LayoutOf(change.From)) {
 				return fmt.Sprintf("GPU %d of node %s is now %s; the plan was made for %s",
 					change.Index, step.Node, countsString(now), countsString(change.From))
 			}
@@ -197,15 +197,6 @@ func Revalidate(plan *v1alpha1.RepartitionPlan, f Facts) string {
 		return fmt.Sprintf("none of the %d pending pod(s) it was made for is still pending", len(want))
 	}
 	return ""
-}
-
-// profileCounts is a GPU's current MIG multiset; empty when MIG is off.
-func profileCounts(g v1alpha1.GPUStatus) v1alpha1.ProfileCounts {
-	out := v1alpha1.ProfileCounts{}
-	for _, in := range g.Instances {
-		out[in.Profile]++
-	}
-	return out
 }
 
 // LandingGone checks the room a step's moved pods need on other nodes ("" when they have it).

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"maps"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,5 +65,33 @@ func TestPoolSelectorAsSelectorKeepsKubernetesMeaning(t *testing.T) {
 	sel, err := PoolSelector{}.AsSelector()
 	if err != nil || !sel.Empty() {
 		t.Fatalf("AsSelector() of an empty selector = %v, %v; want the empty (match-everything) selector", sel, err)
+	}
+}
+
+// TestGPUStatusProfileCounts holds a GPU report to its profile multiset: one count per
+// instance, by the reported name, and an empty (not nil) multiset without instances.
+func TestGPUStatusProfileCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		instances []string
+		want      ProfileCounts
+	}{
+		{name: "no instance", want: ProfileCounts{}},
+		{name: "one of each", instances: []string{"7g.141gb"}, want: ProfileCounts{"7g.141gb": 1}},
+		{name: "repeats count", instances: []string{"1g.18gb", "3g.71gb", "1g.18gb", "1g.18gb"},
+			want: ProfileCounts{"1g.18gb": 3, "3g.71gb": 1}},
+		{name: "attributes are part of the name", instances: []string{"1g.18gb", "1g.18gb+me"},
+			want: ProfileCounts{"1g.18gb": 1, "1g.18gb+me": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := GPUStatus{Index: 0}
+			for _, p := range tc.instances {
+				g.Instances = append(g.Instances, MIGInstance{Profile: p})
+			}
+			got := g.ProfileCounts()
+			if got == nil || !maps.Equal(got, tc.want) {
+				t.Errorf("ProfileCounts() = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
