@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -19,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/drain"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/mig"
@@ -382,8 +380,8 @@ func (r *PlanReconciler) observe(ctx context.Context, plan string, policy *v1alp
 	}
 	// Time-sliced devices are advertised as replicas, which the sharing check counts.
 	obs.ExclusiveAdvertised = true
-	if timeSliced := step.SharingConfig != nil && step.SharingConfig.Mode == v1alpha1.SharingTimeSlicing; !timeSliced {
-		obs.ExclusiveAdvertised, obs.ExclusiveResources = exclusiveAdvertised(targets, node)
+	if !rollout.TimeSliced(step) {
+		obs.ExclusiveAdvertised, obs.ExclusiveResources = rollout.AdvertisesLayout(targets, node.Status.Allocatable)
 	}
 	if r.readSlices {
 		var list resourcev1.ResourceSliceList
@@ -397,7 +395,7 @@ func (r *PlanReconciler) observe(ctx context.Context, plan string, policy *v1alp
 	}
 	if step.SharingConfigName != "" {
 		obs.SharingConfig = node.Labels[v1alpha1.LabelDevicePluginConfig]
-		obs.SharingAdvertised, obs.SharedResource = sharingAdvertised(step, targets, node)
+		obs.SharingAdvertised, obs.SharedResource = rollout.AdvertisesSharing(step, targets, node.Status.Allocatable)
 		dp := &corev1.ConfigMap{}
 		err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: DevicePluginConfigMap}, dp)
 		switch {
@@ -411,76 +409,6 @@ func (r *PlanReconciler) observe(ctx context.Context, plan string, policy *v1alp
 		}
 	}
 	return targets, obs, nil
-}
-
-// sharingAdvertised says whether the node's allocatable shows the step's sharing setting:
-// replicas x MIG-disabled GPUs of nvidia.com/gpu.shared and, under time-slicing, replicas x
-// instances of nvidia.com/mig-<profile>.shared; none of them when sharing is off. It also
-// names what must be advertised, for the step's message.
-func sharingAdvertised(step v1alpha1.NodeStep, targets []mig.GPUTarget, node *corev1.Node) (bool, string) {
-	want := map[corev1.ResourceName]int64{demand.ResourceSharedGPU: 0}
-	replicas := int64(0)
-	if s := step.SharingConfig; s != nil && s.Mode != v1alpha1.SharingNone {
-		replicas = int64(s.Replicas)
-	}
-	timeSliced := step.SharingConfig != nil && step.SharingConfig.Mode == v1alpha1.SharingTimeSlicing
-	for _, t := range targets {
-		if !t.MIGEnabled {
-			want[demand.ResourceSharedGPU] += replicas
-			continue
-		}
-		for p, n := range t.Layout {
-			name := corev1.ResourceName(mig.ResourceName(p) + nvidia.SharedSuffix)
-			want[name] += 0 // listed, so that an exclusive MIG device is checked to advertise no replica
-			if timeSliced {
-				want[name] += replicas * int64(n)
-			}
-		}
-	}
-	ok := true
-	var parts []string
-	for _, name := range slices.Sorted(maps.Keys(want)) {
-		if demand.Quantity(node.Status.Allocatable, name) != want[name] {
-			ok = false
-		}
-		if want[name] > 0 {
-			parts = append(parts, fmt.Sprintf("%s=%d", name, want[name]))
-		}
-	}
-	if len(parts) == 0 {
-		parts = []string{"no shared replicas"}
-	}
-	return ok, strings.Join(parts, ", ")
-}
-
-// exclusiveAdvertised says whether the node's allocatable shows the step's layout as the
-// device plugin advertises it under the mixed strategy: nvidia.com/mig-<profile> per instance
-// of each MIG-enabled GPU and nvidia.com/gpu per MIG-disabled one (when those are not shared).
-// A layout the agent verified is of no use until the scheduler can place pods on it. It also
-// names what must be advertised, for the step's message.
-func exclusiveAdvertised(targets []mig.GPUTarget, node *corev1.Node) (bool, string) {
-	want := map[corev1.ResourceName]int64{}
-	for _, t := range targets {
-		if !t.MIGEnabled {
-			want[demand.ResourceGPU]++
-			continue
-		}
-		for p, n := range t.Layout {
-			want[corev1.ResourceName(mig.ResourceName(p))] += int64(n)
-		}
-	}
-	ok := true
-	var parts []string
-	for _, name := range slices.Sorted(maps.Keys(want)) {
-		if name == demand.ResourceGPU && demand.Quantity(node.Status.Allocatable, demand.ResourceSharedGPU) > 0 {
-			continue // whole GPUs shared by MPS are advertised as replicas; the sharing check counts them
-		}
-		if demand.Quantity(node.Status.Allocatable, name) != want[name] {
-			ok = false
-		}
-		parts = append(parts, fmt.Sprintf("%s=%d", name, want[name]))
-	}
-	return ok, strings.Join(parts, ", ")
 }
 
 // gpusWhole says whether the agent reports every GPU the step changes with a whole layout:
