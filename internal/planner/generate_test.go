@@ -32,6 +32,15 @@ type genConfig struct {
 	// extras adds what the optimum search does not model: standby shapes, frozen and
 	// cordoned nodes, in-flight plans, shared-replica requests and +me profiles.
 	extras bool
+	// The fields below are zero in the older configs, which then draw exactly the scenarios
+	// (and random numbers) they drew before the fields existed.
+	// minNodes, minGPUs and minPending raise the lower bounds (1 when zero).
+	minNodes, minGPUs, minPending int
+	// products are the gpu.product labels to draw from; gpuProducts when nil.
+	products []string
+	// minBusy and maxBusy bound the share of free instances and MIG-off GPUs that running
+	// pods take; any share when maxBusy is zero.
+	minBusy, maxBusy float64
 }
 
 // propertyConfig is the full variety the property tests and the fuzz target draw from.
@@ -190,22 +199,26 @@ func pick[T any](r *rand.Rand, list []T) T { return list[r.IntN(len(list))] }
 // genScenario draws a random pool of one product: nodes with random layouts, running pods
 // holding some instances (some of which may not be evicted), pending pods and a policy.
 func genScenario(t testing.TB, r *rand.Rand, origin string, cfg genConfig) *scenario {
-	label := pick(r, gpuProducts)
+	products := gpuProducts
+	if cfg.products != nil {
+		products = cfg.products
+	}
+	label := pick(r, products)
 	prod, ok := mig.LookupProduct(label)
 	if !ok {
 		t.Fatalf("unknown product %s", label)
 	}
 	s := &scenario{origin: origin, prod: prod, c: newCluster(t), frozen: map[string]string{}}
 	c := s.c
-	nodes := 1 + r.IntN(cfg.maxNodes)
+	nodes := atLeast(r, cfg.minNodes, cfg.maxNodes)
 	for i := range nodes {
-		layouts := make([]string, 1+r.IntN(cfg.maxGPUs))
+		layouts := make([]string, atLeast(r, cfg.minGPUs, cfg.maxGPUs))
 		for g := range layouts {
 			layouts[g] = randomLayout(r, prod)
 		}
 		c.node(fmt.Sprintf("node-%d", i), label, layouts...)
 	}
-	genRunning(r, c)
+	genRunning(r, c, cfg.minBusy, cfg.maxBusy)
 	c.pdb("pdb-a", "pdb-a", int32(r.IntN(3))).pdb("pdb-b", "pdb-b", int32(r.IntN(3)))
 
 	profiles := plainProfiles(prod)
@@ -219,7 +232,7 @@ func genScenario(t testing.TB, r *rand.Rand, origin string, cfg genConfig) *scen
 	hi := min(cfg.maxCatalog, len(catalogProfiles))
 	lo := min(cfg.minCatalog, hi)
 	catalogProfiles = catalogProfiles[:lo+r.IntN(hi-lo+1)]
-	for i := range 1 + r.IntN(cfg.maxPending) {
+	for i := range atLeast(r, cfg.minPending, cfg.maxPending) {
 		res := map[string]int64{}
 		switch k := r.IntN(10); {
 		case k < 2:
@@ -287,12 +300,23 @@ func genScenario(t testing.TB, r *rand.Rand, origin string, cfg genConfig) *scen
 	return s
 }
 
-// genRunning puts running pods on a share of the free instances and MIG-off GPUs. A pod
+// atLeast draws a count from max(lo, 1) to hi, with the one draw 1 + r.IntN(hi) makes when lo
+// is at most 1, so that configs without lower bounds keep their scenarios.
+func atLeast(r *rand.Rand, lo, hi int) int {
+	lo = max(lo, 1)
+	return lo + r.IntN(hi-lo+1)
+}
+
+// genRunning puts running pods on a share of the free instances and MIG-off GPUs (a share
+// between minBusy and maxBusy when maxBusy is set, any share otherwise). A pod
 // sometimes holds a second instance of the same profile or a second whole GPU elsewhere on the
 // node; some instances are used by processes outside Kubernetes. Pods draw their eviction
 // rules at random: do-not-disrupt, unmanaged, covered by a PodDisruptionBudget, or plain.
-func genRunning(r *rand.Rand, c *cluster) {
+func genRunning(r *rand.Rand, c *cluster, minBusy, maxBusy float64) {
 	share := r.Float64()
+	if maxBusy > 0 {
+		share = minBusy + share*(maxBusy-minBusy)
+	}
 	pods := 0
 	for ni := range c.gpuNodes {
 		gn := &c.gpuNodes[ni]
