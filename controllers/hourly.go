@@ -11,13 +11,6 @@ import (
 	"github.com/gpupool/gpupool/internal/rollout"
 )
 
-// conditionHourlyCap on a plan is False while the policy's maxDisruptiveStepsPerHour keeps its
-// next evicting step from starting.
-const conditionHourlyCap = "WithinHourlyCap"
-
-// reasonHourlyCapSpent is the reason of that condition and its Event.
-const reasonHourlyCapSpent = "HourlyCapSpent"
-
 // hourlyState is what is left of the policy's maxDisruptiveStepsPerHour for a plan's next steps.
 type hourlyState struct {
 	// left is how many more evicting steps may start now.

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,14 +24,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/metrics"
 	"github.com/gpupool/gpupool/internal/pool"
 	"github.com/gpupool/gpupool/internal/rollout"
 )
-
-// ConditionApproved on a RepartitionPlan says whether it passed the approval gate.
-const ConditionApproved = "Approved"
 
 // PlanReconciler takes RepartitionPlans through the approval gate (rollout.Gate): approval by
 // annotation bound to the plan's hash, rejection, approval by the policy's mode, expiry; then
@@ -127,7 +122,10 @@ func (r *PlanReconciler) plansWhere(ctx context.Context, match func(*v1alpha1.Re
 	return out
 }
 
-// Reconcile applies the gate's decision to one plan.
+// Reconcile takes one plan one pass further. Observe: the plan and its policy. Decide: a plan
+// that must not run is refused and ends there; else the approval gate, and revalidation just
+// before an approved plan's first node. Act: execute the approved plan's steps (each step
+// observed, decided by rollout.Step, acted on), write the status, then tell the pass's Events.
 func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	plan, policy, done, err := r.observePlan(ctx, req)
 	if done || err != nil {
@@ -135,33 +133,23 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	}
 	now := r.Clock.Now()
 	ctx, held := holdEvents(ctx)
-	if policy != nil && !plan.Status.Phase.Finished() {
-		inPool, err := r.poolMembers(ctx, policy)
-		if err != nil {
+
+	refusal, err := r.authenticate(ctx, plan, policy)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if refusal.Refused() {
+		if err := r.refuse(ctx, plan, policy, refusal); err != nil {
 			return reconcile.Result{}, err
 		}
-		if refusal := rollout.Authenticate(plan, policy, inPool); refusal.Refused() {
-			if err := r.refuse(ctx, plan, policy, refusal); err != nil {
-				return reconcile.Result{}, err
-			}
-			held.flush(logf.FromContext(ctx))
-			return reconcile.Result{}, nil
-		}
+		held.flush(logf.FromContext(ctx))
+		return reconcile.Result{}, nil
 	}
-	d := rollout.Gate(plan, policy, now)
-	status, changed := r.gateStatus(ctx, plan, d, now)
-	if policy != nil && status.Phase == v1alpha1.PlanApproved && len(status.Nodes) == 0 {
-		why, err := r.revalidate(ctx, plan)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		if why != "" {
-			d, changed = cancelStale(plan, &status, why), true
-		}
+	d, status, err := r.decide(ctx, plan, policy, now)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
-	if changed && d.Reason != "" {
-		r.recordDecision(ctx, plan, policy, d)
-	}
+
 	var requeue time.Duration
 	if policy != nil && status.Phase.Running() {
 		if requeue, err = r.execute(ctx, plan, policy, &status, now); err != nil {
@@ -180,6 +168,41 @@ func (r *PlanReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		requeue = max(time.Second, plan.CreationTimestamp.Add(ttl).Sub(now))
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+// authenticate says whether a live plan is one the manager made for its policy's pool as it is
+// now (rollout.Authenticate); a plan without a policy, or finished, is not judged.
+func (r *PlanReconciler) authenticate(ctx context.Context, plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy) (rollout.Refusal, error) {
+	if policy == nil || plan.Status.Phase.Finished() {
+		return rollout.Refusal{}, nil
+	}
+	inPool, err := r.poolMembers(ctx, policy)
+	if err != nil {
+		return rollout.Refusal{}, err
+	}
+	return rollout.Authenticate(plan, policy, inPool), nil
+}
+
+// decide applies the approval gate's decision to a copy of the plan's status and, just before
+// an approved plan's first node, revalidates it (a stale plan is cancelled); the decision's
+// Event is told when it changed the plan.
+func (r *PlanReconciler) decide(ctx context.Context, plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy,
+	now time.Time) (rollout.Decision, v1alpha1.RepartitionPlanStatus, error) {
+	d := rollout.Gate(plan, policy, now)
+	status, changed := r.gateStatus(ctx, plan, d, now)
+	if policy != nil && status.Phase == v1alpha1.PlanApproved && len(status.Nodes) == 0 {
+		why, err := r.revalidate(ctx, plan)
+		if err != nil {
+			return d, status, err
+		}
+		if why != "" {
+			d, changed = cancelStale(plan, &status, why), true
+		}
+	}
+	if changed && d.Reason != "" {
+		r.recordDecision(ctx, plan, policy, d)
+	}
+	return d, status, nil
 }
 
 // observePlan reads the plan and its policy (nil when the policy is gone). done is true when
@@ -229,24 +252,18 @@ func (r *PlanReconciler) gateStatus(ctx context.Context, plan *v1alpha1.Repartit
 	if d.Reason == "" {
 		return status, changed
 	}
-	cond := metav1.Condition{Type: ConditionApproved, Status: metav1.ConditionFalse, Reason: d.Reason,
-		Message: d.Message, ObservedGeneration: plan.Generation}
-	if d.Phase == v1alpha1.PlanApproved {
-		cond.Status = metav1.ConditionTrue
-	}
+	reason := d.Reason
 	if d.IgnoredApproval != "" && d.Phase == v1alpha1.PlanAwaitingApproval {
-		cond.Reason = rollout.ReasonHashMismatch
+		reason = rollout.ReasonHashMismatch
 	}
-	reported := meta.FindStatusCondition(status.Conditions, ConditionApproved)
-	if d.IgnoredApproval != "" && (reported == nil || reported.Reason != rollout.ReasonHashMismatch) {
+	reported := markApproval(plan, &status, d.Phase == v1alpha1.PlanApproved, reason, d.Message)
+	if d.IgnoredApproval != "" && reported != rollout.ReasonHashMismatch {
 		planEvent(ctx, r.Recorder, plan, nil, corev1.EventTypeWarning, rollout.ReasonHashMismatch, "Approve",
 			fmt.Sprintf("ignored %s=%q: this plan's hash is %s", v1alpha1.AnnotationApprove, d.IgnoredApproval, plan.Spec.Hash))
 	}
-	meta.SetStatusCondition(&status.Conditions, cond)
 	if d.Phase == v1alpha1.PlanSuperseded {
 		// The policy controller asked for it (AnnotationSupersede): the plan is no longer live.
-		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse,
-			Reason: d.Reason, Message: d.Message, ObservedGeneration: plan.Generation})
+		markEnded(plan, &status, d.Reason, d.Message)
 	}
 	return status, changed
 }
@@ -256,8 +273,7 @@ func (r *PlanReconciler) gateStatus(ctx context.Context, plan *v1alpha1.Repartit
 func cancelStale(plan *v1alpha1.RepartitionPlan, status *v1alpha1.RepartitionPlanStatus, why string) rollout.Decision {
 	msg := "cancelled before any disruption: " + why
 	status.Phase = v1alpha1.PlanSuperseded
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse,
-		Reason: rollout.ReasonStale, Message: msg, ObservedGeneration: plan.Generation})
+	markEnded(plan, status, rollout.ReasonStale, msg)
 	return rollout.Decision{Phase: v1alpha1.PlanSuperseded, Reason: rollout.ReasonStale, Message: msg}
 }
 
@@ -304,8 +320,7 @@ func (r *PlanReconciler) writePlanStatus(ctx context.Context, plan *v1alpha1.Rep
 func (r *PlanReconciler) refuse(ctx context.Context, plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy, refusal rollout.Refusal) error {
 	status := *plan.Status.DeepCopy()
 	status.Phase, status.ObservedGeneration = v1alpha1.PlanFailed, plan.Generation
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse,
-		Reason: refusal.Reason, Message: "refused: " + refusal.Message, ObservedGeneration: plan.Generation})
+	markEnded(plan, &status, refusal.Reason, "refused: "+refusal.Message)
 	if equality.Semantic.DeepEqual(plan.Status, status) {
 		return nil
 	}
@@ -319,19 +334,6 @@ func (r *PlanReconciler) refuse(ctx context.Context, plan *v1alpha1.RepartitionP
 	return nil
 }
 
-// poolMembers lists the policy's pool as it is now, for Authenticate.
-func (r *PlanReconciler) poolMembers(ctx context.Context, policy *v1alpha1.GPUPoolPolicy) (func(string) bool, error) {
-	nodes, err := r.poolNodes(ctx, policy)
-	if err != nil {
-		return nil, err
-	}
-	names := make(map[string]bool, len(nodes))
-	for _, n := range nodes {
-		names[n.Name] = true
-	}
-	return func(node string) bool { return names[node] }, nil
-}
-
 // policyRef makes the policy the Event's related object when it exists; a nil interface, not
 // a typed nil pointer, when it does not.
 func policyRef(policy *v1alpha1.GPUPoolPolicy) runtime.Object {
@@ -339,84 +341,4 @@ func policyRef(policy *v1alpha1.GPUPoolPolicy) runtime.Object {
 		return nil
 	}
 	return policy
-}
-
-// revalidate takes a fresh look at what an approved plan changes, just before its first
-// disruptive step, and says why it must be cancelled ("" when it still holds).
-func (r *PlanReconciler) revalidate(ctx context.Context, plan *v1alpha1.RepartitionPlan) (string, error) {
-	facts, err := r.facts(ctx, plan)
-	if err != nil {
-		return "", err
-	}
-	return rollout.Revalidate(plan, facts), nil
-}
-
-// facts reads what revalidation judges a plan by: the GPU reports and nodes of its steps and
-// landings, the ResourceClaims holding devices on its steps' nodes, and the pods it evicts or
-// was made for.
-func (r *PlanReconciler) facts(ctx context.Context, plan *v1alpha1.RepartitionPlan) (rollout.Facts, error) {
-	facts := rollout.Facts{GPUs: map[string][]v1alpha1.GPUStatus{}, Pods: map[string]rollout.PodFact{},
-		Cordoned: map[string]bool{}, Unavailable: map[string]string{}}
-	var refs []v1alpha1.PodReference
-	var nodes []string
-	for _, step := range plan.Spec.Steps {
-		nodes = append(nodes, step.Node)
-		for _, e := range step.Evictions {
-			refs = append(refs, e.PodReference)
-			if e.LandingNode != "" && !slices.Contains(nodes, e.LandingNode) {
-				nodes = append(nodes, e.LandingNode)
-			}
-		}
-	}
-	for _, name := range nodes {
-		gpuNode := &v1alpha1.GPUNode{}
-		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, gpuNode)
-		switch {
-		case err == nil:
-			facts.GPUs[name] = gpuNode.Status.GPUs
-		case !apierrors.IsNotFound(err):
-			return facts, fmt.Errorf("reading GPUNode %s: %w", name, err)
-		}
-		node := &corev1.Node{}
-		err = r.Client.Get(ctx, types.NamespacedName{Name: name}, node)
-		switch {
-		case err == nil:
-			facts.Cordoned[name] = node.Spec.Unschedulable
-			if why := rollout.NodeUnavailable(node); why != "" {
-				facts.Unavailable[name] = why
-			}
-		case !apierrors.IsNotFound(err):
-			return facts, fmt.Errorf("reading node %s: %w", name, err)
-		}
-	}
-	var changed []string
-	for _, step := range plan.Spec.Steps {
-		changed = append(changed, step.Node)
-	}
-	claimed, err := r.claimed(ctx, changed)
-	if err != nil {
-		return facts, err
-	}
-	facts.Claimed = claimed
-	refs = append(refs, plan.Spec.Expected.Pods...)
-	for _, ref := range refs {
-		pod, err := r.pods.Get(types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name})
-		if err != nil {
-			return facts, fmt.Errorf("reading pod %s/%s: %w", ref.Namespace, ref.Name, err)
-		}
-		if pod == nil || !pod.DeletionTimestamp.IsZero() {
-			continue
-		}
-		fact := rollout.PodFact{Node: pod.NodeName, MIG: map[string]int64{}, DoNotDisrupt: pod.DoNotDisrupt}
-		for name, q := range pod.Requests {
-			switch kind, profile, isGPU := demand.Classify(name); {
-			case isGPU && kind == demand.KindMIG:
-				fact.MIG[profile] += q.Value()
-			case isGPU && kind == demand.KindGPU:
-				fact.WholeGPUs += q.Value()
-			}
-		}
-		facts.Pods[ref.Namespace+"/"+ref.Name] = fact
-	}
-	return facts, nil
 }

@@ -7,22 +7,10 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/pool"
 	"github.com/gpupool/gpupool/internal/rollout"
 )
-
-// conditionWindow on a plan is False while the policy's maintenance windows
-// (spec.disruption.windows) keep its next evicting step from starting; its message says when
-// the next window opens.
-const conditionWindow = "WithinMaintenanceWindow"
-
-// reasonOutsideWindow is the reason of that condition and its Event.
-const reasonOutsideWindow = "OutsideMaintenanceWindow"
 
 // windowNever is how long a plan waits before looking again when no window of its policy will
 // ever open (or none can be read): a change of the policy wakes it sooner, as a watch event.
@@ -108,10 +96,7 @@ func (r *PlanReconciler) reportWindow(ctx context.Context, plan *v1alpha1.Repart
 	requeue time.Duration, now time.Time) (v1alpha1.PlanPhase, time.Duration) {
 	held := w.held(plan, status, ungated)
 	if len(held) == 0 {
-		if meta.IsStatusConditionFalse(status.Conditions, conditionWindow) {
-			meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: conditionWindow, Status: metav1.ConditionTrue,
-				Reason: "WindowOpen", Message: "the policy's maintenance windows allow the plan's next steps", ObservedGeneration: plan.Generation})
-		}
+		clearWaiting(plan, status, conditionWindow, "WindowOpen", "the policy's maintenance windows allow the plan's next steps")
 		return phase, requeue
 	}
 	if phase == v1alpha1.PlanFailed || phase == v1alpha1.PlanExecuting {
@@ -120,13 +105,7 @@ func (r *PlanReconciler) reportWindow(ctx context.Context, plan *v1alpha1.Repart
 			phase = v1alpha1.PlanApproved
 		}
 	}
-	msg := w.message(held)
-	if !meta.IsStatusConditionFalse(status.Conditions, conditionWindow) {
-		// Told once the status that records the wait is written, and logged with it (plan_events.go).
-		planEvent(ctx, r.Recorder, plan, policyRef(policy), corev1.EventTypeNormal, reasonOutsideWindow, "Wait", msg)
-	}
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: conditionWindow, Status: metav1.ConditionFalse,
-		Reason: reasonOutsideWindow, Message: msg, ObservedGeneration: plan.Generation})
+	r.markWaiting(ctx, plan, policy, status, conditionWindow, reasonOutsideWindow, w.message(held))
 	wait := windowNever
 	if w.err == nil && !w.next.IsZero() {
 		wait = max(time.Second, w.next.Sub(now))
