@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -170,18 +169,9 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.Watches(clusterPolicy, all)
 	}
 	if r.ConfigNamespace != "" {
-		// The GPU Operator's ConfigMaps exist from the manager's start, before any policy: a
-		// user points the ClusterPolicy at them right after installing gpupool (see
-		// ensureOperatorConfigMaps). Each pass over a pool checks again.
-		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-			if err := ensureOperatorConfigMaps(logf.IntoContext(ctx, mgr.GetLogger()), r.Client, r.ConfigNamespace); err != nil {
-				mgr.GetLogger().Info("gpupool's ConfigMaps for the GPU Operator are not created yet; each pass over a pool tries again",
-					"namespace", r.ConfigNamespace, "reason", err.Error())
-			}
-			return nil
-		})); err != nil {
-			return err
-		}
+		// GPUOperatorConfigured says whether gpupool's ConfigMaps exist; the writer
+		// (OperatorConfigReconciler) creating or losing one changes it.
+		b = b.Watches(&corev1.ConfigMap{}, all, builder.WithPredicates(operatorConfigMapExists(r.ConfigNamespace)))
 	}
 	return b.Named("gpupoolpolicy").Complete(quietConflicts{r})
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -208,11 +209,20 @@ func (r *PolicyReconciler) setOperatorCondition(ctx context.Context, set func(st
 		set(v1alpha1.ConditionGPUOperatorConfigured, false, "NoClusterPolicy", "no ClusterPolicy object exists")
 		return
 	}
-	if err := ensureOperatorConfigMaps(ctx, r.Client, r.ConfigNamespace); err != nil {
+	// Read, not written: OperatorConfigReconciler writes them, and one it cannot create is
+	// missing here.
+	switch missing, err := operatorConfigMapsMissing(ctx, r.Client, r.ConfigNamespace); {
+	case err != nil:
 		set(v1alpha1.ConditionGPUOperatorConfigured, false, "ConfigMapsNotWritten", fmt.Sprintf(
-			"gpupool cannot create the ConfigMaps the GPU Operator mounts into mig-manager and the device plugin (%s, %s in %s): %v; "+
-				"until they exist those pods cannot start where the ClusterPolicy names them: check the manager's ConfigMap Role in %s",
-			MIGPartedConfigMap, DevicePluginConfigMap, r.ConfigNamespace, err, r.ConfigNamespace))
+			"gpupool cannot read the ConfigMaps the GPU Operator mounts into mig-manager and the device plugin: %v; "+
+				"check the manager's ConfigMap Role in %s", err, r.ConfigNamespace))
+		return
+	case len(missing) > 0:
+		set(v1alpha1.ConditionGPUOperatorConfigured, false, "ConfigMapsNotWritten", fmt.Sprintf(
+			"gpupool has not created the ConfigMaps the GPU Operator mounts into mig-manager and the device plugin (%s in %s); "+
+				"until they exist those pods cannot start where the ClusterPolicy names them: the manager's log says why "+
+				"(look for ConfigMap %s), most often its ConfigMap Role in %s",
+			strings.Join(missing, ", "), r.ConfigNamespace, missing[0], r.ConfigNamespace))
 		return
 	}
 	active := nvidia.ActiveClusterPolicy(list.Items)

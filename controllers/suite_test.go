@@ -62,8 +62,9 @@ func startEnv(t *testing.T) *testenv.Env {
 }
 
 // startManager runs gpupool's controllers in a new manager, as a new replica would: the plan
-// and cordon controllers always, the policy controller when asked. stop ends the manager and
-// waits for it (it also runs when the test ends); the registry holds this manager's metrics.
+// and cordon controllers and the ConfigMap writer always, the policy controller when asked.
+// stop ends the manager and waits for it (it also runs when the test ends); the registry holds
+// this manager's metrics.
 func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock, withPolicies bool) (stop func(), reg *prometheus.Registry) {
 	t.Helper()
 	g := NewWithT(t)
@@ -81,6 +82,7 @@ func startManager(t *testing.T, env *testenv.Env, clock *clocktesting.FakeClock,
 	g.Expect((&controllers.PlanReconciler{Client: mgr.GetClient(), Clock: clock, Recorder: recorder,
 		Namespace: "default", ConfigPropagation: time.Millisecond, Metrics: m}).SetupWithManager(mgr)).To(Succeed())
 	g.Expect((&controllers.CordonReconciler{Client: mgr.GetClient(), Recorder: recorder, Namespace: "default", Metrics: m}).SetupWithManager(mgr)).To(Succeed())
+	g.Expect((&controllers.OperatorConfigReconciler{Client: mgr.GetClient(), Namespace: "default"}).SetupWithManager(mgr)).To(Succeed())
 	return runManager(t, mgr), reg
 }
 

@@ -267,10 +267,14 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 	if err := cordons.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the cordon controller: %w", err)
 	}
+	operatorConfig := &controllers.OperatorConfigReconciler{Client: mgr.GetClient(), Namespace: configNamespace}
+	if err := operatorConfig.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the GPU Operator ConfigMap writer: %w", err)
+	}
 	if err := controllers.AddPodWait(mgr, m, clock.RealClock{}); err != nil {
 		return err
 	}
-	log.Info("starting manager", "controllers", []string{"gpupoolpolicy", "repartitionplan", "cordon"}, "leaderElection", opts.leaderElect,
+	log.Info("starting manager", "controllers", []string{"gpupoolpolicy", "repartitionplan", "cordon", "operatorconfig"}, "leaderElection", opts.leaderElect,
 		"metrics", opts.metricsAddr, "probes", opts.probeAddr)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)
