@@ -107,7 +107,7 @@ verify: generate manifests ## Regenerate everything and fail on any difference f
 	@git diff --exit-code || { echo "make verify: the files above differ after regeneration; run make generate manifests, go mod tidy and commit" >&2; exit 1; }
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## go vet and golangci-lint, over the product and the image, Helm and monitoring modules; proves the import rules bite.
+lint: $(GOLANGCI_LINT) ## go vet and golangci-lint, over the product and the image, Helm and monitoring modules; proves the import rules bite and keeps NVIDIA's names in internal/nvidia.
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
 	GOLANGCI_LINT=$(GOLANGCI_LINT) hack/lint-rules.sh

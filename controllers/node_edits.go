@@ -40,7 +40,7 @@ func (r *PlanReconciler) editNode(ctx context.Context, plan *v1alpha1.Repartitio
 		if node.Labels == nil {
 			node.Labels = map[string]string{}
 		}
-		node.Labels[v1alpha1.LabelDevicePluginConfig] = step.SharingConfigName
+		node.Labels[nvidia.LabelDevicePluginConfig] = step.SharingConfigName
 	}
 	return r.Client.Patch(ctx, node, patch)
 }

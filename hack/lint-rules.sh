@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Proves that lint enforces the architecture's import rules (.golangci.yml, depguard): it plants
 # one file per rule that breaks it, runs golangci-lint over those packages and fails unless every
-# planted import is reported. The planted files are removed however the script ends.
+# planted import is reported. Then it enforces that NVIDIA's label, resource and driver names are
+# spelled as string literals only in internal/nvidia (hack/nvidialiterals, with its exemptions):
+# the tree must hold none elsewhere, and a planted one must be reported. The planted files are
+# removed however the script ends.
 #
 # Not probed: internal/nvidia importing a layer above it. Every such layer imports internal/nvidia,
 # so the Go compiler already refuses the import cycle before any linter runs.
@@ -50,3 +53,25 @@ if [ "$failed" -ne 0 ]; then
 	exit 1
 fi
 echo "lint-rules: all ${#probes[@]} planted import violations reported"
+
+# NVIDIA's names have one home. go run builds the checker, which needs only the standard library.
+if ! out=$(go run ./hack/nvidialiterals 2>&1); then
+	echo "lint-rules: NVIDIA's names spelled outside internal/nvidia (use its constants):" >&2
+	echo "$out" >&2
+	exit 1
+fi
+# The probe spells a label as a literal in a product package, and mentions one in a comment,
+# which is fine: only the literal may be reported.
+literal_dir=internal/pool
+literal_probe="$literal_dir/zz_lint_rule_probe_literal.go"
+printf 'package %s\n\n// nvidia.com/gpu.product in a comment is fine.\nconst zzLintRuleProbe = "%s"\n' \
+	"$(go list -f '{{.Name}}' "./$literal_dir")" "nvidia.com/mig.config" >"$literal_probe"
+planted+=("$literal_probe")
+out=$(go run ./hack/nvidialiterals 2>&1 || true)
+if ! grep -F "$literal_probe:4:" <<<"$out" | grep -qF '"nvidia.com/mig.config"' ||
+	[ "$(grep -cF "$literal_probe" <<<"$out")" -ne 1 ]; then
+	echo "lint-rules: the literal planted in $literal_probe is not reported alone; hack/nvidialiterals said:" >&2
+	echo "$out" >&2
+	exit 1
+fi
+echo "lint-rules: the planted NVIDIA name literal reported"

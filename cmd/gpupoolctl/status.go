@@ -20,6 +20,7 @@ import (
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 const statusLong = `Show each pool: its nodes, GPUs and MIG layouts, pending demand per request shape with
@@ -232,7 +233,7 @@ func pool(p *v1alpha1.GPUPoolPolicy, nodes []corev1.Node, gpuNodes []v1alpha1.GP
 			row.State += ", no agent report"
 		} else {
 			for _, gpu := range g.Status.GPUs {
-				row.GPUs = append(row.GPUs, gpuOf(gpu, n.Labels[v1alpha1.LabelGPUProduct]))
+				row.GPUs = append(row.GPUs, gpuOf(gpu, n.Labels[nvidia.LabelGPUProduct]))
 			}
 		}
 		out.Nodes = append(out.Nodes, row)

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/test/simcluster"
 )
 
@@ -311,7 +312,7 @@ func (d *demo) measure(ctx context.Context) (snapshot, error) {
 		return s, err
 	}
 	for _, n := range nodes.Items {
-		q := n.Status.Allocatable[corev1.ResourceName("nvidia.com/gpu.shared")]
+		q := n.Status.Allocatable[corev1.ResourceName(nvidia.ResourceGPU+nvidia.SharedSuffix)]
 		s.sharedReplicas += int(q.Value())
 	}
 	policy := &v1alpha1.GPUPoolPolicy{}

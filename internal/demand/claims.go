@@ -135,7 +135,7 @@ func mapRequest(req resourcev1.DeviceRequest) (resource corev1.ResourceName, n i
 // its chart uses (gpu.nvidia.com, mig.nvidia.com, vfio.gpu.nvidia.com, and per-profile demo
 // classes such as mig-1g-12gb.gpu.nvidia.com); compute-domain classes are not GPUs.
 func nvidiaClass(name string) bool {
-	return strings.HasSuffix(name, ".nvidia.com") && !strings.HasPrefix(name, "compute-domain") || name == nvidia.DeviceClassGPU
+	return strings.HasSuffix(name, nvidia.DeviceClassDomain) && !strings.HasPrefix(name, "compute-domain") || name == nvidia.DeviceClassGPU
 }
 
 // claimName resolves a pod's claim reference: a named claim, or the one the ResourceClaim

@@ -23,6 +23,7 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/podrecord"
 )
 
@@ -372,7 +373,7 @@ func readGPUs(node *corev1.Node, report *v1alpha1.GPUNode, products productCache
 			g.Instances = make([]Instance, 0, len(s.Instances))
 		}
 		if g.ProductName == "" {
-			g.ProductName = node.Labels[v1alpha1.LabelGPUProduct]
+			g.ProductName = node.Labels[nvidia.LabelGPUProduct]
 		}
 		t := products.get(g.ProductName, s.Profiles)
 		g.Product, g.TableDiff, g.NoBuiltinTable = t.product, t.diff, t.noBuiltin

@@ -6,6 +6,7 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // CatalogEntry finds the policy's catalog entry for a GPU of node n as the planner applies it
@@ -16,7 +17,7 @@ import (
 func CatalogEntry(catalog []v1alpha1.CatalogEntry, n *inventory.Node, g *inventory.GPU) (int, *v1alpha1.CatalogEntry) {
 	names := []string{g.ProductName, ""}
 	if n.Object != nil {
-		names[1] = n.Object.Labels[v1alpha1.LabelGPUProduct]
+		names[1] = n.Object.Labels[nvidia.LabelGPUProduct]
 	}
 	if g.Product != nil {
 		names = append(names, g.Product.Name)

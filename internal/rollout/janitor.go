@@ -21,9 +21,9 @@ func MayBeHalfConfigured(node *corev1.Node, gpuNode *v1alpha1.GPUNode) string {
 		return ""
 	}
 	if state, _ := nvidia.MIGConfigState(node); state == nvidia.StateFailed {
-		return "mig-manager reported failed for " + node.Labels[v1alpha1.LabelMIGConfig]
+		return "mig-manager reported failed for " + node.Labels[nvidia.LabelMIGConfig]
 	}
-	relabelled := strings.HasPrefix(node.Labels[v1alpha1.LabelMIGConfig], nvidia.ConfigPrefix)
+	relabelled := strings.HasPrefix(node.Labels[nvidia.LabelMIGConfig], nvidia.ConfigPrefix)
 	if gpuNode == nil {
 		if !relabelled {
 			// gpupool never relabelled it: its GPUs are as they were.
