@@ -7,25 +7,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/test/simcluster"
 )
 
@@ -258,169 +251,6 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 	return nil
 }
 
-// deployment counts one Deployment's pods.
-type deployment struct{ running, pending int }
-
-// pods counts the demo's pods per app label.
-func (d *demo) pods(ctx context.Context) (map[string]deployment, error) {
-	var list corev1.PodList
-	if err := d.cluster.Client.List(ctx, &list, client.InNamespace("demo")); err != nil {
-		return nil, err
-	}
-	out := map[string]deployment{}
-	for _, p := range list.Items {
-		if !p.DeletionTimestamp.IsZero() {
-			continue
-		}
-		c := out[p.Labels["app"]]
-		switch {
-		case p.Status.Phase == corev1.PodRunning:
-			c.running++
-		case p.Spec.NodeName == "":
-			c.pending++
-		}
-		out[p.Labels["app"]] = c
-	}
-	return out, nil
-}
-
-// sharedApp is the demo Deployment whose pods ask for a time-sliced share of a GPU.
-const sharedApp = "notebook-shared"
-
-// snapshot is what the before/after table compares.
-type snapshot struct {
-	pending, running int
-	// sharedRunning counts running pods on shared replicas; sharedReplicas is every node's
-	// advertised nvidia.com/gpu.shared.
-	sharedRunning, sharedReplicas int
-	slices                        map[string]v1alpha1.ProfileSlices
-}
-
-func (d *demo) measure(ctx context.Context) (snapshot, error) {
-	s := snapshot{slices: map[string]v1alpha1.ProfileSlices{}}
-	pods, err := d.pods(ctx)
-	if err != nil {
-		return s, err
-	}
-	for _, c := range pods {
-		s.pending += c.pending
-		s.running += c.running
-	}
-	s.sharedRunning = pods[sharedApp].running
-	var nodes corev1.NodeList
-	if err := d.cluster.Client.List(ctx, &nodes); err != nil {
-		return s, err
-	}
-	for _, n := range nodes.Items {
-		q := n.Status.Allocatable[corev1.ResourceName(nvidia.ResourceGPU+nvidia.SharedSuffix)]
-		s.sharedReplicas += int(q.Value())
-	}
-	policy := &v1alpha1.GPUPoolPolicy{}
-	if err := d.cluster.Client.Get(ctx, client.ObjectKey{Name: "demo-pool"}, policy); err != nil {
-		return s, client.IgnoreNotFound(err)
-	}
-	for _, ps := range policy.Status.Pool.Slices {
-		s.slices[ps.Profile] = ps
-	}
-	return s, nil
-}
-
-// settled measures once the policy's status counts every running pod's slice: the status lags
-// the pods by one agent report and one reconcile, and the table compares settled numbers.
-func (d *demo) settled(ctx context.Context) (snapshot, error) {
-	var s snapshot
-	err := d.waitFor(ctx, "the policy's status to count the running pods", time.Minute, func() (bool, error) {
-		var err error
-		s, err = d.measure(ctx)
-		used := 0
-		for _, ps := range s.slices {
-			used += int(ps.Used)
-		}
-		return err == nil && used == s.running-s.sharedRunning, err
-	})
-	return s, err
-}
-
-// table compares what kubectl gpupool status does not show: pods, shared replicas, evictions
-// and the time each phase took.
-func (d *demo) table(before, after snapshot, evictions int, waited, executed time.Duration) {
-	fmt.Printf("\n   %-38s %10s %10s\n", "", "before", "after")
-	fmt.Printf("   %-38s %10d %10d\n", "pods running", before.running, after.running)
-	fmt.Printf("   %-38s %10d %10d\n", "pods pending", before.pending, after.pending)
-	fmt.Printf("   %-38s %10s %10s\n", "gpu.shared replicas used/advertised",
-		fmt.Sprintf("%d/%d", before.sharedRunning, before.sharedReplicas), fmt.Sprintf("%d/%d", after.sharedRunning, after.sharedReplicas))
-	fmt.Printf("   %-38s %10s %10d\n", "pods evicted", "", evictions)
-	fmt.Printf("   %-38s %10s %10s\n", "submit -> approval (incl. reading)", "", waited.Round(time.Second))
-	fmt.Printf("   %-38s %10s %10s\n", "approval -> plan done, pods running", "", executed.Round(time.Second))
-}
-
-// waitPlan waits for the policy's plan to await approval and returns it.
-func (d *demo) waitPlan(ctx context.Context, pending int) (*v1alpha1.RepartitionPlan, error) {
-	var plan *v1alpha1.RepartitionPlan
-	superseded := map[string]bool{}
-	err := d.waitFor(ctx, "a RepartitionPlan for every pending pod", 2*time.Minute, func() (bool, error) {
-		var plans v1alpha1.RepartitionPlanList
-		if err := d.cluster.Client.List(ctx, &plans); err != nil {
-			return false, err
-		}
-		for i := range plans.Items {
-			p := &plans.Items[i]
-			if p.Status.Phase == v1alpha1.PlanSuperseded && !superseded[p.Name] {
-				superseded[p.Name] = true
-				fmt.Printf("   plan %s, made while pods were still arriving (%d of %d), was superseded\n",
-					p.Name, len(p.Spec.Expected.Pods), pending)
-			}
-			// A plan made while the mix was still arriving covers part of it; the policy keeps it
-			// for the stabilization window, then supersedes it with one for everything.
-			if p.Status.Phase == v1alpha1.PlanAwaitingApproval && len(p.Spec.Expected.Pods) == pending {
-				plan = p
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	return plan, err
-}
-
-// follow prints every change of the plan's node steps until the plan finishes.
-func (d *demo) follow(ctx context.Context, name string) (*v1alpha1.RepartitionPlan, error) {
-	seen := map[string]string{}
-	var final *v1alpha1.RepartitionPlan
-	start := time.Now()
-	err := d.waitFor(ctx, "plan "+name+" to finish", 4*time.Minute, func() (bool, error) {
-		plan := &v1alpha1.RepartitionPlan{}
-		if err := d.cluster.Client.Get(ctx, client.ObjectKey{Name: name}, plan); err != nil {
-			return false, err
-		}
-		for _, n := range plan.Status.Nodes {
-			line := string(n.State) + ": " + n.Message
-			if seen[n.Node] != line {
-				seen[n.Node] = line
-				fmt.Printf("   %6.1fs  %-16s %s\n", time.Since(start).Seconds(), n.Node, line)
-			}
-		}
-		if key := "plan"; seen[key] != string(plan.Status.Phase) {
-			seen[key] = string(plan.Status.Phase)
-			fmt.Printf("   %6.1fs  plan %s is %s (%s)\n", time.Since(start).Seconds(), name, plan.Status.Phase, plan.Status.Progress)
-		}
-		switch plan.Status.Phase {
-		case v1alpha1.PlanSucceeded, v1alpha1.PlanFailed, v1alpha1.PlanSuperseded, v1alpha1.PlanExpired, v1alpha1.PlanRejected:
-			final = plan
-			return true, nil
-		}
-		return false, nil
-	})
-	return final, err
-}
-
-func countEvictions(plan *v1alpha1.RepartitionPlan) int {
-	n := 0
-	for _, s := range plan.Spec.Steps {
-		n += len(s.Evictions)
-	}
-	return n
-}
-
 // waitFor polls check until it is true, failing after timeout with what it waited for and
 // where the logs are.
 func (d *demo) waitFor(ctx context.Context, what string, timeout time.Duration, check func() (bool, error)) error {
@@ -428,90 +258,4 @@ func (d *demo) waitFor(ctx context.Context, what string, timeout time.Duration, 
 		return fmt.Errorf("%w; logs in %s/logs", err, d.cluster.Dir)
 	}
 	return nil
-}
-
-// kubectl runs the kubectl built with the control plane (same version as the API server) and
-// echoes the command, so the user sees what to type.
-func (d *demo) kubectl(args ...string) error { return d.kubectlStdin("", args...) }
-
-func (d *demo) kubectlStdin(stdin string, args ...string) error {
-	fmt.Printf("   $ kubectl %s\n", strings.Join(args, " "))
-	cmd := exec.Command(filepath.Join(d.binDir, "kubectl"), args...)
-	// kubectl finds plugins on PATH, takes no flag before a plugin's name, and leaves KUBECONFIG
-	// in the plugin's environment, where it reads it as kubectl does.
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.cluster.Kubeconfig,
-		"PATH="+d.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	for _, line := range strings.Split(strings.TrimRight(out.String(), "\n"), "\n") {
-		fmt.Println("     " + line)
-	}
-	if err != nil {
-		return fmt.Errorf("kubectl %s: %w", strings.Join(args, " "), err)
-	}
-	return nil
-}
-
-// waitRefused runs a kubectl command that an admission policy must refuse, retrying while the
-// API server has not started enforcing a policy created a moment ago, and prints the refusal.
-func (d *demo) waitRefused(ctx context.Context, args ...string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		cmd := exec.Command(filepath.Join(d.binDir, "kubectl"), append([]string{"--kubeconfig=" + d.cluster.Kubeconfig}, args...)...)
-		out, err := cmd.CombinedOutput()
-		if err != nil && strings.Contains(string(out), "may not approve") {
-			fmt.Printf("   $ kubectl %s\n     %s\n", strings.Join(args, " "), strings.TrimSpace(string(out)))
-			return nil
-		}
-		if err == nil {
-			// Accepted before the policy was active: take the annotation back and try again.
-			_ = exec.Command(filepath.Join(d.binDir, "kubectl"), "--kubeconfig="+d.cluster.Kubeconfig,
-				"annotate", "repartitionplan", args[len(args)-2], "gpupool.io/approve-").Run()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the approval policy never refused kubectl %s: %s", strings.Join(args, " "), out)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-// installPlugin puts the built gpupoolctl on a PATH folder as kubectl-gpupool, as krew does.
-func (d *demo) installPlugin() error {
-	dir, err := os.MkdirTemp("", "gpupool-demo-plugins-")
-	if err != nil {
-		return err
-	}
-	d.pluginDir = dir
-	plugin, err := filepath.Abs(d.plugin)
-	if err != nil {
-		return err
-	}
-	return os.Symlink(plugin, filepath.Join(dir, "kubectl-gpupool"))
-}
-
-// pendingPod names one pending pod of the app, for "kubectl gpupool why".
-func pendingPod(ctx context.Context, d *demo, app string) string {
-	var pods corev1.PodList
-	if err := d.cluster.Client.List(ctx, &pods, client.InNamespace("demo"), client.MatchingLabels{"app": app}); err == nil {
-		for _, p := range pods.Items {
-			if p.Spec.NodeName == "" {
-				return p.Name
-			}
-		}
-	}
-	return app
-}
-
-// indent prefixes the cluster's progress lines so they read as part of the current step.
-type indent struct{}
-
-func (indent) Write(p []byte) (int, error) {
-	fmt.Print("   " + string(p))
-	return len(p), nil
 }
