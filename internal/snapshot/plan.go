@@ -12,7 +12,6 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/planner"
-	"github.com/gpupool/gpupool/internal/podrecord"
 	"github.com/gpupool/gpupool/internal/pool"
 )
 
@@ -22,6 +21,10 @@ type Options struct {
 	Now time.Time
 	// Policy plans only the policy of that name; empty plans every policy of the snapshot.
 	Policy string
+	// MaxReportAge is how old a node's GPU report, or its agent's last heartbeat, may be before
+	// the node is not planned, as the manager's --max-report-age; zero keeps every report (a
+	// saved file is judged as of its own time).
+	MaxReportAge time.Duration
 }
 
 // Report is the outcome of planning a snapshot.
@@ -57,6 +60,9 @@ type PolicyReport struct {
 	// Frozen are the pool's nodes the planner had to leave alone because another policy
 	// selects them too, with why.
 	Frozen map[string]string
+	// Unusable says why the controller plans nothing for the policy (pool.Problems that block
+	// it, as its SpecValid condition says); "" when it plans. Result is then empty.
+	Unusable string
 }
 
 // UnservedPod is a pending pod that stays pending after the plans, with the explanation of
@@ -108,11 +114,12 @@ func (s *Snapshot) Plan(opts Options) (*Report, error) {
 	}
 
 	rep := &Report{Now: opts.Now, StrandedBefore: map[string]int{}, StrandedAfter: map[string]int{}}
+	cluster := s.Cluster()
 	for _, p := range policies {
 		if opts.Policy != "" && p.Name != opts.Policy {
 			continue
 		}
-		pr, err := s.planPolicy(p, opts.Now)
+		pr, err := s.planPolicy(p, cluster, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -128,13 +135,20 @@ func (s *Snapshot) Plan(opts Options) (*Report, error) {
 	return rep, nil
 }
 
-// planPolicy plans one policy as the controller does (pool.NewPass assembles the same input),
-// except that pending pods no node of the pool may host are kept so that the planner explains
-// them: the report says why every pending pod waits, not only the pool's own.
-func (s *Snapshot) planPolicy(p *v1alpha1.GPUPoolPolicy, now time.Time) (*PolicyReport, error) {
-	cluster := &pool.Cluster{Policies: s.Policies, Nodes: s.Nodes, GPUNodes: s.GPUNodes, Pods: podrecord.FromPods(s.PodPointers()), PDBs: s.PDBs, Plans: s.Plans,
-		Claims: s.Claims, Slices: s.Slices}
-	pass, err := pool.NewPass(p, cluster, now, pool.Options{KeepUnplaceable: true})
+// planPolicy plans one policy as the controller does: the same pass (pool.NewPass over the
+// same pool.Cluster), the same planner call and the same decision on the policy's plans
+// (pool.Decide), so that what-if never promises a plan the controller would keep back (a
+// refusal, the stabilization window) or show one it replaces. Pending pods no node of the pool
+// may host, which the controller leaves to their own pool, are then explained too: the report
+// says why every pending pod waits, not only the pool's own.
+func (s *Snapshot) planPolicy(p *v1alpha1.GPUPoolPolicy, cluster *pool.Cluster, opts Options) (*PolicyReport, error) {
+	now := opts.Now
+	if problems := pool.Problems(&p.Spec); len(problems) > 0 && problems[0].Blocking {
+		// As the controller: a policy it cannot use gets no plan, only a condition saying why.
+		return &PolicyReport{Policy: p, Result: &planner.Result{}, Unusable: pool.Message(problems, 5)}, nil
+	}
+	passOpts := pool.Options{MaxReportAge: opts.MaxReportAge}
+	pass, err := pool.NewPass(p, cluster, now, passOpts)
 	if err != nil {
 		return nil, &Error{Object: "GPUPoolPolicy " + p.Name, Field: "spec.nodeSelector", Message: err.Error()}
 	}
@@ -143,17 +157,28 @@ func (s *Snapshot) planPolicy(p *v1alpha1.GPUPoolPolicy, now time.Time) (*Policy
 	if err != nil {
 		return nil, &Error{Object: "GPUPoolPolicy " + p.Name, Message: err.Error()}
 	}
-	pr := &PolicyReport{Policy: p, Result: res, Plan: res.RepartitionPlan(p, now), Frozen: pass.Frozen}
-	// The controller's own decision on the same plans, so that what-if never promises a plan the
-	// controller would keep back (a refusal, the stabilization window) or show one it replaces.
+	pr := &PolicyReport{Policy: p, Plan: res.RepartitionPlan(p, now), Frozen: pass.Frozen}
 	pr.Proposal = pool.Decide(p, pass.Own, func() *v1alpha1.RepartitionPlan { return pr.Plan }, pass.Pending, now)
+	passOpts.KeepUnplaceable = true
+	all, err := pool.NewPass(p, cluster, now, passOpts)
+	if err != nil {
+		return nil, &Error{Object: "GPUPoolPolicy " + p.Name, Field: "spec.nodeSelector", Message: err.Error()}
+	}
+	if len(all.Pending) > len(pass.Pending) {
+		explained, err := planner.PlanWithin(all.Input())
+		if err != nil {
+			return nil, &Error{Object: "GPUPoolPolicy " + p.Name, Message: err.Error()}
+		}
+		res = withNotInPool(res, explained, pass.Pending)
+	}
+	pr.Result = res
 	notInPool := 0
 	for _, u := range res.Unserved {
 		if u.Reason == planner.ReasonNotInPool {
 			notInPool++
 		}
 	}
-	pr.Pending = len(pass.Pending) - notInPool
+	pr.Pending = len(all.Pending) - notInPool
 	unbound, requests := cluster.Unbound()
 	_, skipped := demand.PendingWithClaims(unbound, cluster.ClaimLookup(), requests, now, pass.MinPendingAge)
 	bound := map[types.NamespacedName]bool{}
@@ -168,6 +193,24 @@ func (s *Snapshot) planPolicy(p *v1alpha1.GPUPoolPolicy, now time.Time) (*Policy
 		}
 	}
 	return pr, nil
+}
+
+// withNotInPool is the controller's result res with the explanations, from explained (the
+// planner's answer with every pending pod), of the pods the controller's pass left out because
+// no node of the pool may host them (they are not among pending).
+func withNotInPool(res, explained *planner.Result, pending []demand.Request) *planner.Result {
+	planned := make(map[types.NamespacedName]bool, len(pending))
+	for _, r := range pending {
+		planned[r.Pod] = true
+	}
+	out := *res
+	out.Unserved = slices.Clone(res.Unserved)
+	for _, u := range explained.Unserved {
+		if u.Reason == planner.ReasonNotInPool && !planned[u.Pod] {
+			out.Unserved = append(out.Unserved, u)
+		}
+	}
+	return &out
 }
 
 // mergeUnserved keeps the pods that no policy serves or already fits, each with one

@@ -14,8 +14,6 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -24,9 +22,11 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/planner"
+	"github.com/gpupool/gpupool/internal/podrecord"
+	"github.com/gpupool/gpupool/internal/pool"
 )
 
 // Snapshot is the cluster state a file describes, split by kind, in input order.
@@ -50,6 +50,13 @@ type Snapshot struct {
 	// against the budgets as the controller counts them. Read leaves it empty (a saved file's
 	// plans are history, not work in flight); the CLI fills it from the live cluster.
 	Plans []v1alpha1.RepartitionPlan
+	// Heartbeats are, per node, when its agent was last known alive (pool.Heartbeats); nil
+	// when unknown, which judges each report by its own observedTime. Read leaves it nil; the
+	// CLI fills it from the live cluster's Leases and agent pods, as the controller reads them.
+	Heartbeats map[string]time.Time
+	// MIGManagerReboot is what the GPU Operator's ClusterPolicy says of mig-manager rebooting
+	// nodes (pool.MIGManagerRebootOf): unknown unless the CLI read the live cluster's.
+	MIGManagerReboot planner.MIGManagerReboot
 	// Ignored counts, per kind, the objects of kinds the planner does not read.
 	Ignored map[string]int
 	// Newest is the latest timestamp any object carries, zero when none does; planning at
@@ -66,6 +73,13 @@ func (s *Snapshot) PodPointers() []*corev1.Pod {
 		out[i] = &s.Pods[i]
 	}
 	return out
+}
+
+// Cluster is the snapshot as the controller's pass reads a cluster: pool.Cluster, with each
+// pod as the controller's informer records it.
+func (s *Snapshot) Cluster() *pool.Cluster {
+	return &pool.Cluster{Policies: s.Policies, Nodes: s.Nodes, GPUNodes: s.GPUNodes, Pods: podrecord.FromPods(s.PodPointers()),
+		PDBs: s.PDBs, Plans: s.Plans, Claims: s.Claims, Slices: s.Slices, Heartbeats: s.Heartbeats, MIGManagerReboot: s.MIGManagerReboot}
 }
 
 // IgnoredCount is how many objects of other kinds the input held.
@@ -159,124 +173,6 @@ func Parse(data []byte) (*Snapshot, error) {
 			"kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml"}
 	}
 	return rd.snap, nil
-}
-
-// doc is one document of the input, as JSON.
-type doc struct {
-	index int
-	line  int // first line in the input, for YAML; 0 for JSON
-	data  []byte
-}
-
-func (d doc) where() string {
-	if d.line > 0 {
-		return fmt.Sprintf("document %d (line %d)", d.index, d.line)
-	}
-	return fmt.Sprintf("document %d", d.index)
-}
-
-// documents splits the input into JSON documents. JSON input (what kubectl -o json prints)
-// is read as a stream of values; anything else as YAML documents separated by "---" lines.
-func documents(data []byte) ([]doc, error) {
-	trimmed := bytes.TrimSpace(data)
-	if len(trimmed) == 0 {
-		return nil, &Error{Message: "the input is empty: want a List of objects such as kubectl get -o yaml prints"}
-	}
-	if trimmed[0] == '{' {
-		return jsonDocuments(trimmed)
-	}
-	return yamlDocuments(data)
-}
-
-func jsonDocuments(data []byte) ([]doc, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	var docs []doc
-	for {
-		var raw json.RawMessage
-		err := dec.Decode(&raw)
-		if err == io.EOF {
-			return docs, nil
-		}
-		if err != nil {
-			d := doc{index: len(docs)}
-			return nil, &Error{Where: d.where(), Message: fmt.Sprintf("invalid JSON at line %d: %s",
-				lineAt(data, dec.InputOffset()), cleanMessage(err.Error()))}
-		}
-		docs = append(docs, doc{index: len(docs), data: raw})
-	}
-}
-
-func lineAt(data []byte, offset int64) int {
-	offset = min(max(offset, 0), int64(len(data)))
-	return bytes.Count(data[:offset], []byte("\n")) + 1
-}
-
-// yamlLine finds the line numbers yaml error messages carry, relative to their document.
-var yamlLine = regexp.MustCompile(`line (\d+)`)
-
-func yamlDocuments(data []byte) ([]doc, error) {
-	var docs []doc
-	var cur bytes.Buffer
-	start, lineNo := 1, 0
-	flush := func() error {
-		body := cur.Bytes()
-		first := start
-		cur.Reset()
-		if blank(body) {
-			return nil
-		}
-		d := doc{index: len(docs), line: first}
-		js, err := yaml.YAMLToJSONStrict(body)
-		if err != nil {
-			msg := yamlLine.ReplaceAllStringFunc(cleanMessage(err.Error()), func(m string) string {
-				n, _ := strconv.Atoi(strings.TrimPrefix(m, "line "))
-				return fmt.Sprintf("line %d", n+first-1)
-			})
-			return &Error{Where: d.where(), Message: "invalid YAML: " + msg}
-		}
-		d.data = js
-		docs = append(docs, d)
-		return nil
-	}
-	for line := range bytes.Lines(data) {
-		lineNo++
-		if isSeparator(line) {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-			start = lineNo + 1
-			continue
-		}
-		cur.Write(line)
-	}
-	if err := flush(); err != nil {
-		return nil, err
-	}
-	if len(docs) == 0 {
-		return nil, &Error{Message: "the input holds no object, only comments and blank lines"}
-	}
-	return docs, nil
-}
-
-// isSeparator reports a YAML document separator: "---" alone or followed by a comment.
-func isSeparator(line []byte) bool {
-	rest, ok := bytes.CutPrefix(line, []byte("---"))
-	if !ok {
-		return false
-	}
-	rest = bytes.TrimSpace(rest)
-	return len(rest) == 0 || rest[0] == '#'
-}
-
-// blank reports a document of nothing but whitespace and comments.
-func blank(body []byte) bool {
-	for line := range bytes.Lines(body) {
-		line = bytes.TrimSpace(line)
-		if len(line) > 0 && line[0] != '#' {
-			return false
-		}
-	}
-	return true
 }
 
 // header is what every object and List carries.
