@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,19 +17,19 @@ import (
 	"github.com/gpupool/gpupool/internal/drain"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/mig"
-	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/pool"
 	"github.com/gpupool/gpupool/internal/rollout"
 )
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=patch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
-// +kubebuilder:rbac:groups="",namespace=gpu-operator,resources=configmaps,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=gpupool.io,resources=gpunodes,verbs=patch
 
-// DefaultConfigPropagation is how long the plan controller waits after writing the mig-parted
-// ConfigMap before flipping a node's label: the kubelet refreshes mounted ConfigMaps lazily,
-// and mig-manager reads the entry from its mounted copy when the label changes.
+// DefaultConfigPropagation is how long the plan controller waits, from a step's move to
+// Configuring (gpupool's ConfigMap writer, OperatorConfigReconciler, adds the step's entry a
+// watch round-trip later) and once the entry is seen, before flipping the node's label: the
+// kubelet refreshes mounted ConfigMaps lazily, and mig-manager reads the entry from its mounted
+// copy when the label changes.
 const DefaultConfigPropagation = 90 * time.Second
 
 // execute advances an approved plan: it starts node steps within the budget, takes each active
@@ -274,11 +273,6 @@ func (r *PlanReconciler) act(ctx context.Context, plan *v1alpha1.RepartitionPlan
 			return "", nil
 		}
 		return res.Message(), nil
-	case rollout.ActionWriteConfig:
-		if err := r.writeConfig(ctx, step, targets); err != nil {
-			return "", err
-		}
-		return "", r.writeSharing(ctx, step)
 	case rollout.ActionExpectLayout:
 		gpuNode := &v1alpha1.GPUNode{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, gpuNode); err != nil {
@@ -289,133 +283,6 @@ func (r *PlanReconciler) act(ctx context.Context, plan *v1alpha1.RepartitionPlan
 		return "", r.Client.Patch(ctx, gpuNode, patch)
 	}
 	return "", fmt.Errorf("unknown action %q", action)
-}
-
-// writeConfig adds the step's immutable entry to gpupool's mig-parted ConfigMap, keeping every
-// entry a node's label or a live plan still names and garbage-collecting gpupool's other entries.
-func (r *PlanReconciler) writeConfig(ctx context.Context, step v1alpha1.NodeStep, targets []mig.GPUTarget) error {
-	inUse, err := r.namesInUse(ctx, v1alpha1.LabelMIGConfig, func(s v1alpha1.NodeStep) string { return s.MIGConfigName })
-	if err != nil {
-		return err
-	}
-	defaults, err := nvidiaDefaultMIGConfig(ctx, r.Client, r.Namespace)
-	if err != nil {
-		return err
-	}
-	return r.updateConfigMap(ctx, MIGPartedConfigMap, func(data map[string]string) (map[string]string, error) {
-		next, err := nvidia.UpdateConfig([]byte(data[nvidia.ConfigMapKey]),
-			map[string][]mig.GPUTarget{step.MIGConfigName: targets}, inUse, defaults)
-		if err != nil {
-			return nil, err
-		}
-		if data == nil {
-			data = map[string]string{}
-		}
-		data[nvidia.ConfigMapKey] = string(next)
-		return data, nil
-	})
-}
-
-// nvidiaDefaultMIGConfig is NVIDIA's default mig-parted config, which the ClusterPolicy named
-// before it named gpupool's: nodes outside the pool still carry labels such as all-1g.10gb,
-// whose entries come from it. Nil when the operator has none.
-func nvidiaDefaultMIGConfig(ctx context.Context, c client.Reader, namespace string) ([]byte, error) {
-	defaults := &corev1.ConfigMap{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: nvidia.DefaultMIGPartedConfigMap}, defaults); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("reading NVIDIA's ConfigMap %s/%s: %w", namespace, nvidia.DefaultMIGPartedConfigMap, err)
-	}
-	return []byte(defaults.Data[nvidia.ConfigMapKey]), nil
-}
-
-// writeSharing adds the step's device-plugin sharing key to gpupool's device-plugin ConfigMap,
-// keeping every key a node's label or a live plan still names and collecting gpupool's others.
-func (r *PlanReconciler) writeSharing(ctx context.Context, step v1alpha1.NodeStep) error {
-	if step.SharingConfig == nil || step.SharingConfigName == "" {
-		return nil
-	}
-	if name := nvidia.DevicePluginConfigName(*step.SharingConfig); name != step.SharingConfigName {
-		return fmt.Errorf("step on %s names sharing key %s for %s %d, which gpupool names %s",
-			step.Node, step.SharingConfigName, step.SharingConfig.Mode, step.SharingConfig.Replicas, name)
-	}
-	inUse, err := r.namesInUse(ctx, v1alpha1.LabelDevicePluginConfig, func(s v1alpha1.NodeStep) string { return s.SharingConfigName })
-	if err != nil {
-		return err
-	}
-	return r.updateConfigMap(ctx, DevicePluginConfigMap, func(data map[string]string) (map[string]string, error) {
-		return nvidia.UpdateDevicePluginConfigMap(data, []v1alpha1.SharingConfig{*step.SharingConfig}, inUse)
-	})
-}
-
-// namesInUse lists the config names that garbage collection must keep: every value of label on
-// a node, and the name every step of a live plan will set, because with a budget above one a
-// step's write would otherwise collect an entry another step has written but not relabelled yet.
-func (r *PlanReconciler) namesInUse(ctx context.Context, label string, ofStep func(v1alpha1.NodeStep) string) ([]string, error) {
-	return namesInUse(ctx, r.Client, label, ofStep)
-}
-
-func namesInUse(ctx context.Context, c client.Reader, label string, ofStep func(v1alpha1.NodeStep) string) ([]string, error) {
-	var nodes corev1.NodeList
-	if err := c.List(ctx, &nodes); err != nil {
-		return nil, fmt.Errorf("listing nodes: %w", err)
-	}
-	var inUse []string
-	for _, n := range nodes.Items {
-		if v := n.Labels[label]; v != "" {
-			inUse = append(inUse, v)
-		}
-	}
-	var plans v1alpha1.RepartitionPlanList
-	if err := c.List(ctx, &plans); err != nil {
-		return nil, fmt.Errorf("listing plans: %w", err)
-	}
-	for _, p := range plans.Items {
-		if p.Status.Phase.Running() {
-			for _, s := range p.Spec.Steps {
-				if v := ofStep(s); v != "" {
-					inUse = append(inUse, v)
-				}
-			}
-			// The entry a failed step may set back (Restoring) must still be there to apply.
-			for _, st := range p.Status.Nodes {
-				if label == v1alpha1.LabelMIGConfig && st.PreviousMIGConfig != "" {
-					inUse = append(inUse, st.PreviousMIGConfig)
-				}
-			}
-		}
-	}
-	return inUse, nil
-}
-
-// updateConfigMap creates or updates one of gpupool's ConfigMaps with the data next computes
-// from the current data (nil when the ConfigMap does not exist yet).
-func (r *PlanReconciler) updateConfigMap(ctx context.Context, name string, next func(map[string]string) (map[string]string, error)) error {
-	cm := &corev1.ConfigMap{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: name}, cm)
-	create := apierrors.IsNotFound(err)
-	if err != nil && !create {
-		return fmt.Errorf("reading ConfigMap %s/%s: %w", r.Namespace, name, err)
-	}
-	data, err := next(cm.Data)
-	if err != nil {
-		return fmt.Errorf("ConfigMap %s/%s: %w", r.Namespace, name, err)
-	}
-	if create {
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: name,
-			Labels: map[string]string{"app.kubernetes.io/name": "gpupool"}}}
-	}
-	cm.Data = data
-	if create {
-		err = r.Client.Create(ctx, cm)
-	} else {
-		err = r.Client.Update(ctx, cm)
-	}
-	if err != nil {
-		return fmt.Errorf("writing ConfigMap %s/%s: %w", r.Namespace, name, err)
-	}
-	return nil
 }
 
 // evictionRules are the policy's choices about which pods may be evicted at all.

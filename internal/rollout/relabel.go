@@ -54,8 +54,7 @@ func draining(in StepInput, cur v1alpha1.NodeStepStatus) StepResult {
 		return fail(cur, in.Now, fmt.Sprintf("stopped draining with %d pod(s) left: %s", obs.PodsLeft, obs.LandingGone), reopen(cur))
 	}
 	if obs.PodsLeft == 0 {
-		return move(cur, v1alpha1.NodeConfiguring, in.Now, "configuring "+in.Step.MIGConfigName, quickLook,
-			ActionWriteConfig, ActionExpectLayout)
+		return move(cur, v1alpha1.NodeConfiguring, in.Now, "configuring "+in.Step.MIGConfigName, quickLook, ActionExpectLayout)
 	}
 	if in.Waited() >= in.Limits.Drain {
 		return fail(cur, in.Now, fmt.Sprintf("drain timed out after %s with %d pod(s) left: %s",
@@ -68,11 +67,12 @@ func draining(in StepInput, cur v1alpha1.NodeStepStatus) StepResult {
 	return stay(cur, msg, drainBackoff(in.Waited()), ActionEvict)
 }
 
-// configuring takes a drained node through its three waits in order: the entry and the
-// expected layout written, the entry propagated and the label flipped, mig-manager done.
+// configuring takes a drained node through its three waits in order: the entry in gpupool's
+// ConfigMaps and the expected layout on the GPUNode, the entry propagated and the label
+// flipped, mig-manager done.
 func configuring(in StepInput, cur v1alpha1.NodeStepStatus) StepResult {
 	if !in.Obs.ConfigWritten || !in.Obs.LayoutExpected {
-		return writeEntry(in, cur)
+		return awaitEntry(in, cur)
 	}
 	if in.Obs.MIGConfig != in.Step.MIGConfigName {
 		return relabel(in, cur)
@@ -80,15 +80,30 @@ func configuring(in StepInput, cur v1alpha1.NodeStepStatus) StepResult {
 	return awaitMIGManager(in, cur)
 }
 
-// writeEntry writes the step's entry and expected layout until they are seen. Writes that keep
-// failing (an unreadable ConfigMap, a GPUNode nobody may update) give the node back rather than
-// hold it drained: before the relabel mig-manager was never asked to touch the GPUs.
-func writeEntry(in StepInput, cur v1alpha1.NodeStepStatus) StepResult {
-	if in.Waited() < in.Limits.Configure {
-		return stay(cur, "writing config "+in.Step.MIGConfigName, quickLook, ActionWriteConfig, ActionExpectLayout)
+// awaitEntry waits for gpupool's ConfigMap writer (controllers.OperatorConfigReconciler) to
+// add the step's entry (and sharing key), and writes the GPUNode's expected layout until it
+// is seen. Before the relabel mig-manager was never asked to touch the GPUs, so a wait past
+// configureTimeout gives the node back.
+func awaitEntry(in StepInput, cur v1alpha1.NodeStepStatus) StepResult {
+	what := "entry " + in.Step.MIGConfigName
+	if in.Step.SharingConfigName != "" {
+		what += " and device-plugin key " + in.Step.SharingConfigName
 	}
-	msg := fmt.Sprintf("could not write %s to the mig-parted ConfigMap and the GPUNode's expected layout within configureTimeout %s: "+
-		"see the plan's Events for the write errors", in.Step.MIGConfigName, in.Limits.Configure)
+	if in.Waited() < in.Limits.Configure {
+		var actions []Action
+		if !in.Obs.LayoutExpected {
+			actions = append(actions, ActionExpectLayout)
+		}
+		msg := "writing the expected layout to GPUNode " + in.Step.Node
+		if !in.Obs.ConfigWritten {
+			msg = "waiting for gpupool's ConfigMap writer to add " + what
+		}
+		return stay(cur, msg, quickLook, actions...)
+	}
+	msg := fmt.Sprintf("gpupool's ConfigMap writer did not add %s within configureTimeout %s "+
+		"(or the GPUNode's expected layout could not be written): the manager's log says why "+
+		"(logger operatorconfig, look for the entry's name), most often its ConfigMap Role in the GPU Operator's namespace",
+		what, in.Limits.Configure)
 	if in.Obs.MIGConfig == in.Step.MIGConfigName {
 		return failTouched(cur, in.Now, msg, in.Obs, in.Limits)
 	}
@@ -96,7 +111,10 @@ func writeEntry(in StepInput, cur v1alpha1.NodeStepStatus) StepResult {
 }
 
 // relabel flips nvidia.com/mig.config once the entry has had time to reach mig-manager's
-// mounted copy.
+// mounted copy. The wait counts from the step's move to Configuring: the ConfigMap writer
+// adds the entry a watch round-trip after it, well inside the wait. An entry that lands later
+// than Propagation (a writer failing for that long) is relabelled at once, and mig-manager,
+// reading a copy the kubelet has not refreshed yet, fails the step the usual way.
 func relabel(in StepInput, cur v1alpha1.NodeStepStatus) StepResult {
 	if wait := in.Since.Add(in.Limits.Propagation).Sub(in.Now); wait > 0 {
 		return stay(cur, "waiting for the config to reach mig-manager", wait)

@@ -19,9 +19,6 @@ const (
 	ActionCordon Action = "Cordon"
 	// ActionEvict runs one non-blocking eviction pass over the step's evictions.
 	ActionEvict Action = "Evict"
-	// ActionWriteConfig puts the step's immutable mig-parted entry into gpupool's ConfigMap,
-	// and its device-plugin sharing key, if it has one, into the device plugin's.
-	ActionWriteConfig Action = "WriteConfig"
 	// ActionExpectLayout sets GPUNode.spec.expectedLayout to the step's target.
 	ActionExpectLayout Action = "ExpectLayout"
 	// ActionRelabel sets nvidia.com/mig.config to the step's config name.
