@@ -717,27 +717,53 @@ var crossCheckConfig = genConfig{
 	minBusy:    0.6, maxBusy: 0.9,
 }
 
-// eightGPUSeedBase is where the 8-GPU cases start: chosen before any result was seen, never
-// tuned.
-const eightGPUSeedBase = 370_000
+// eightGPUSeedBases are where the 8-GPU cases start. 370,000 was chosen before any result was
+// seen; the planner's joint search (joint.go) was then tuned on its cases, so 5,550,000, drawn
+// after, holds the planner to cases it was not tuned on.
+var eightGPUSeedBases = []uint64{370_000, 5_550_000}
 
 // eightGPUMaxWork bounds the optimum search's transitions per case, to keep the test quick;
 // cases past it are counted and reported as skipped.
 const eightGPUMaxWork = 40_000_000
 
 // TestPlanReachesTheOptimumOnEightGPUNodes compares the demand the planner serves on pools of
-// 2-4 nodes x 8 GPUs with the optimum with moves (nodeSearch), on seeds nobody tuned on.
+// 2-4 nodes x 8 GPUs with the optimum with moves (nodeSearch).
+//
+// It fails below a floor the planner holds on both seed ranges (no regression), and skips,
+// with the numbers, below the goal it does not reach yet: the optimum in 99% of cases and 90%
+// of it in every case (measured: 99.5% and 96.5% equal, worst 0.92 and 0.50).
 func TestPlanReachesTheOptimumOnEightGPUNodes(t *testing.T) {
 	cases := 200
 	if testing.Short() {
 		cases = 40
 	}
-	var equal, compared, skipped, empty int
+	goalMet := true
+	for _, base := range eightGPUSeedBases {
+		t.Run(fmt.Sprintf("from seed %d", base), func(t *testing.T) {
+			equal, compared, mean, worst := eightGPUOptimum(t, base, cases)
+			if float64(equal) < 0.95*float64(compared) || mean < 0.99 {
+				t.Errorf("the planner regressed on 8-GPU nodes: want the optimum in >= 95%% of cases and a mean ratio >= 0.99; got %d/%d equal, mean %.4f, worst %.3f",
+					equal, compared, mean, worst)
+			}
+			goalMet = goalMet && float64(equal) >= 0.99*float64(compared) && worst >= 0.90
+		})
+	}
+	if !goalMet {
+		// The goal the planner does not reach yet; turn this into t.Errorf once it does.
+		t.Skip("planner below the goal on 8-GPU nodes (the optimum in >= 99% of cases, >= 90% of it in every case): see the numbers above")
+	}
+}
+
+// eightGPUOptimum plans cases from seed base on and compares each with the optimum; it logs
+// the numbers and the cases below the optimum, and fails when the planner beats the optimum
+// (a rule broken) or the optimum search skips too many cases.
+func eightGPUOptimum(t *testing.T, base uint64, cases int) (equal, compared int, mean, worst float64) {
+	var skipped, empty int
 	worst, ratioSum := 1.0, 0.0
 	var slowest time.Duration
 	slowestCase := ""
 	var below []string
-	for seed := uint64(eightGPUSeedBase); compared < cases; seed++ {
+	for seed := base; compared < cases; seed++ {
 		s := optimumCase(t, seed, eightGPUConfig)
 		if s == nil {
 			continue
@@ -778,28 +804,23 @@ func TestPlanReachesTheOptimumOnEightGPUNodes(t *testing.T) {
 		}
 		below = append(below, fmt.Sprintf("planner %d, optimum %d\n", got, opt)+s.describe()+describeResult(res))
 	}
-	mean := ratioSum / float64(compared)
+	mean = ratioSum / float64(compared)
 	t.Logf("%d cases from seed %d (%d skipped past the search bound, %d where no plan serves anything): planner equals the optimum in %d (%.1f%%), mean ratio %.4f, worst %.3f; slowest plan %v (%s)",
-		compared, eightGPUSeedBase, skipped, empty, equal, 100*float64(equal)/float64(compared), mean, worst, slowest, slowestCase)
+		compared, base, skipped, empty, equal, 100*float64(equal)/float64(compared), mean, worst, slowest, slowestCase)
 	for _, d := range below[:min(len(below), 10)] {
 		t.Log("below the optimum:\n" + d)
 	}
 	if skipped*10 > compared {
 		t.Errorf("the optimum search skipped %d cases of %d: raise its bound or make it faster", skipped, compared)
 	}
-	if float64(equal) < 0.99*float64(compared) || worst < 0.90 {
-		// Issue 37's goal, which the planner does not reach yet: the numbers above are the
-		// measure; turn this back into t.Errorf once it does.
-		t.Skipf("planner below the optimum on 8-GPU nodes; see issue 37: want the optimum in >= 99%% of cases and >= 90%% of it in every case; got %d/%d equal, mean %.4f, worst %.3f",
-			equal, compared, mean, worst)
-	}
+	return equal, compared, mean, worst
 }
 
 // BenchmarkPlanEightGPUNodes measures planning on the 8-GPU optimum cases, one plan per case
 // per iteration.
 func BenchmarkPlanEightGPUNodes(b *testing.B) {
 	var inputs []planner.Input
-	for seed := uint64(eightGPUSeedBase); len(inputs) < 40; seed++ {
+	for seed := eightGPUSeedBases[0]; len(inputs) < 40; seed++ {
 		if s := optimumCase(b, seed, eightGPUConfig); s != nil {
 			inputs = append(inputs, s.input())
 		}

@@ -401,31 +401,53 @@ func (p *planState) explain(c *class, res *Result, steps map[*nodeInfo]*proposal
 	if placed[0].prod != nil {
 		product = placed[0].prod.product.Name + " "
 	}
-	disrupting, reconfiguring := 0, 0
+	var disrupting, reconfiguring []*proposal
 	for _, pr := range steps {
 		if pr.evictions > 0 {
-			disrupting++
+			disrupting = append(disrupting, pr)
 		} else if pr.changed > 0 {
-			reconfiguring++
+			reconfiguring = append(reconfiguring, pr)
 		}
 	}
-	if hostable > 0 && evictions > 0 && disrupting >= res.Budget {
+	if hostable > 0 && evictions > 0 && len(disrupting) >= res.Budget {
 		budget := "the disruption budget"
 		if res.BudgetByHourlyCap {
 			budget = "what is left of maxDisruptiveStepsPerHour"
 		}
-		return ReasonDisruption, fmt.Sprintf("%s: %d %snode(s) could host it after evicting %d pod(s), but %s allows %d node(s) and the plan uses them",
-			what, hostable, product, evictions, budget, res.Budget)
+		return ReasonDisruption, fmt.Sprintf("%s: %d %snode(s) could host it after evicting %d pod(s), but %s allows %d node(s) %s",
+			what, hostable, product, evictions, budget, res.Budget, p.spentOn(disrupting, p.in.InFlightDisrupting))
 	}
-	if hostable > 0 && evictions == 0 && reconfiguring >= res.ReconfigureBudget {
-		return ReasonDisruption, fmt.Sprintf("%s: %d %snode(s) could host it by re-carving idle GPUs, but maxReconfiguringNodes allows %d node(s) and the plan uses them",
-			what, hostable, product, res.ReconfigureBudget)
+	if hostable > 0 && evictions == 0 && len(reconfiguring) >= res.ReconfigureBudget {
+		return ReasonDisruption, fmt.Sprintf("%s: %d %snode(s) could host it by re-carving idle GPUs, but maxReconfiguringNodes allows %d node(s) %s",
+			what, hostable, product, res.ReconfigureBudget, p.spentOn(reconfiguring, p.in.InFlightReconfiguring))
 	}
 	if hostable == 0 && blockedWhy != "" {
 		return ReasonDisruption, fmt.Sprintf("%s: %d %snode(s) could host it, but %s", what, len(placed), product, blockedWhy)
 	}
 	return ReasonCapacity, fmt.Sprintf("%s: the GPUs of all %d suitable node(s) are taken by running pods or by demand served first",
 		what, len(placed))
+}
+
+// spentOn says what spent a budget: the plan's steps that count against it, with the pods
+// each serves, or the changes of earlier plans still in flight, so that a pod's owner sees
+// where the nodes went rather than only that none is left.
+func (p *planState) spentOn(steps []*proposal, inFlight int) string {
+	if len(steps) == 0 {
+		if inFlight > 0 {
+			return fmt.Sprintf("beyond the %d node(s) earlier plans are still changing", inFlight)
+		}
+		return "now"
+	}
+	slices.SortFunc(steps, func(a, b *proposal) int { return cmp.Compare(a.node.node.Name, b.node.node.Name) })
+	parts := make([]string, len(steps))
+	for i, pr := range steps {
+		served := 0
+		for _, n := range pr.served {
+			served += n
+		}
+		parts[i] = fmt.Sprintf("%s (serving %d pod(s))", pr.node.node.Name, served)
+	}
+	return "and this plan spends them on " + strings.Join(parts, ", ")
 }
 
 // passing keeps the nodes without an obstacle and returns the first obstacle met, which the

@@ -60,6 +60,10 @@ type planState struct {
 	disruptLeft, reconfigureLeft int
 	// maxSteps is Input.MaxSteps: how many nodes the plan may change in all; 0 is no bound.
 	maxSteps int
+	// jointMemo remembers jointSearch's outcomes per node, caps and noEvict (joint.go).
+	jointMemo map[string]map[string]*jointPartial
+	// jointWork counts the work joint searches did in this plan (joint.go, jointMaxWork).
+	jointWork int
 }
 
 // stepRoom is how many more nodes a plan that changes these may change, under maxSteps.
@@ -582,7 +586,7 @@ func (p *planState) proposeAll(version int) []*proposal {
 		worker := *p
 		worker.scratch, worker.evictedBuf, worker.wantedBuf = state{}, nil, nil
 		worker.takenBuf, worker.awayScratch, worker.awayServed, worker.landFailed = nil, state{}, nil, nil
-		worker.landMemo, worker.landingNeed = nil, nil
+		worker.landMemo, worker.landingNeed, worker.jointMemo = nil, nil, nil
 		wg.Go(func() {
 			for i := w; i < len(p.nodes); i += workers {
 				out[i] = worker.propose(p.nodes[i], version)
@@ -665,6 +669,13 @@ func (p *planState) propose(ni *nodeInfo, version int) *proposal {
 		clear(fruitless)
 		if p.saturated(ni, best) {
 			break
+		}
+	}
+	if p.thorough() && !p.saturated(ni, best) {
+		// GPUs changed together, where one pays for another's loss (joint.go). A change
+		// that serves every pod the node may run is left as it is.
+		if joint := p.jointSearch(ni, best); joint != nil {
+			best = joint
 		}
 	}
 	if best.gain.compare(base) <= 0 || best.changed == 0 {

@@ -110,7 +110,7 @@ func TestBudgetLimitsNodesTouched(t *testing.T) {
 	g.Expect(res.Unserved).To(HaveLen(1))
 	g.Expect(res.Unserved[0].Reason).To(Equal(planner.ReasonDisruption))
 	g.Expect(res.Unserved[0].Message).To(Equal(
-		"needs 1 x 7g.141gb: 1 H200-141GB node(s) could host it by re-carving idle GPUs, but maxReconfiguringNodes allows 2 node(s) and the plan uses them"))
+		"needs 1 x 7g.141gb: 1 H200-141GB node(s) could host it by re-carving idle GPUs, but maxReconfiguringNodes allows 2 node(s) and this plan spends them on gpu-1 (serving 1 pod(s)), gpu-2 (serving 1 pod(s))"))
 }
 
 func TestPercentBudgetRoundsUp(t *testing.T) {
