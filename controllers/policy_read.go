@@ -6,7 +6,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,7 +13,6 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,16 +63,14 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 			return nil, err
 		}
 	}
-	heartbeats, err := r.heartbeats(ctx)
+	leases, err := r.agentLeases(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if r.AgentPodSelector != nil {
-		// The agents' pods run on the GPU nodes, so they are among the nodes' pods read above.
-		heartbeats = inventory.ReadinessHeartbeats(heartbeats, pods, nodes.Items,
-			inventory.AgentPods{Namespace: r.AgentNamespace, Selector: r.AgentPodSelector,
-				DaemonSet: r.AgentDaemonSet, ServiceAccount: r.AgentServiceAccount}, r.Clock.Now())
-	}
+	// The agents' pods run on the GPU nodes, so they are among the nodes' pods read above.
+	// gpupoolctl what-if --live reads the same and calls the same function.
+	heartbeats := pool.Heartbeats(leases, pods, nodes.Items, inventory.AgentPods{Namespace: r.AgentNamespace,
+		Selector: r.AgentPodSelector, DaemonSet: r.AgentDaemonSet, ServiceAccount: r.AgentServiceAccount}, r.Clock.Now())
 	var claims []resourcev1.ResourceClaim
 	var resourceSlices resourcev1.ResourceSliceList
 	if r.readClaims {
@@ -95,25 +91,20 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 		MIGManagerReboot: r.migManagerReboot(ctx)}, nil
 }
 
-// migManagerReboot reads from NVIDIA's ClusterPolicy whether mig-manager may reboot a node
-// whose MIG mode change fails, so that the planner keeps such changes off nodes where a reboot
-// would kill pods. Without a readable ClusterPolicy it is unknown, which the planner treats
-// as a reboot wherever a toggle needs a GPU reset.
+// migManagerReboot reads NVIDIA's ClusterPolicies for whether mig-manager may reboot a node
+// (pool.MIGManagerRebootOf); a list that fails is read as none.
 func (r *PolicyReconciler) migManagerReboot(ctx context.Context) planner.MIGManagerReboot {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(nvidia.ClusterPolicyGVK.GroupVersion().WithKind(nvidia.ClusterPolicyGVK.Kind + "List"))
-	if err := r.Client.List(ctx, list); err != nil || len(list.Items) == 0 {
+	if err := r.Client.List(ctx, list); err != nil {
 		return planner.RebootUnknown
 	}
-	if nvidia.MIGManagerWithReboot(nvidia.ActiveClusterPolicy(list.Items)) {
-		return planner.RebootOnFailure
-	}
-	return planner.RebootNever
+	return pool.MIGManagerRebootOf(list.Items)
 }
 
-// heartbeats reads the agents' Leases: per node, when its agent last renewed. A Lease counts
-// only when it is held by that node's agent (v1alpha1.AgentLeaseHolder).
-func (r *PolicyReconciler) heartbeats(ctx context.Context) (map[string]time.Time, error) {
+// agentLeases lists the agents' heartbeat Leases (pool.Heartbeats reads them); none when the
+// manager reads no Leases.
+func (r *PolicyReconciler) agentLeases(ctx context.Context) ([]coordinationv1.Lease, error) {
 	if r.AgentNamespace == "" {
 		return nil, nil
 	}
@@ -122,13 +113,7 @@ func (r *PolicyReconciler) heartbeats(ctx context.Context) (map[string]time.Time
 		client.MatchingLabels{v1alpha1.LabelAgentLease: "true"}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing the agents' heartbeat Leases in %s: %w", r.AgentNamespace, err)
 	}
-	out := make(map[string]time.Time, len(leases.Items))
-	for _, l := range leases.Items {
-		if l.Spec.RenewTime != nil && ptr.Deref(l.Spec.HolderIdentity, "") == v1alpha1.AgentLeaseHolder(l.Name) {
-			out[l.Name] = l.Spec.RenewTime.Time
-		}
-	}
-	return out, nil
+	return leases.Items, nil
 }
 
 // AgentLeaseCache is how the manager's cache must hold Leases for the policy controller: only

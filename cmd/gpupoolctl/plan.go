@@ -22,26 +22,6 @@ import (
 	"github.com/gpupool/gpupool/internal/snapshot"
 )
 
-// planOutput is the -o json/yaml document: one object, whatever the number of policies, so
-// that scripts can pipe it to jq without caring how the pool is split.
-type planOutput struct {
-	Plans    []*v1alpha1.RepartitionPlan `json:"plans"`
-	Unserved []unservedOutput            `json:"unserved"`
-	Stranded strandedOutput              `json:"stranded"`
-}
-
-type unservedOutput struct {
-	Pod     string `json:"pod"`
-	Policy  string `json:"policy,omitempty"`
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
-}
-
-type strandedOutput struct {
-	Before map[string]int `json:"before"`
-	After  map[string]int `json:"after"`
-}
-
 const whatIfLong = `What if: the RepartitionPlans gpupool would propose now, for a saved cluster snapshot or for
 the live cluster. Nothing is written. ("plan -f FILE" is the same as "what-if -f FILE".)
 
@@ -65,6 +45,7 @@ or invalid, with one line naming the object ("item N" is .items[N]) and the fiel
 type whatIfFlags struct {
 	file, nowText, policy string
 	live                  bool
+	agents                liveFlags
 }
 
 func addWhatIfFlags(cmd *cobra.Command) *whatIfFlags {
@@ -90,7 +71,7 @@ func (c *cli) whatIfCommand() *cobra.Command {
 	}
 	out := addOutputFlags(cmd)
 	wf := addWhatIfFlags(cmd)
-	cmd.Flags().BoolVar(&wf.live, "live", false, "plan the live cluster of the kubeconfig instead of a snapshot file")
+	addLiveFlags(cmd, wf)
 	cmd.RunE = func(_ *cobra.Command, _ []string) error {
 		switch {
 		case wf.file == "" && !wf.live:
@@ -118,22 +99,25 @@ func (c *cli) whatIf(wf *whatIfFlags, out *outputFlags) error {
 	}
 	var snap *snapshot.Snapshot
 	var err error
+	opts := snapshot.Options{Policy: wf.policy}
 	if wf.live {
-		snap, err = c.readLive()
-		if err != nil {
-			return err
-		}
+		// Planned at the time it is read, as the controller's pass is; reports are judged fresh
+		// or stale as the manager judges them.
 		if override.IsZero() {
 			override = time.Now().UTC()
 		}
+		if snap, err = c.readLive(&wf.agents, override); err != nil {
+			return err
+		}
+		opts.MaxReportAge = wf.agents.maxReportAge
 	} else if snap, err = readSnapshot(wf.file, c.stdin); err != nil {
 		return usageError("%v", err)
 	}
 	for _, w := range snap.Warnings {
 		fmt.Fprintf(c.stderr, "%s: warning: %s\n", c.name, w)
 	}
-	now := snap.PlanningTime(override, time.Now)
-	rep, err := snap.Plan(snapshot.Options{Now: now, Policy: wf.policy})
+	opts.Now = snap.PlanningTime(override, time.Now)
+	rep, err := snap.Plan(opts)
 	if err != nil {
 		return usageError("%v", err)
 	}
@@ -153,20 +137,6 @@ func (c *cli) whatIf(wf *whatIfFlags, out *outputFlags) error {
 	return nil
 }
 
-// readLive reads the live cluster as a snapshot.
-func (c *cli) readLive() (*snapshot.Snapshot, error) {
-	sess, err := c.open(false)
-	if err != nil {
-		return nil, err
-	}
-	defer sess.cancel()
-	snap, err := readCluster(sess.ctx, sess.client)
-	if err != nil {
-		return nil, failure(err)
-	}
-	return snap, nil
-}
-
 func readSnapshot(file string, stdin io.Reader) (*snapshot.Snapshot, error) {
 	if file == "-" {
 		return snapshot.Read(stdin)
@@ -181,38 +151,6 @@ func readSnapshot(file string, stdin io.Reader) (*snapshot.Snapshot, error) {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	return snap, nil
-}
-
-// document builds the -o json/yaml object.
-func document(rep *snapshot.Report) planOutput {
-	out := planOutput{
-		Plans:    []*v1alpha1.RepartitionPlan{},
-		Unserved: []unservedOutput{},
-		Stranded: strandedOutput{Before: nonZero(rep.StrandedBefore), After: nonZero(rep.StrandedAfter)},
-	}
-	for _, pr := range rep.Policies {
-		if pr.Plan != nil {
-			// As kubectl get prints objects: with their apiVersion and kind.
-			plan := pr.Plan.DeepCopy()
-			plan.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("RepartitionPlan"))
-			out.Plans = append(out.Plans, plan)
-		}
-	}
-	for _, u := range rep.Unserved {
-		out.Unserved = append(out.Unserved, unservedOutput{
-			Pod: u.Pod.String(), Policy: u.Policy, Reason: string(u.Reason), Message: u.Message})
-	}
-	return out
-}
-
-func nonZero(m map[string]int) map[string]int {
-	out := map[string]int{}
-	for k, v := range m {
-		if v != 0 {
-			out[k] = v
-		}
-	}
-	return out
 }
 
 // tableWidth is where long messages wrap, so the table reads in a 100-column terminal.
@@ -263,6 +201,10 @@ func writePolicy(ew *errWriter, pr *snapshot.PolicyReport, unserved []snapshot.U
 	if res.StepBound > 0 {
 		ew.printf("  Cut to %s so that the plan fits in the API server; the demand it leaves is planned once it has run.\n",
 			plural(res.StepBound, "node"))
+	}
+	if pr.Unusable != "" {
+		ew.wrap("  ", "    ", "The controller plans nothing for this policy until its spec is fixed: "+pr.Unusable+".")
+		return
 	}
 	if pr.Policy.Spec.Planning.Paused {
 		ew.printf("  Planning is paused (spec.planning.paused): no plan is proposed.\n")

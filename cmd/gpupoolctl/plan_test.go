@@ -39,7 +39,7 @@ func decodeOutput(t *testing.T, out string) (plans []v1alpha1.RepartitionPlan, u
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	if want := []string{"plans", "stranded", "unserved"}; !slices.Equal(keys, want) {
+	if want := []string{"plans", "proposals", "stranded", "unserved"}; !slices.Equal(keys, want) {
 		t.Fatalf("keys %q, want %q", keys, want)
 	}
 	strict := func(raw json.RawMessage, into any) {
@@ -52,7 +52,9 @@ func decodeOutput(t *testing.T, out string) (plans []v1alpha1.RepartitionPlan, u
 	strict(top["plans"], &plans)
 	strict(top["unserved"], &unserved)
 	strict(top["stranded"], &stranded)
-	if plans == nil || unserved == nil || stranded.Before == nil || stranded.After == nil {
+	var proposals []proposalOutput
+	strict(top["proposals"], &proposals)
+	if plans == nil || proposals == nil || unserved == nil || stranded.Before == nil || stranded.After == nil {
 		t.Fatalf("empty parts must be [] and {}, not null:\n%s", out)
 	}
 	return plans, unserved, stranded
