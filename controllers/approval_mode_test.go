@@ -22,10 +22,7 @@ func TestALoosenedPolicyNeverApprovesAWaitingPlan(t *testing.T) {
 	env, plan := awaitingManualPlan(t, "made-under-manual")
 	g.Expect(getPlan(g, env, plan).Spec.Approval).To(Equal(v1.ApprovalManual))
 
-	policy := &v1.GPUPoolPolicy{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "pool-a"}, policy)).To(Succeed())
-	policy.Spec.Disruption.Approval = v1.ApprovalAuto
-	g.Expect(env.Client.Update(ctx, policy)).To(Succeed())
+	editPolicy(t, env, "pool-a", func(p *v1.GPUPoolPolicy) { p.Spec.Disruption.Approval = v1.ApprovalAuto })
 	g.Consistently(func(g Gomega) {
 		g.Expect(getPlan(g, env, plan).Status.Phase).To(Equal(v1.PlanAwaitingApproval))
 		g.Expect(getNode(g, env, "gpu-1").Spec.Unschedulable).To(BeFalse(), "never cordoned")
@@ -55,9 +52,7 @@ func TestAPlanUnderReviewIsRemadeUnderANewApprovalMode(t *testing.T) {
 	g.Expect(first.Spec.Approval).To(Equal(v1.ApprovalManual), "the manager records the mode it made the plan under")
 	g.Expect(first.Spec.Disruptive).To(BeFalse(), "idle GPUs serve the pod")
 
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), policy)).To(Succeed())
-	policy.Spec.Disruption.Approval = v1.ApprovalAutoIdle
-	g.Expect(env.Client.Update(ctx, policy)).To(Succeed())
+	editPolicy(t, env, policy.Name, func(p *v1.GPUPoolPolicy) { p.Spec.Disruption.Approval = v1.ApprovalAutoIdle })
 	g.Eventually(func(g Gomega) {
 		got := &v1.RepartitionPlan{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(&first), got)).To(Succeed())

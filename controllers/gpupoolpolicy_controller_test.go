@@ -567,9 +567,7 @@ func TestClaimPodsAreDemand(t *testing.T) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
 		g.Expect(got.Status.PendingPods).To(Equal(int32(2)))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), policy)).To(Succeed())
-	policy.Spec.Planning.Paused = false
-	g.Expect(env.Client.Update(ctx, policy)).To(Succeed())
+	editPolicy(t, env, policy.Name, func(p *v1.GPUPoolPolicy) { p.Spec.Planning.Paused = false })
 
 	plan := onlyPlan(t, env)
 	g.Expect(plan.Spec.Expected.Pods).To(ConsistOf(

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -195,4 +196,21 @@ func entryOf(plan *v1.RepartitionPlan, node string) string {
 		}
 	}
 	return ""
+}
+
+// editPolicy changes a policy's spec as a user would, reading it afresh and retrying when the
+// manager's status writes got in between (each bumps the resourceVersion the update names).
+func editPolicy(t *testing.T, env *testenv.Env, name string, edit func(*v1.GPUPoolPolicy)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		policy := &v1.GPUPoolPolicy{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, policy); err != nil {
+			return err
+		}
+		edit(policy)
+		return env.Client.Update(context.Background(), policy)
+	})
+	if err != nil {
+		t.Fatalf("editing policy %s: %v", name, err)
+	}
 }
