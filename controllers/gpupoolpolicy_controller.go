@@ -45,7 +45,6 @@ import (
 const (
 	MIGPartedConfigMap    = "gpupool-mig-parted-config"
 	DevicePluginConfigMap = "gpupool-device-plugin-config"
-	defaultMaxReportAge   = 2 * time.Minute
 	policyRecheckInterval = time.Minute
 	reasonInvalidSpec     = "InvalidSpec"
 	reasonIneffectiveSpec = "IneffectiveSpec"
@@ -115,7 +114,7 @@ type PolicyReconciler struct {
 // SetupWithManager watches policies, their plans and everything a plan is computed from.
 func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.MaxReportAge == 0 {
-		r.MaxReportAge = defaultMaxReportAge
+		r.MaxReportAge = pool.DefaultMaxReportAge
 	}
 	delayed, ok := r.Clock.(clock.WithDelayedExecution)
 	if !ok {
