@@ -227,7 +227,7 @@ func SweepTable(title string, pts []SweepPoint, ceilings []Summary) string {
 	return b.String()
 }
 
-// moveGoals checks issue 16's goals: Auto at the 5% budget within 0.5 points of the fluid
+// moveGoals checks the cross-node moves goals: Auto at the 5% budget within 0.5 points of the fluid
 // ceiling without migration, Auto with every node above it, placing at least 3x the 8-GPU
 // pods that the same planner places when evicted pods must come back on their own node.
 func moveGoals(by map[Strategy]Summary, ceiling float64) string {

@@ -1,6 +1,6 @@
 // Package fragmentation replays the Alibaba GPU trace v2023 against simulated MIG clusters to
 // compare gpupool's planner with static layouts, a counts-only greedy planner and the fluid
-// ceiling (issue 8). The data stays in ../shared: the package reads it at run time and never
+// ceiling. The data stays in ../shared: the package reads it at run time and never
 // embeds it, because the trace is licensed for research use only.
 package fragmentation
 

@@ -1,6 +1,6 @@
 // Package heartbeat measures what the node agents' liveness signal costs the control plane:
 // the agent rewriting its whole GPUNode status every refresh period (the heartbeat before
-// issue 21), against renewing a per-node Lease and writing the status only on change, as the
+// the Lease), against renewing a per-node Lease and writing the status only on change, as the
 // kubelet moved its own heartbeat to a Lease (KEP-589). Both run the real agent.Publisher
 // against one kube-apiserver and etcd (the envtest binaries), in the same process, one after
 // the other, over the same nodes, so the status mode is the baseline of the table.

@@ -1,4 +1,4 @@
-// Package scale measures the manager at fleet scale (issue 21): it starts etcd and
+// Package scale measures the manager at fleet scale: it starts etcd and
 // kube-apiserver only, writes N H200 nodes with their GPUNode reports, agent Leases, running
 // and pending pods straight into the API server, keeps the agents' heartbeats going, and runs
 // the real manager binary beside a bare-cache baseline (cmd/barecache), measuring each from
@@ -40,7 +40,7 @@ import (
 type Config struct {
 	// Nodes is how many GPU nodes; each also has one pending 3g.71gb pod.
 	Nodes int
-	// RunningPerNode is how many running 1g.18gb pods each node holds (10 in issue 21).
+	// RunningPerNode is how many running 1g.18gb pods each node holds (10 in the scale goals).
 	RunningPerNode int
 	// Budget is the policy's maxDisruptedNodes, a count or a percentage ("" for the API's
 	// default, 1): how many nodes one plan may change.
