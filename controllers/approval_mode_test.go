@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // TestALoosenedPolicyNeverApprovesAWaitingPlan guards the approval model where the admission
@@ -44,7 +45,7 @@ func TestAPlanUnderReviewIsRemadeUnderANewApprovalMode(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, _ := startPolicyController(t)
-	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	pendingPod(t, env, "trainer", "3g.71gb")
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/rollout"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
@@ -60,7 +61,7 @@ func TestAClaimAllocatedAfterPlanningCancelsTheStep(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPlanController(t)
 	ctx := context.Background()
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	draServedGPU(t, env, "gpu-1")
 	allocateClaim(t, env, "late", "gpu-1", "gpu-0-mig-1", "late-user")
 	autoPolicy(t, env)
@@ -80,7 +81,7 @@ func TestAClaimAllocatedAfterPlanningCancelsTheStep(t *testing.T) {
 	node := &corev1.Node{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
 	g.Expect(node.Spec.Unschedulable).To(BeFalse(), "never cordoned")
-	g.Expect(node.Labels).NotTo(HaveKey(v1.LabelMIGConfig), "never relabelled")
+	g.Expect(node.Labels).NotTo(HaveKey(nvidia.LabelMIGConfig), "never relabelled")
 }
 
 // A claim allocated while the step drains (the scheduler may place a pod that tolerates the
@@ -90,7 +91,7 @@ func TestAClaimAllocatedWhileDrainingCancelsTheStep(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPlanController(t)
 	ctx := context.Background()
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	draServedGPU(t, env, "gpu-1")
 	pod, _ := pdbGuardedPod(t, env, "infer", "gpu-1", nil)
 	autoPolicy(t, env)
@@ -120,7 +121,7 @@ func TestAClaimAllocatedWhileDrainingCancelsTheStep(t *testing.T) {
 		node := &corev1.Node{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
 		g.Expect(node.Spec.Unschedulable).To(BeFalse(), "reopened")
-		g.Expect(node.Labels).NotTo(HaveKey(v1.LabelMIGConfig), "never relabelled")
+		g.Expect(node.Labels).NotTo(HaveKey(nvidia.LabelMIGConfig), "never relabelled")
 	}).WithTimeout(60*time.Second).Should(Succeed(), "cancelled on a later drain pass")
 	got := &corev1.Pod{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pod), got)).To(Succeed())

@@ -17,6 +17,7 @@ import (
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/pool"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
@@ -41,7 +42,7 @@ func TestARejectionSticksBeforeItIsRecorded(t *testing.T) {
 	ctx := context.Background()
 	env := startEnv(t)
 	startPoliciesOnly(t, env)
-	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	pendingPod(t, env, "trainer", "3g.71gb")
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
@@ -81,7 +82,7 @@ func TestAPlanWhosePodsWentAwayIsWithdrawn(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, _ := startPolicyController(t)
-	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	pod := pendingPod(t, env, "trainer", "3g.71gb")
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	policy.Spec.Planning.StabilizationWindow = &metav1.Duration{Duration: time.Hour}
@@ -127,7 +128,7 @@ func TestEachPlanTransitionIsOneEvent(t *testing.T) {
 	ctx := context.Background()
 	policy := poolPolicy("pool-a", map[string]string{"pool": "nowhere"})
 	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "nowhere", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "nowhere", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	plan := gatePlan("pool-a-events", "1f3e9a7c000000e1")
 	createPlan(t, env, plan)
 	stale := plan.DeepCopy()

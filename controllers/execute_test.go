@@ -36,7 +36,7 @@ func applyAsOperatorAndAgent(t *testing.T, env *testenv.Env, name string) {
 	node := &corev1.Node{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
 	patch := client.MergeFrom(node.DeepCopy())
-	node.Labels[v1.LabelMIGConfigState] = "success"
+	node.Labels[nvidia.LabelMIGConfigState] = "success"
 	g.Expect(env.Client.Patch(ctx, node, patch)).To(Succeed())
 	verify(t, env, name)
 }
@@ -127,7 +127,7 @@ func TestApprovedPlanRunsToCompletion(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPlanController(t)
 	ctx := context.Background()
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	autoPolicy(t, env)
 	plan := carve3gPlan("pool-a-20261129-aaaabbbb")
 	createPlan(t, env, plan)
@@ -137,7 +137,7 @@ func TestApprovedPlanRunsToCompletion(t *testing.T) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
 		g.Expect(node.Spec.Unschedulable).To(BeTrue())
 		g.Expect(node.Annotations).To(HaveKeyWithValue(v1.AnnotationCordonedBy, plan.Name))
-		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")))
+		g.Expect(node.Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, entryOf(plan, "gpu-1")))
 	}).WithTimeout(30*time.Second).Should(Succeed(), "cordoned, then relabelled")
 
 	cm := &corev1.ConfigMap{}
@@ -152,7 +152,7 @@ func TestApprovedPlanRunsToCompletion(t *testing.T) {
 
 	// mig-manager reports success; the node must stay cordoned until the agent verifies.
 	patch := client.MergeFrom(node.DeepCopy())
-	node.Labels[v1.LabelMIGConfigState] = "success"
+	node.Labels[nvidia.LabelMIGConfigState] = "success"
 	g.Expect(env.Client.Patch(ctx, node, patch)).To(Succeed())
 	g.Consistently(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
@@ -178,7 +178,7 @@ func TestNodeCordonedBeforehandStaysCordoned(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPlanController(t)
 	ctx := context.Background()
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	node := &corev1.Node{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
 	node.Spec.Unschedulable = true
@@ -194,7 +194,7 @@ func TestNodeCordonedBeforehandStaysCordoned(t *testing.T) {
 	createPlan(t, env, plan)
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
-		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")))
+		g.Expect(node.Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, entryOf(plan, "gpu-1")))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	applyAsOperatorAndAgent(t, env, "gpu-1")
 
@@ -253,7 +253,7 @@ func TestDrainWaitsForPDBThenProceeds(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPlanController(t)
 	ctx := context.Background()
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 
 	pod, setAllowed := pdbGuardedPod(t, env, "infer", "gpu-1", nil)
 
@@ -294,7 +294,7 @@ func TestDrainWaitsForPDBThenProceeds(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		node := &corev1.Node{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
-		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")))
+		g.Expect(node.Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, entryOf(plan, "gpu-1")))
 	}).WithTimeout(30*time.Second).Should(Succeed(), "drained, then configured")
 }
 
@@ -325,7 +325,7 @@ func TestStepOnADRANodeWaitsForItsSlices(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPlanController(t)
 	ctx := context.Background()
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	draSlice(t, env, "gpu-1", "MIG-old-0", "MIG-old-1", "MIG-old-2", "MIG-old-3", "MIG-old-4", "MIG-old-5", "MIG-old-6")
 	autoPolicy(t, env)
 	plan := carve3gPlan("pool-a-20261202-aaaabbbb")
@@ -333,12 +333,12 @@ func TestStepOnADRANodeWaitsForItsSlices(t *testing.T) {
 	node := &corev1.Node{}
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
-		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")))
+		g.Expect(node.Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, entryOf(plan, "gpu-1")))
 	}).WithTimeout(30*time.Second).Should(Succeed(), "relabelled")
 
 	// mig-manager succeeds and the agent reads the new instances from NVML.
 	patch := client.MergeFrom(node.DeepCopy())
-	node.Labels[v1.LabelMIGConfigState] = "success"
+	node.Labels[nvidia.LabelMIGConfigState] = "success"
 	g.Expect(env.Client.Patch(ctx, node, patch)).To(Succeed())
 	report := &v1.GPUNode{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, report)).To(Succeed())
@@ -377,7 +377,7 @@ func TestDrainStopsWhenTheLandingIsTaken(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPlanController(t)
 	ctx := context.Background()
-	labels := map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"}
+	labels := map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"}
 	gpuNode(t, env, "gpu-1", 1, labels)
 	gpuNode(t, env, "gpu-2", 1, labels)
 	setReady := func(status corev1.ConditionStatus) {
@@ -418,7 +418,7 @@ func TestDrainStopsWhenTheLandingIsTaken(t *testing.T) {
 		node := &corev1.Node{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
 		g.Expect(node.Spec.Unschedulable).To(BeFalse(), "nothing on the GPUs changed: the node is given back")
-		g.Expect(node.Labels).NotTo(HaveKey(v1.LabelMIGConfig))
+		g.Expect(node.Labels).NotTo(HaveKey(nvidia.LabelMIGConfig))
 	}).WithTimeout(30*time.Second).Should(Succeed(), "the landing went away mid-drain: the step stops")
 
 	// The PDB now allows the eviction: a stopped step must not evict after all.

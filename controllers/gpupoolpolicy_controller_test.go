@@ -19,6 +19,7 @@ import (
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/pool"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
@@ -132,7 +133,7 @@ func TestPendingDemandBecomesAPlanAndStaleDemandRetiresIt(t *testing.T) {
 	g := NewWithT(t)
 	env, clock := startPolicyController(t)
 	ctx := context.Background()
-	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	pod := pendingPod(t, env, "trainer", "3g.71gb")
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
@@ -190,7 +191,7 @@ func TestAPlanAwaitingApprovalStandsThroughTheStabilizationWindow(t *testing.T) 
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, _ := startPolicyController(t)
-	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	pendingPod(t, env, "trainer", "3g.71gb")
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
@@ -236,7 +237,7 @@ func TestSilentAgentsAreCountedAndDegradeThePool(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, clock := startPolicyController(t)
-	labels := map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"}
+	labels := map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"}
 	gpuNode(t, env, "gpu-1", 2, labels)
 	gpuNode(t, env, "gpu-2", 2, labels)
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
@@ -296,7 +297,7 @@ func TestAgentLeaseKeepsAnUnchangedReportFresh(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, clock := startPolicyController(t)
-	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	g.Expect(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}})).To(Succeed())
 	renew := metav1.NewMicroTime(clock.Now())
 	lease := &coordinationv1.Lease{
@@ -332,7 +333,7 @@ func TestAgentReadinessKeepsAnUnchangedReportFresh(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, clock := startPolicyController(t)
-	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	readyNode(t, env, "gpu-1", clock.Now().Add(-time.Hour))
 	g.Expect(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}})).To(Succeed())
 	agentPod := daemonSetAgentPod("agent-x7k2p", "gpu-1")
@@ -411,7 +412,7 @@ func TestImpostorAgentPodsKeepNoSilentNodeInPlanning(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, clock := startPolicyController(t)
-	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	readyNode(t, env, "gpu-1", clock.Now().Add(-time.Hour))
 	g.Expect(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}})).To(Succeed())
 
@@ -454,7 +455,7 @@ func TestApprovedPlanIsNeverSuperseded(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPolicyController(t)
 	ctx := context.Background()
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	pod := pendingPod(t, env, "trainer", "3g.71gb")
 	g.Expect(env.Client.Create(ctx, poolPolicy("pool-a", map[string]string{"pool": "a"}))).To(Succeed())
 
@@ -481,7 +482,7 @@ func TestTwoPoliciesSelectingOneNodeConflictAndLeaveItAlone(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPolicyController(t)
 	ctx := context.Background()
-	gpuNode(t, env, "shared", 1, map[string]string{"pool": "a", "team": "b", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "shared", 1, map[string]string{"pool": "a", "team": "b", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	pendingPod(t, env, "trainer", "3g.71gb")
 	a := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	b := poolPolicy("team-b", map[string]string{"team": "b"})
@@ -521,8 +522,8 @@ func TestClaimPodsAreDemand(t *testing.T) {
 	ctx := context.Background()
 	// gpu-1's GPUs are the device plugin's; NVIDIA's DRA driver serves gpu-2's (it publishes a
 	// slice for its pool), and the two never share a GPU.
-	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
-	gpuNode(t, env, "gpu-2", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-2", 2, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	g.Expect(env.Client.Create(ctx, &resourcev1.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "gpu-2-gpu.nvidia.com-x7k2q"},
 		Spec: resourcev1.ResourceSliceSpec{Driver: "gpu.nvidia.com", NodeName: ptr.To("gpu-2"),
@@ -584,7 +585,7 @@ func TestGPUNodeSaysWhetherDRASlicesAreCurrent(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPolicyController(t)
 	ctx := context.Background()
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	slice := &resourcev1.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "gpu-1-gpu.nvidia.com"},
 		Spec: resourcev1.ResourceSliceSpec{Driver: "gpu.nvidia.com", NodeName: ptr.To("gpu-1"),
@@ -629,7 +630,7 @@ func TestAPoolAtRestIsNotPassedAgain(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Now())
 	_, reg := startManager(t, env, clock, true)
 	ctx := context.Background()
-	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	pendingPod(t, env, "trainer", "3g.71gb")
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	// Rechecked every second (minPendingAge 0), so that the test sees several.

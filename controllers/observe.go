@@ -85,7 +85,7 @@ func (r *PlanReconciler) observe(ctx context.Context, plan string, policy *v1alp
 		return nil, obs, err
 	}
 	obs.CordonedBy = rollout.CordonedByPlan(node, rec)
-	obs.MIGConfig = node.Labels[v1alpha1.LabelMIGConfig]
+	obs.MIGConfig = node.Labels[nvidia.LabelMIGConfig]
 	obs.MIGState, _ = nvidia.MIGConfigState(node)
 	for _, e := range step.Evictions {
 		pod, err := r.pods.Get(types.NamespacedName{Namespace: e.Namespace, Name: e.Name})
@@ -150,7 +150,7 @@ func (r *PlanReconciler) observe(ctx context.Context, plan string, policy *v1alp
 		}
 	}
 	if step.SharingConfigName != "" {
-		obs.SharingConfig = node.Labels[v1alpha1.LabelDevicePluginConfig]
+		obs.SharingConfig = node.Labels[nvidia.LabelDevicePluginConfig]
 		obs.SharingAdvertised, obs.SharedResource = rollout.AdvertisesSharing(step, targets, node.Status.Allocatable)
 		dp := &corev1.ConfigMap{}
 		err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: DevicePluginConfigMap}, dp)

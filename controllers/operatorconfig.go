@@ -111,8 +111,8 @@ func planConfigChanged() predicate.Predicate {
 func nodeConfigChanged() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld, e.ObjectNew
-		return o.GetLabels()[v1alpha1.LabelMIGConfig] != n.GetLabels()[v1alpha1.LabelMIGConfig] ||
-			o.GetLabels()[v1alpha1.LabelDevicePluginConfig] != n.GetLabels()[v1alpha1.LabelDevicePluginConfig] ||
+		return o.GetLabels()[nvidia.LabelMIGConfig] != n.GetLabels()[nvidia.LabelMIGConfig] ||
+			o.GetLabels()[nvidia.LabelDevicePluginConfig] != n.GetLabels()[nvidia.LabelDevicePluginConfig] ||
 			o.GetAnnotations()[v1alpha1.AnnotationCordonedBy] != n.GetAnnotations()[v1alpha1.AnnotationCordonedBy]
 	}}
 }
@@ -189,10 +189,10 @@ func (r *OperatorConfigReconciler) observe(ctx context.Context) (nvidia.Operator
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		byName[n.Name] = n
-		if v := n.Labels[v1alpha1.LabelMIGConfig]; v != "" {
+		if v := n.Labels[nvidia.LabelMIGConfig]; v != "" {
 			in.MIGConfigLabels = append(in.MIGConfigLabels, v)
 		}
-		if v := n.Labels[v1alpha1.LabelDevicePluginConfig]; v != "" {
+		if v := n.Labels[nvidia.LabelDevicePluginConfig]; v != "" {
 			in.SharingLabels = append(in.SharingLabels, v)
 		}
 	}

@@ -55,7 +55,7 @@ mig-configs:
       mig-devices:
         "1g.18gb": 7
 `}})).To(Succeed())
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200", v1.LabelMIGConfig: "all-balanced"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200", nvidia.LabelMIGConfig: "all-balanced"})
 	startManager(t, env, clocktesting.NewFakeClock(time.Now()), true)
 
 	mp, dp := &corev1.ConfigMap{}, &corev1.ConfigMap{}
@@ -153,8 +153,8 @@ func TestOperatorConfigWriterWritesWhatPlansAndNodesNeed(t *testing.T) {
 	env := startEnv(t)
 	ctx := context.Background()
 	g.Expect(env.Client.Create(ctx, poolPolicy("pool-a", map[string]string{"pool": "a"}))).To(Succeed())
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
-	gpuNode(t, env, "gpu-2", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200", v1.LabelMIGConfig: "gpupool-bbbbbbbbbb"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-2", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200", nvidia.LabelMIGConfig: "gpupool-bbbbbbbbbb"})
 	g.Expect(env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: controllers.MIGPartedConfigMap},
 		Data: map[string]string{nvidia.ConfigMapKey: `version: v1
 mig-configs:
@@ -216,7 +216,7 @@ mig-configs:
 	// while gpu-1 names it, gpu-2's old one goes.
 	node = getNode(g, env, "gpu-1")
 	patch = client.MergeFrom(node.DeepCopy())
-	node.Labels[v1.LabelMIGConfig] = entry
+	node.Labels[nvidia.LabelMIGConfig] = entry
 	g.Expect(env.Client.Patch(ctx, node, patch)).To(Succeed())
 	got = getPlan(g, env, plan)
 	got.Status.Phase = v1.PlanSucceeded
@@ -224,7 +224,7 @@ mig-configs:
 	g.Expect(env.Client.Status().Update(ctx, got)).To(Succeed())
 	other := getNode(g, env, "gpu-2")
 	patch = client.MergeFrom(other.DeepCopy())
-	delete(other.Labels, v1.LabelMIGConfig)
+	delete(other.Labels, nvidia.LabelMIGConfig)
 	g.Expect(env.Client.Patch(ctx, other, patch)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		entries := migEntries(g, env)
@@ -235,7 +235,7 @@ mig-configs:
 	// Once no node names it, the finished plan's entry goes too.
 	node = getNode(g, env, "gpu-1")
 	patch = client.MergeFrom(node.DeepCopy())
-	node.Labels[v1.LabelMIGConfig] = nvidia.AllDisabled
+	node.Labels[nvidia.LabelMIGConfig] = nvidia.AllDisabled
 	g.Expect(env.Client.Patch(ctx, node, patch)).To(Succeed())
 	g.Eventually(func(g Gomega) map[string]string { return migEntries(g, env) }).WithTimeout(30 * time.Second).ShouldNot(HaveKey(entry))
 }
@@ -249,7 +249,7 @@ func TestPolicyReportsConfigMapsNobodyWrote(t *testing.T) {
 	env := startEnv(t)
 	ctx := context.Background()
 	installClusterPolicy(t, env)
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	mgr := newTestManager(t, env)
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)

@@ -56,7 +56,7 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 		reported[g.Name] = true
 	}
 	for _, n := range nodes.Items {
-		if !reported[n.Name] && n.Labels[v1alpha1.LabelGPUPresent] != "true" {
+		if !reported[n.Name] && n.Labels[nvidia.LabelGPUPresent] != "true" {
 			continue
 		}
 		if pods, err = r.pods.onNode(pods, n.Name); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 func gatePlan(name, hash string) *v1.RepartitionPlan {
@@ -34,7 +35,7 @@ func TestApprovalGate(t *testing.T) {
 	policy.Spec.Disruption.PlanTTL = &metav1.Duration{Duration: 10 * time.Minute}
 	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
 	// The plans' node is in the pool: a plan naming a node outside it is refused outright.
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "nowhere", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "nowhere", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 
 	phase := func(p *v1.RepartitionPlan) func(Gomega) v1.PlanPhase {
 		return func(g Gomega) v1.PlanPhase {

@@ -21,6 +21,7 @@ import (
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/rollout"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
@@ -61,7 +62,7 @@ func setMIGState(t *testing.T, env *testenv.Env, name, state string) {
 	g := NewWithT(t)
 	node := getNode(g, env, name)
 	patch := client.MergeFrom(node.DeepCopy())
-	node.Labels[v1.LabelMIGConfigState] = state
+	node.Labels[nvidia.LabelMIGConfigState] = state
 	g.Expect(env.Client.Patch(context.Background(), node, patch)).To(Succeed())
 }
 
@@ -167,7 +168,7 @@ func TestBudgetOneWithThreeNodesChangesOneNodeAtATime(t *testing.T) {
 	env, _ := startPlanController(t)
 	nodes := []string{"gpu-1", "gpu-2", "gpu-3"}
 	for _, n := range nodes {
-		gpuNode(t, env, n, 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+		gpuNode(t, env, n, 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	}
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	policy.Spec.Disruption.Approval = v1.ApprovalAuto
@@ -191,7 +192,7 @@ func TestBudgetOneWithThreeNodesChangesOneNodeAtATime(t *testing.T) {
 			g.Expect(out).To(HaveLen(1), "exactly one node is out of service")
 			active = out[0]
 			g.Expect(finished).NotTo(HaveKey(active))
-			g.Expect(getNode(g, env, active).Labels).To(HaveKey(v1.LabelMIGConfig))
+			g.Expect(getNode(g, env, active).Labels).To(HaveKey(nvidia.LabelMIGConfig))
 		}).WithTimeout(time.Minute).Should(Succeed())
 		g.Consistently(func(g Gomega) {
 			for _, n := range nodes {
@@ -220,7 +221,7 @@ func TestFailedNodeIsReopenedOnlyWhenNoGPUIsHalfConfigured(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPlanController(t)
 	for _, n := range []string{"whole", "half"} {
-		gpuNode(t, env, n, 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200", v1.LabelMIGConfig: "all-1g.18gb"})
+		gpuNode(t, env, n, 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200", nvidia.LabelMIGConfig: "all-1g.18gb"})
 	}
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	policy.Spec.Disruption.Approval = v1.ApprovalAuto
@@ -230,8 +231,8 @@ func TestFailedNodeIsReopenedOnlyWhenNoGPUIsHalfConfigured(t *testing.T) {
 	plan := makePlan(t, env, "pool-a-20261129-f0f0f0f0", "f0f0f0f0f0f0f0f0",
 		toThreeG("whole", "gpupool-f000000001"), toThreeG("half", "gpupool-f000000002"))
 	g.Eventually(func(g Gomega) {
-		g.Expect(getNode(g, env, "whole").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "whole")))
-		g.Expect(getNode(g, env, "half").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "half")))
+		g.Expect(getNode(g, env, "whole").Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, entryOf(plan, "whole")))
+		g.Expect(getNode(g, env, "half").Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, entryOf(plan, "half")))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 
 	// mig-manager destroyed the old instances on "half" and gave up after creating one.
@@ -241,7 +242,7 @@ func TestFailedNodeIsReopenedOnlyWhenNoGPUIsHalfConfigured(t *testing.T) {
 
 	// "whole" kept its old layout: its label is set back, then mig-manager applies it.
 	g.Eventually(func(g Gomega) {
-		g.Expect(getNode(g, env, "whole").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "all-1g.18gb"))
+		g.Expect(getNode(g, env, "whole").Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, "all-1g.18gb"))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	setMIGState(t, env, "whole", "success")
 	g.Eventually(func(g Gomega) {
@@ -273,14 +274,14 @@ func relabelledUnderAuto(t *testing.T) (*testenv.Env, *clocktesting.FakeClock, *
 	g := NewWithT(t)
 	env, clock := startPlanController(t)
 	// The GPU Operator labels every MIG node with the entry it applied.
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200", v1.LabelMIGConfig: "all-1g.18gb"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200", nvidia.LabelMIGConfig: "all-1g.18gb"})
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	policy.Spec.Disruption.Approval = v1.ApprovalAuto
 	policy.Spec.Disruption.ConfigureTimeout = &metav1.Duration{Duration: 5 * time.Minute}
 	g.Expect(env.Client.Create(context.Background(), policy)).To(Succeed())
 	plan := makePlan(t, env, "pool-a-20261129-a0a0a0a0", "a0a0a0a0a0a0a0a0", toThreeG("gpu-1", "gpupool-a0a0a0a0a0"))
 	g.Eventually(func(g Gomega) {
-		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")))
+		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, entryOf(plan, "gpu-1")))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	return env, clock, plan
 }
@@ -305,7 +306,7 @@ func TestWedgedPendingFailsAfterConfigureTimeout(t *testing.T) {
 		g.Expect(got.Status.Nodes[0].State).To(Equal(v1.NodeRestoring))
 		g.Expect(got.Status.Nodes[0].Message).To(ContainSubstring(`mig-manager stayed at "pending" past configureTimeout 5m0s`))
 		node := getNode(g, env, "gpu-1")
-		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, "all-1g.18gb"))
+		g.Expect(node.Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, "all-1g.18gb"))
 		g.Expect(node.Spec.Unschedulable).To(BeTrue())
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Consistently(func(g Gomega) {
@@ -350,7 +351,7 @@ func TestNewManagerResumesMidPlanWithoutRepeatingEvictionOrRelabel(t *testing.T)
 	ctx := context.Background()
 	env := startEnv(t)
 	clock := clocktesting.NewFakeClock(time.Now())
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	pod := runningPod(t, env, "infer", "gpu-1", nil)
 	autoPolicy(t, env)
 
@@ -367,7 +368,7 @@ func TestNewManagerResumesMidPlanWithoutRepeatingEvictionOrRelabel(t *testing.T)
 			if ev.Type != watch.Modified && ev.Type != watch.Added {
 				continue
 			}
-			if v := ev.Object.(*corev1.Node).Labels[v1.LabelMIGConfig]; v != last {
+			if v := ev.Object.(*corev1.Node).Labels[nvidia.LabelMIGConfig]; v != last {
 				last = v
 				relabels <- v
 			}
@@ -419,7 +420,7 @@ func TestOrphanedCordonsAreReleasedOnStart(t *testing.T) {
 	env := startEnv(t)
 	clock := clocktesting.NewFakeClock(time.Now())
 	for _, n := range []string{"ours", "theirs", "failed", "busy", "forged", "left-pool", "policy-gone"} {
-		gpuNode(t, env, n, 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+		gpuNode(t, env, n, 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	}
 	autoPolicy(t, env)
 	failed := makePlan(t, env, "pool-a-20261129-e1e1e1e1", "e1e1e1e1e1e1e1e1", toThreeG("failed", "gpupool-e1e1e1e1e1"))
@@ -451,7 +452,7 @@ func TestOrphanedCordonsAreReleasedOnStart(t *testing.T) {
 	metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1.AnnotationWasUnschedulable, "true")
 	g.Expect(env.Client.Patch(ctx, node, patch)).To(Succeed())
 	cordon("failed", failed.Name, nil)
-	cordon("busy", "pool-a-gone", map[string]string{v1.LabelMIGConfigState: "pending"})
+	cordon("busy", "pool-a-gone", map[string]string{nvidia.LabelMIGConfigState: "pending"})
 	// An admin's cordon with a forged annotation naming a plan that never existed: the ledger
 	// does not back it, so gpupool leaves the node as it is.
 	cordon("forged", "pool-a-never-existed", nil)
@@ -494,7 +495,7 @@ func TestOrphanedCordonsAreReleasedOnStart(t *testing.T) {
 func TestApprovedPlanIsCancelledWhenTheClusterMovedOn(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPlanController(t)
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	runningPod(t, env, "infer", "gpu-1", nil)
 	autoPolicy(t, env)
 	plan := &v1.RepartitionPlan{ObjectMeta: metav1.ObjectMeta{Name: "pool-a-20261129-c1c1c1c1"},
@@ -523,7 +524,7 @@ func TestDoNotDisruptPodIsNeverPlannedForEviction(t *testing.T) {
 	env, _ := startPolicyController(t)
 	// Each GPU holds one pod; "pinned" is do-not-disrupt throughout, so only GPU 0 could be
 	// re-carved for a 7g pod, by evicting "keep" (which would fit again on GPU 1).
-	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 2, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	keep := runningPod(t, env, "keep", "gpu-1", map[string]string{v1.AnnotationDoNotDisrupt: "true"})
 	runningPod(t, env, "pinned", "gpu-1", map[string]string{v1.AnnotationDoNotDisrupt: "true"})
 	report := &v1.GPUNode{}
@@ -588,7 +589,7 @@ func writeLedger(t *testing.T, env *testenv.Env, recs map[string]rollout.CordonR
 func TestARebootRiskyStepWaitsForNoPodItWouldKill(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPlanController(t)
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	runningPod(t, env, "arrived-since", "gpu-1", nil)
 	autoPolicy(t, env)
 	step := toThreeG("gpu-1", "gpupool-b0b0b0b0b0")
@@ -602,6 +603,6 @@ func TestARebootRiskyStepWaitsForNoPodItWouldKill(t *testing.T) {
 	g.Consistently(func(g Gomega) {
 		node := getNode(g, env, "gpu-1")
 		g.Expect(node.Spec.Unschedulable).To(BeFalse())
-		g.Expect(node.Labels).NotTo(HaveKey(v1.LabelMIGConfig))
+		g.Expect(node.Labels).NotTo(HaveKey(nvidia.LabelMIGConfig))
 	}).WithTimeout(2 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
 }

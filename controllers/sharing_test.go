@@ -27,7 +27,7 @@ func TestSharingStepFlipsTheDevicePluginLabelAfterTheLayoutAndWaitsForReplicas(t
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, _ := startPlanController(t)
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	autoPolicy(t, env)
 	setting := v1.SharingConfig{Mode: v1.SharingTimeSlicing, Replicas: 4}
 	plan := makePlan(t, env, "pool-a-20261129-5a5a5a5a", "5a5a5a5a5a5a5a5a", v1.NodeStep{Node: "gpu-1",
@@ -35,7 +35,7 @@ func TestSharingStepFlipsTheDevicePluginLabelAfterTheLayoutAndWaitsForReplicas(t
 		GPUs: []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 7}}}})
 
 	g.Eventually(func(g Gomega) {
-		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")))
+		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, entryOf(plan, "gpu-1")))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	dp := &corev1.ConfigMap{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: controllers.DevicePluginConfigMap}, dp)).To(Succeed())
@@ -43,7 +43,7 @@ func TestSharingStepFlipsTheDevicePluginLabelAfterTheLayoutAndWaitsForReplicas(t
 	written, err := nvidia.ParseDevicePluginConfig([]byte(dp.Data["gpupool-ts-4"]))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(written).To(Equal(setting))
-	g.Expect(getNode(g, env, "gpu-1").Labels).NotTo(HaveKey(v1.LabelDevicePluginConfig),
+	g.Expect(getNode(g, env, "gpu-1").Labels).NotTo(HaveKey(nvidia.LabelDevicePluginConfig),
 		"sharing waits for the layout")
 
 	// mig-manager turns MIG off; the agent reports the GPU whole and verifies.
@@ -55,7 +55,7 @@ func TestSharingStepFlipsTheDevicePluginLabelAfterTheLayoutAndWaitsForReplicas(t
 	applyAsOperatorAndAgent(t, env, "gpu-1")
 
 	g.Eventually(func(g Gomega) {
-		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(v1.LabelDevicePluginConfig, "gpupool-ts-4"))
+		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(nvidia.LabelDevicePluginConfig, "gpupool-ts-4"))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Consistently(func(g Gomega) {
 		g.Expect(getNode(g, env, "gpu-1").Spec.Unschedulable).To(BeTrue())
@@ -78,7 +78,7 @@ func TestPendingSharedPodsBecomeASharingPlan(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, _ := startPolicyController(t)
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	for _, name := range []string{"share-a", "share-b", "share-c"} {
 		pendingPodAsking(t, env, name, "nvidia.com/gpu.shared")
 	}
@@ -105,19 +105,19 @@ func TestPendingSharedPodsBecomeASharingPlan(t *testing.T) {
 func TestSharingOfMIGDevicesWaitsForTheInstancesReplicas(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startPlanController(t)
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	autoPolicy(t, env)
 	setting := v1.SharingConfig{Mode: v1.SharingTimeSlicing, Replicas: 2}
 	plan := makePlan(t, env, "pool-a-20261129-6b6b6b6b", "6b6b6b6b6b6b6b6b", v1.NodeStep{Node: "gpu-1",
 		MIGConfigName: "gpupool-6b6b6b6b6b", SharingConfig: &setting, SharingConfigName: "gpupool-ts-2",
 		GPUs: []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 7}, To: v1.ProfileCounts{"3g.71gb": 2}}}})
 	g.Eventually(func(g Gomega) {
-		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")))
+		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, entryOf(plan, "gpu-1")))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	reportGPU0(t, env, "gpu-1", mig.Layout{"3g.71gb": 2})
 	applyAsOperatorAndAgent(t, env, "gpu-1")
 	g.Eventually(func(g Gomega) {
-		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(v1.LabelDevicePluginConfig, "gpupool-ts-2"))
+		g.Expect(getNode(g, env, "gpu-1").Labels).To(HaveKeyWithValue(nvidia.LabelDevicePluginConfig, "gpupool-ts-2"))
 		g.Expect(getPlan(g, env, plan).Status.Nodes[0].Message).To(ContainSubstring("nvidia.com/mig-3g.71gb.shared=4"))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Expect(getNode(g, env, "gpu-1").Spec.Unschedulable).To(BeTrue())

@@ -41,7 +41,7 @@ func expectRefused(t *testing.T, env *testenv.Env, plan *v1.RepartitionPlan, rea
 		n := getNode(g, env, node)
 		g.Expect(n.Spec.Unschedulable).To(BeFalse(), "node %s cordoned", node)
 		g.Expect(n.Annotations).NotTo(HaveKey(v1.AnnotationCordonedBy))
-		g.Expect(n.Labels).NotTo(HaveKey(v1.LabelMIGConfig))
+		g.Expect(n.Labels).NotTo(HaveKey(nvidia.LabelMIGConfig))
 		for _, name := range pods {
 			pod := &corev1.Pod{}
 			g.Expect(env.Client.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, pod)).To(Succeed())
@@ -69,8 +69,8 @@ func TestForgedPlansAreRefusedBeforeTouchingAnything(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, _ := startPlanController(t)
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
-	gpuNode(t, env, "elsewhere", 1, map[string]string{"pool": "b", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "elsewhere", 1, map[string]string{"pool": "b", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	runningPod(t, env, "infer", "gpu-1", nil)
 	autoPolicy(t, env)
 
@@ -104,7 +104,7 @@ func awaitingManualPlan(t *testing.T, name string) (*testenv.Env, *v1.Repartitio
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, _ := startPlanController(t)
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	runningPod(t, env, "infer", "gpu-1", nil)
 	g.Expect(env.Client.Create(ctx, poolPolicy("pool-a", map[string]string{"pool": "a"}))).To(Succeed()) // Manual
 	plan := forgedPlan(t, env, name, "infer")
@@ -148,7 +148,7 @@ func TestForgedStepProgressNeverActs(t *testing.T) {
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Consistently(func(g Gomega) {
 		node := getNode(g, env, "gpu-1")
-		g.Expect(node.Labels).NotTo(HaveKey(v1.LabelMIGConfig), "never relabelled")
+		g.Expect(node.Labels).NotTo(HaveKey(nvidia.LabelMIGConfig), "never relabelled")
 		g.Expect(node.Spec.Unschedulable).To(BeFalse())
 		pod := &corev1.Pod{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "infer"}, pod)).To(Succeed())
@@ -168,7 +168,7 @@ func TestEvictionsAreRecheckedWhenTheyHappen(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, _ := startPlanController(t)
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	autoPolicy(t, env)
 
 	lonely := runningPod(t, env, "lonely", "gpu-1", nil)
@@ -244,7 +244,7 @@ func TestUndecodablePolicyDoesNotStopTheOthers(t *testing.T) {
 	today.SetResourceVersion(crd.GetResourceVersion())
 	g.Expect(env.Client.Update(ctx, today)).To(Succeed(), "today's rules are back in force")
 
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	pendingPod(t, env, "trainer", "3g.71gb")
 	g.Expect(env.Client.Create(ctx, poolPolicy("pool-a", map[string]string{"pool": "a"}))).To(Succeed())
 	clock := clocktesting.NewFakeClock(time.Now())
@@ -277,7 +277,7 @@ func TestPolicyProblemsTheAPICannotSeeBecomeConditions(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, _ := startPolicyController(t)
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
 	policy.Spec.Catalog = []v1.CatalogEntry{
 		{Product: "NVIDIA H200", MIGProfiles: []v1.MIGProfileName{"1g.18gb", "3g.40gb"}},

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
 
@@ -72,7 +73,7 @@ func TestEvictingStepWaitsForItsWindow(t *testing.T) {
 	env, clock := startPlanController(t)
 	ctx := context.Background()
 	for _, n := range []string{"gpu-1", "gpu-2"} {
-		gpuNode(t, env, n, 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+		gpuNode(t, env, n, 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	}
 	pod, setAllowed := pdbGuardedPod(t, env, "infer", "gpu-1", nil)
 	setAllowed(1)
@@ -100,7 +101,7 @@ func TestEvictingStepWaitsForItsWindow(t *testing.T) {
 	node := &corev1.Node{}
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-2"}, node)).To(Succeed())
-		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-2")))
+		g.Expect(node.Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, entryOf(plan, "gpu-2")))
 	}).WithTimeout(30*time.Second).Should(Succeed(), "a step that evicts nothing does not wait for a window")
 	applyAsOperatorAndAgent(t, env, "gpu-2")
 
@@ -145,7 +146,7 @@ func TestEvictingStepWaitsForItsWindow(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "gpu-1"}, node)).To(Succeed())
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(plan), got)).To(Succeed())
-		g.Expect(node.Labels).To(HaveKeyWithValue(v1.LabelMIGConfig, entryOf(plan, "gpu-1")), "plan status: %+v", got.Status)
+		g.Expect(node.Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, entryOf(plan, "gpu-1")), "plan status: %+v", got.Status)
 	}).WithTimeout(30*time.Second).Should(Succeed(), "the started step goes on after its window closed")
 }
 
@@ -156,7 +157,7 @@ func TestApprovedPlanWaitsForItsWindowPastPlanTTL(t *testing.T) {
 	g := NewWithT(t)
 	env, clock := startPlanController(t)
 	ctx := context.Background()
-	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", v1.LabelGPUProduct: "NVIDIA-H200"})
+	gpuNode(t, env, "gpu-1", 1, map[string]string{"pool": "a", nvidia.LabelGPUProduct: "NVIDIA-H200"})
 	_, setAllowed := pdbGuardedPod(t, env, "infer", "gpu-1", nil)
 	setAllowed(1)
 	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})

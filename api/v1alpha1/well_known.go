@@ -1,7 +1,7 @@
 package v1alpha1
 
-// Annotations and labels that form gpupool's contract with users and with the NVIDIA GPU
-// Operator. They are API: renaming one breaks running clusters.
+// Annotations and labels that form gpupool's contract with users (NVIDIA's own labels are
+// spelled in internal/nvidia). They are API: renaming one breaks running clusters.
 const (
 	// AnnotationApprove approves a RepartitionPlan when its value equals the plan's spec.hash,
 	// so an approval can never carry over to a different plan.
@@ -34,17 +34,6 @@ const (
 	// The Lease lives in the agent's namespace and is named after the node; the manager caches
 	// only Leases with this label, and judges a node's GPU report fresh while its Lease is.
 	LabelAgentLease = "gpupool.io/agent-lease"
-
-	// LabelMIGConfig selects the mig-parted config entry that NVIDIA's mig-manager applies.
-	LabelMIGConfig = "nvidia.com/mig.config"
-	// LabelMIGConfigState is where mig-manager reports pending, rebooting, success or failed.
-	LabelMIGConfigState = "nvidia.com/mig.config.state"
-	// LabelDevicePluginConfig selects the k8s-device-plugin config entry (sharing settings).
-	LabelDevicePluginConfig = "nvidia.com/device-plugin.config"
-	// LabelGPUProduct is GPU Feature Discovery's product label, matched against catalog entries.
-	LabelGPUProduct = "nvidia.com/gpu.product"
-	// LabelGPUPresent marks nodes with an NVIDIA GPU; the node agent DaemonSet selects on it.
-	LabelGPUPresent = "nvidia.com/gpu.present"
 )
 
 // AgentLeaseHolder is the holderIdentity of node's heartbeat Lease (LabelAgentLease). The agent

@@ -29,6 +29,7 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	poolpass "github.com/gpupool/gpupool/internal/pool"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
@@ -221,7 +222,7 @@ func createGPUNode(t *testing.T, env *testenv.Env, name, poolName string, report
 	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"),
 		corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("110")}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": poolName,
-		v1alpha1.LabelGPUProduct: "NVIDIA-H200", v1alpha1.LabelGPUPresent: "true"}},
+		nvidia.LabelGPUProduct: "NVIDIA-H200", nvidia.LabelGPUPresent: "true"}},
 		Status: corev1.NodeStatus{Capacity: alloc, Allocatable: alloc}}
 	g.Expect(env.Client.Create(ctx, node)).To(Succeed())
 	// The API server taints a new node not-ready; nothing in envtest clears it but the test.

@@ -21,7 +21,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/sim"
 )
 
@@ -168,7 +167,7 @@ Fault knobs, per node, as annotations (internal/sim/faults.go says what each doe
   %s: a new value restarts mig-manager, which applies the current mig.config again
 
 Flags:
-`, strings.Join(models, "\n"), strings.Join(sim.Presets(), ", "), v1alpha1.LabelDevicePluginConfig,
+`, strings.Join(models, "\n"), strings.Join(sim.Presets(), ", "), sim.LabelDevicePluginConfig,
 		sim.AnnotationFault, strings.Join(sim.FaultWords(), " | "), sim.AnnotationApplyDelay,
 		sim.AnnotationRebootDuration, sim.DefaultRebootDuration, sim.AnnotationRestartMIGManager)
 	fs.PrintDefaults()

@@ -37,12 +37,6 @@ var exemptDirs = []string{"internal/nvidia", "internal/sim", "cmd/gpusim", "test
 // allowed are the copies that remain outside internal/nvidia, by file and literal, with why;
 // a test in internal/nvidia (TestNamesHaveOneSpelling) holds each to its home's spelling.
 var allowed = map[string][]string{
-	// Read as v1alpha1.Label* by packages not yet moved to internal/nvidia's constants
-	// (controllers/execute.go, controllers/operatorconfig.go, controllers/policy_read.go,
-	// internal/rollout/step.go, internal/planner/pool.go); internal/nvidia imports api/v1alpha1,
-	// so the API package cannot take them from there.
-	"api/v1alpha1/well_known.go": {"nvidia.com/mig.config", "nvidia.com/mig.config.state",
-		"nvidia.com/device-plugin.config", "nvidia.com/gpu.product", "nvidia.com/gpu.present"},
 	// internal/mig sits below internal/nvidia, which imports it; mig.ResourceName moves when
 	// controllers/execute.go no longer calls it.
 	"internal/mig/layout.go": {"nvidia.com/mig-", "nvidia.com/"},

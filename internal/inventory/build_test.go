@@ -14,6 +14,7 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/fixture"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 func TestNodesSortedByName(t *testing.T) {
@@ -124,7 +125,7 @@ func TestNodePod(t *testing.T) {
 // eviction case, init containers, pod-level resources and PDBs of every kind.
 func buildInputs() ([]corev1.Node, []v1alpha1.GPUNode, []corev1.Pod, []policyv1.PodDisruptionBudget) {
 	nodes := []corev1.Node{fixture.GPUHost("node-c", h100Label, nil), fixture.GPUHost(nodeA, h100Label, nil), fixture.GPUHost("node-b", h100Label, nil), fixture.GPUHost("node-d", h100Label, nil), fixture.GPUHost("node-e", h100Label, nil)}
-	delete(nodes[1].Labels, v1alpha1.LabelGPUProduct)
+	delete(nodes[1].Labels, nvidia.LabelGPUProduct)
 	drifted := h100Profiles(map[string]string{"7g.80gb": "7g.79gb"})
 	reports := []v1alpha1.GPUNode{
 		report(nodeA, []v1alpha1.GPUStatus{

@@ -8,6 +8,7 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/fixture"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // TestGPULabel guards the one spelling of a GPU model users see: the nvidia.com/gpu.product
@@ -28,7 +29,7 @@ func TestGPULabel(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			host := fixture.GPUHost(nodeA, tc.label, nil)
 			if tc.label == "" {
-				delete(host.Labels, v1alpha1.LabelGPUProduct)
+				delete(host.Labels, nvidia.LabelGPUProduct)
 			}
 			snap := inventory.Build([]corev1.Node{host}, []v1alpha1.GPUNode{report(nodeA, []v1alpha1.GPUStatus{
 				fixture.MIGGPU(0, tc.reported, fixture.Instance("1g.18gb", 0, 1))})}, nil, nil, inventory.Options{Now: now})

@@ -11,6 +11,7 @@ import (
 	"github.com/gpupool/gpupool/internal/fixture"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // h100Profiles is the GPU-instance profile table an agent reads through NVML on an H100 80GB,
@@ -174,9 +175,9 @@ func TestProducts(t *testing.T) {
 			switch tc.label {
 			case "":
 			case "-":
-				delete(host.Labels, v1alpha1.LabelGPUProduct)
+				delete(host.Labels, nvidia.LabelGPUProduct)
 			default:
-				host.Labels[v1alpha1.LabelGPUProduct] = tc.label
+				host.Labels[nvidia.LabelGPUProduct] = tc.label
 			}
 			snap := inventory.Build([]corev1.Node{host},
 				[]v1alpha1.GPUNode{report(nodeA, []v1alpha1.GPUStatus{tc.gpu})}, nil, nil, inventory.Options{Now: now})

@@ -5,8 +5,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-
-	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
 
 // State is a value mig-manager writes into label nvidia.com/mig.config.state.
@@ -38,7 +36,7 @@ func MIGConfigState(node *corev1.Node) (State, bool) {
 	if node == nil {
 		return "", false
 	}
-	v, ok := node.Labels[v1alpha1.LabelMIGConfigState]
+	v, ok := node.Labels[LabelMIGConfigState]
 	if !ok {
 		return "", false
 	}
@@ -58,8 +56,8 @@ func RequestMIGConfig(node *corev1.Node, name string) {
 	if node.Labels == nil {
 		node.Labels = map[string]string{}
 	}
-	node.Labels[v1alpha1.LabelMIGConfig] = name
-	delete(node.Labels, v1alpha1.LabelMIGConfigState)
+	node.Labels[LabelMIGConfig] = name
+	delete(node.Labels, LabelMIGConfigState)
 }
 
 // PausedOperands returns, sorted, the nvidia.com/gpu.deploy.* labels of the node that

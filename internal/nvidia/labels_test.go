@@ -6,8 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 )
 
 func nodeWith(labels map[string]string) *corev1.Node {
@@ -23,11 +21,11 @@ func TestMIGConfigState(t *testing.T) {
 	}{
 		{"nil node", nil, "", false},
 		{"no label", nodeWith(nil), "", false},
-		{"pending", nodeWith(map[string]string{v1alpha1.LabelMIGConfigState: "pending"}), StatePending, true},
-		{"rebooting", nodeWith(map[string]string{v1alpha1.LabelMIGConfigState: "rebooting"}), StateRebooting, true},
-		{"success", nodeWith(map[string]string{v1alpha1.LabelMIGConfigState: "success"}), StateSuccess, true},
-		{"failed", nodeWith(map[string]string{v1alpha1.LabelMIGConfigState: "failed"}), StateFailed, true},
-		{"unknown value", nodeWith(map[string]string{v1alpha1.LabelMIGConfigState: "Success"}), "Success", false},
+		{"pending", nodeWith(map[string]string{LabelMIGConfigState: "pending"}), StatePending, true},
+		{"rebooting", nodeWith(map[string]string{LabelMIGConfigState: "rebooting"}), StateRebooting, true},
+		{"success", nodeWith(map[string]string{LabelMIGConfigState: "success"}), StateSuccess, true},
+		{"failed", nodeWith(map[string]string{LabelMIGConfigState: "failed"}), StateFailed, true},
+		{"unknown value", nodeWith(map[string]string{LabelMIGConfigState: "Success"}), "Success", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,9 +38,9 @@ func TestMIGConfigState(t *testing.T) {
 }
 
 func TestRequestMIGConfig(t *testing.T) {
-	n := nodeWith(map[string]string{v1alpha1.LabelMIGConfig: "gpupool-old", v1alpha1.LabelMIGConfigState: "success", "keep": "me"})
+	n := nodeWith(map[string]string{LabelMIGConfig: "gpupool-old", LabelMIGConfigState: "success", "keep": "me"})
 	RequestMIGConfig(n, "gpupool-new")
-	want := map[string]string{v1alpha1.LabelMIGConfig: "gpupool-new", "keep": "me"}
+	want := map[string]string{LabelMIGConfig: "gpupool-new", "keep": "me"}
 	if !reflect.DeepEqual(n.Labels, want) {
 		t.Errorf("labels %v, want %v", n.Labels, want)
 	}
@@ -52,7 +50,7 @@ func TestRequestMIGConfig(t *testing.T) {
 	}
 	bare := nodeWith(nil)
 	RequestMIGConfig(bare, "gpupool-new")
-	if bare.Labels[v1alpha1.LabelMIGConfig] != "gpupool-new" {
+	if bare.Labels[LabelMIGConfig] != "gpupool-new" {
 		t.Errorf("labels %v", bare.Labels)
 	}
 }

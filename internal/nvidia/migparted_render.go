@@ -14,7 +14,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
 )
 
@@ -224,7 +223,7 @@ func entrySpecs(name string, targets []mig.GPUTarget) ([]DeviceSpec, error) {
 		return nil, fmt.Errorf("mig-parted config entry %q is reserved for the GPU Operator's MIG-off layout", name)
 	}
 	if errs := validation.IsValidLabelValue(name); name == "" || len(errs) > 0 {
-		return nil, fmt.Errorf("mig-parted config entry %q cannot be a value of label %s: %s", name, v1alpha1.LabelMIGConfig, strings.Join(errs, "; "))
+		return nil, fmt.Errorf("mig-parted config entry %q cannot be a value of label %s: %s", name, LabelMIGConfig, strings.Join(errs, "; "))
 	}
 	specs, err := DeviceSpecs(targets)
 	if err != nil {

@@ -155,7 +155,7 @@ func desiredMIGParted(in OperatorConfigInput) (data []byte, problems []string, w
 				next.Foreign[name] = raw
 			} else if name != AllDisabled {
 				problems = append(problems, fmt.Sprintf("entry %s, which a node's %s names, is in neither gpupool's mig-parted config nor NVIDIA's default one: "+
-					"add it to gpupool's ConfigMap by hand or relabel the node", name, v1alpha1.LabelMIGConfig))
+					"add it to gpupool's ConfigMap by hand or relabel the node", name, LabelMIGConfig))
 			}
 		}
 	}
@@ -195,7 +195,7 @@ func desiredMIGParted(in OperatorConfigInput) (data []byte, problems []string, w
 		_, raw := next.Foreign[name]
 		if strings.HasPrefix(name, ConfigPrefix) && !parsed && !raw && slices.Contains(in.MIGConfigLabels, name) {
 			problems = append(problems, fmt.Sprintf("entry %s, which a node's %s names, is gone from gpupool's mig-parted config and no running step can "+
-				"say what it holds; mig-manager on that node cannot apply it until the node is relabelled", name, v1alpha1.LabelMIGConfig))
+				"say what it holds; mig-manager on that node cannot apply it until the node is relabelled", name, LabelMIGConfig))
 		}
 	}
 	if data, err = next.Marshal(); err != nil {
@@ -305,7 +305,7 @@ func desiredDevicePlugin(in OperatorConfigInput) (next map[string]string, proble
 				next[name] = cur
 			} else {
 				problems = append(problems, fmt.Sprintf("key %s, which a node's %s names, is not one gpupool writes: relabel the node",
-					name, v1alpha1.LabelDevicePluginConfig))
+					name, LabelDevicePluginConfig))
 			}
 			continue
 		}

@@ -366,9 +366,9 @@ func TestNodeWithoutCatalogEntryDoesNotHideTheProductFromOthers(t *testing.T) {
 		node("gpu-2", "NVIDIA-H200", "1g.18gb:7").
 		pending("t", mig1("7g.141gb"))
 	// Both are H200s, but only gpu-2's board (SXM) has a catalog entry; gpu-1 (NVL) has none.
-	c.nodes[0].Labels[v1alpha1.LabelGPUProduct] = "NVIDIA-H200-NVL"
+	c.nodes[0].Labels[nvidia.LabelGPUProduct] = "NVIDIA-H200-NVL"
 	c.gpuNodes[0].Status.GPUs[0].Product = "NVIDIA H200 NVL"
-	c.nodes[1].Labels[v1alpha1.LabelGPUProduct] = "NVIDIA-H200-SXM"
+	c.nodes[1].Labels[nvidia.LabelGPUProduct] = "NVIDIA-H200-SXM"
 	c.gpuNodes[1].Status.GPUs[0].Product = "NVIDIA H200 SXM"
 	pol := policy(catalog("H200-SXM", false, "7g.141gb", "1g.18gb"))
 	res := c.plan(pol)

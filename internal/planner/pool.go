@@ -15,6 +15,7 @@ import (
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // productInfo is one GPU product with the policy's catalog applied.
@@ -257,7 +258,7 @@ func newNodeInfo(n *inventory.Node, cat *catalog, d *dims, in *Input, classes in
 		}
 		return ni
 	}
-	entry := cat.entryFor(n.GPUs[0].ProductName, n.Object.Labels[v1alpha1.LabelGPUProduct], product.Name)
+	entry := cat.entryFor(n.GPUs[0].ProductName, n.Object.Labels[nvidia.LabelGPUProduct], product.Name)
 	if entry == nil {
 		if ni.blocker == "" {
 			ni.blocker = fmt.Sprintf("the policy's catalog has no entry for %s", product.Name)

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/rollout"
 )
 
@@ -20,7 +21,7 @@ func TestJudgeCordon(t *testing.T) {
 			Spec: corev1.NodeSpec{Unschedulable: cordoned}}
 	}
 	migState := func(config, state string) map[string]string {
-		return map[string]string{v1alpha1.LabelMIGConfig: config, v1alpha1.LabelMIGConfigState: state}
+		return map[string]string{nvidia.LabelMIGConfig: config, nvidia.LabelMIGConfigState: state}
 	}
 	plan := func(phase v1alpha1.PlanPhase, st *v1alpha1.NodeStepStatus) *v1alpha1.RepartitionPlan {
 		p := &v1alpha1.RepartitionPlan{ObjectMeta: metav1.ObjectMeta{Name: owner},

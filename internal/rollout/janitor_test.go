@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/rollout"
 )
 
@@ -14,10 +15,10 @@ func TestMayBeHalfConfigured(t *testing.T) {
 	node := func(cordoned bool, config, state string) *corev1.Node {
 		n := &corev1.Node{Spec: corev1.NodeSpec{Unschedulable: cordoned}, ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}}}
 		if config != "" {
-			n.Labels[v1alpha1.LabelMIGConfig] = config
+			n.Labels[nvidia.LabelMIGConfig] = config
 		}
 		if state != "" {
-			n.Labels[v1alpha1.LabelMIGConfigState] = state
+			n.Labels[nvidia.LabelMIGConfigState] = state
 		}
 		return n
 	}

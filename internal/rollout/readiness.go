@@ -3,7 +3,7 @@ package rollout
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // Verdict is what one readiness check says of a node whose GPUs were reconfigured.
@@ -87,7 +87,7 @@ func sharingAdvertised(in StepInput) CheckResult {
 		return CheckResult{Verdict: Fail, Message: "the device plugin did not advertise " + obs.SharedResource + " for " +
 			step.SharingConfigName + " within configureTimeout " + in.Limits.Configure.String()}
 	case obs.SharingConfig != step.SharingConfigName:
-		return CheckResult{Verdict: Wait, Message: "layout verified; relabelled " + v1alpha1.LabelDevicePluginConfig + "=" +
+		return CheckResult{Verdict: Wait, Message: "layout verified; relabelled " + nvidia.LabelDevicePluginConfig + "=" +
 			step.SharingConfigName, Actions: []Action{ActionRelabelSharing}}
 	}
 	return CheckResult{Verdict: Wait, Message: "waiting for the device plugin to advertise " + obs.SharedResource}

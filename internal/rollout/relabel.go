@@ -121,7 +121,7 @@ func relabel(in StepInput, cur v1alpha1.NodeStepStatus) StepResult {
 	}
 	// Remembered before the relabel, so that a failed step can set it back.
 	cur.PreviousMIGConfig = in.Obs.MIGConfig
-	return stay(cur, "relabelled "+v1alpha1.LabelMIGConfig+"="+in.Step.MIGConfigName, slowLook, ActionRelabel)
+	return stay(cur, "relabelled "+nvidia.LabelMIGConfig+"="+in.Step.MIGConfigName, slowLook, ActionRelabel)
 }
 
 // awaitMIGManager waits for mig-manager to apply the entry the label names, through a reboot
@@ -196,17 +196,17 @@ func failTouched(cur v1alpha1.NodeStepStatus, now time.Time, msg string, obs Obs
 		return fail(cur, now, msg+"; the node stays cordoned (a GPU may be half-configured): fix it, then run kubectl uncordon "+cur.Node, nil)
 	case !labelRight && obs.GPUsAtFrom && cur.PreviousMIGConfig != "":
 		cur.Message = msg
-		return move(cur, v1alpha1.NodeRestoring, now, msg+"; the GPUs kept their old layout: setting "+v1alpha1.LabelMIGConfig+
+		return move(cur, v1alpha1.NodeRestoring, now, msg+"; the GPUs kept their old layout: setting "+nvidia.LabelMIGConfig+
 			" back to "+cur.PreviousMIGConfig+" before the node takes work again", quickLook, ActionRestoreLabel)
 	case !labelRight:
-		return fail(cur, now, msg+"; the node stays cordoned: its GPUs are whole but "+v1alpha1.LabelMIGConfig+"="+obs.MIGConfig+
+		return fail(cur, now, msg+"; the node stays cordoned: its GPUs are whole but "+nvidia.LabelMIGConfig+"="+obs.MIGConfig+
 			" does not name their layout, so a restart of mig-manager would re-carve them; set the label to the entry that names "+
 			"their layout, then run kubectl uncordon "+cur.Node, nil)
 	case t.KeepFailedCordoned:
 		return fail(cur, now, msg+"; the node stays cordoned (the policy keeps failed nodes cordoned): fix it, then run kubectl uncordon "+cur.Node, nil)
 	}
 	return fail(cur, now, msg+"; the node was reopened: the agent shows every GPU with a whole layout, which "+
-		v1alpha1.LabelMIGConfig+" names", reopen(cur))
+		nvidia.LabelMIGConfig+" names", reopen(cur))
 }
 
 // restoring sets back the label of a failed step whose GPUs kept their old layout, then fails
@@ -218,7 +218,7 @@ func restoring(in StepInput, cur v1alpha1.NodeStepStatus) StepResult {
 	obs, t, since, now := in.Obs, in.Limits, in.Since, in.Now
 	why, _, _ := strings.Cut(cur.Message, "; the GPUs kept their old layout")
 	if !obs.GPUsAtFrom {
-		return fail(cur, now, why+"; the node stays cordoned: while "+v1alpha1.LabelMIGConfig+" was set back to "+cur.PreviousMIGConfig+
+		return fail(cur, now, why+"; the node stays cordoned: while "+nvidia.LabelMIGConfig+" was set back to "+cur.PreviousMIGConfig+
 			", its GPUs stopped showing their old layout; check them (nvidia-smi mig -lgi), then run kubectl uncordon "+cur.Node, nil)
 	}
 	timedOut := now.Sub(since) >= t.Configure
@@ -230,13 +230,13 @@ func restoring(in StepInput, cur v1alpha1.NodeStepStatus) StepResult {
 	fresh := obs.MIGState == nvidia.StateSuccess || (obs.MIGState != nvidia.StateRebooting && obs.ReportTime.After(since))
 	switch {
 	case obs.MIGConfig == cur.PreviousMIGConfig && fresh:
-		restored := why + "; " + v1alpha1.LabelMIGConfig + " was set back to " + cur.PreviousMIGConfig + ", the layout the GPUs kept"
+		restored := why + "; " + nvidia.LabelMIGConfig + " was set back to " + cur.PreviousMIGConfig + ", the layout the GPUs kept"
 		if t.KeepFailedCordoned {
 			return fail(cur, now, restored+"; the node stays cordoned (the policy keeps failed nodes cordoned): run kubectl uncordon "+cur.Node, nil)
 		}
 		return fail(cur, now, restored+"; the node was reopened", reopen(cur))
 	case timedOut:
-		return fail(cur, now, why+"; the node stays cordoned: "+v1alpha1.LabelMIGConfig+" was not set back to "+cur.PreviousMIGConfig+
+		return fail(cur, now, why+"; the node stays cordoned: "+nvidia.LabelMIGConfig+" was not set back to "+cur.PreviousMIGConfig+
 			" and seen applied within configureTimeout "+t.Configure.String()+"; check the GPUs and the label, then run kubectl uncordon "+cur.Node, nil)
 	}
 	return stay(cur, cur.Message, slowLook)

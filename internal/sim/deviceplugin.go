@@ -16,11 +16,11 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// labelDevicePluginConfig names the device plugin config key to apply on a node; the GPU
+// LabelDevicePluginConfig names the device plugin config key to apply on a node; the GPU
 // Operator runs NVIDIA's config-manager with NODE_LABEL set to it
 // (NVIDIA/gpu-operator assets/state-device-plugin/0500_daemonset.yaml,
 // NVIDIA/k8s-device-plugin cmd/config-manager/main.go DefaultConfigLabel).
-const labelDevicePluginConfig = "nvidia.com/device-plugin.config"
+const LabelDevicePluginConfig = "nvidia.com/device-plugin.config"
 
 // Event reasons the simulated device plugin records on the Node. The real plugin says why it
 // does not start only in its log (and crash-loops), which nobody running the simulator reads.
@@ -129,7 +129,7 @@ func (r *reconciler) devicePlugin(ctx context.Context, n *Node, node *corev1.Nod
 	if v := node.Labels[labelDevicePluginDeploy]; v == pausedValue || n.dra {
 		return nil // paused by mig-manager, or not deployed on a node the DRA driver serves
 	}
-	label := node.Labels[labelDevicePluginConfig]
+	label := node.Labels[LabelDevicePluginConfig]
 	log := logf.FromContext(ctx).WithValues("deviceConfig", label)
 	if n.pluginSilent {
 		if annotated.merge(n.peekFaults()).PluginSilent {

@@ -10,7 +10,6 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/sim"
 )
 
@@ -63,7 +62,7 @@ func TestDRAStandInPublishesAndRepublishesAfterACarve(t *testing.T) {
 		f.g.Expect(strings.HasPrefix(string(r), "nvidia.com/")).To(BeFalse(), "the device plugin is not deployed here: %s", r)
 	}
 
-	history := f.watchLabels(name, v1alpha1.LabelMIGConfigState, "nvidia.com/gpu.deploy.client")
+	history := f.watchLabels(name, sim.LabelMIGConfigState, "nvidia.com/gpu.deploy.client")
 	f.flip(name, "gpupool-a")
 	f.g.Eventually(f.state(name)).Should(Equal("success"))
 	f.g.Eventually(func() []string { return history.of("nvidia.com/gpu.deploy.client") }).Should(Equal([]string{"true", "paused-for-mig-change", "true"}),

@@ -65,7 +65,7 @@ func TestHostAndOperandFaults(t *testing.T) {
 		f.addEntries(entries)
 		before := f.gpus(name)
 		f.g.Eventually(func() time.Time { return f.observedTime(name) }).ShouldNot(BeZero())
-		history := f.watchLabels(name, v1alpha1.LabelMIGConfigState, deployDevicePlugin)
+		history := f.watchLabels(name, sim.LabelMIGConfigState, deployDevicePlugin)
 		f.annotate(name, sim.AnnotationFault, sim.FaultReboot)
 		f.annotate(name, sim.AnnotationRebootDuration, "2s")
 		f.flip(name, "gpupool-a")
@@ -86,7 +86,7 @@ func TestHostAndOperandFaults(t *testing.T) {
 		f.g.Expect(f.observedTime(name)).To(BeTemporally(">", last), "the agent published since the boot before success")
 		f.g.Expect(f.events(name, "AgentStarted")()).NotTo(BeEmpty())
 		f.g.Expect(f.events(name, "MIGConfigRebooting")()).To(ContainElement(ContainSubstring("rebooting the host (down for 2s)")))
-		f.g.Eventually(func() []string { return history.of(v1alpha1.LabelMIGConfigState) }).Should(Equal([]string{"success", "", "pending", "rebooting", "pending", "success"}))
+		f.g.Eventually(func() []string { return history.of(sim.LabelMIGConfigState) }).Should(Equal([]string{"success", "", "pending", "rebooting", "pending", "success"}))
 		f.g.Eventually(func() []string { return history.of(deployDevicePlugin) }).Should(Equal([]string{"true", pausedForMIG, "true"}), "paused through the reboot")
 		f.g.Eventually(func() map[string]string { return f.node(name).Annotations }).ShouldNot(HaveKey(sim.AnnotationFault),
 			"the fault is consumed")
@@ -157,12 +157,12 @@ func TestHostAndOperandFaults(t *testing.T) {
 		f.g.Eventually(f.state(name)).Should(Equal("success"))
 		f.g.Expect(f.gpus(name)[0].Layout()).To(Equal(mig.Layout{"3g.71gb": 1}))
 		f.annotate(name, sim.AnnotationFault, "")
-		history := f.watchLabels(name, v1alpha1.LabelMIGConfigState)
+		history := f.watchLabels(name, sim.LabelMIGConfigState)
 		f.annotate(name, sim.AnnotationRestartMIGManager, "1")
 		f.g.Eventually(func() mig.Layout { return f.gpus(name)[0].Layout() }).Should(Equal(two3g))
 		f.g.Eventually(f.state(name)).Should(Equal("success"))
-		f.g.Eventually(func() []string { return history.of(v1alpha1.LabelMIGConfigState) }).Should(Equal([]string{"success", "pending", "success"}))
-		f.g.Expect(f.node(name).Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfig, "gpupool-a"), "the label is untouched")
+		f.g.Eventually(func() []string { return history.of(sim.LabelMIGConfigState) }).Should(Equal([]string{"success", "pending", "success"}))
+		f.g.Expect(f.node(name).Labels).To(HaveKeyWithValue(sim.LabelMIGConfig, "gpupool-a"), "the label is untouched")
 	})
 
 	// agent-down: the agent stops (an Event says so once it has), so a deleted GPUNode stays

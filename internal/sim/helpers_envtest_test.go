@@ -261,7 +261,7 @@ func (f *fixture) simNode(name string) *sim.Node {
 
 // state returns a function reading the node's nvidia.com/mig.config.state, for Eventually.
 func (f *fixture) state(name string) func() string {
-	return func() string { return f.node(name).Labels[v1alpha1.LabelMIGConfigState] }
+	return func() string { return f.node(name).Labels[sim.LabelMIGConfigState] }
 }
 
 // gpus reads the simulated node's GPUs through its mock NVML.
@@ -444,8 +444,8 @@ func (f *fixture) flip(name, entry string) {
 	f.t.Helper()
 	n := f.node(name)
 	base := n.DeepCopy()
-	n.Labels[v1alpha1.LabelMIGConfig] = entry
-	delete(n.Labels, v1alpha1.LabelMIGConfigState)
+	n.Labels[sim.LabelMIGConfig] = entry
+	delete(n.Labels, sim.LabelMIGConfigState)
 	if err := f.c.Patch(context.Background(), n, client.MergeFrom(base)); err != nil {
 		f.t.Fatalf("flipping %s to %s: %v", name, entry, err)
 	}
@@ -456,7 +456,7 @@ func (f *fixture) unsetConfig(name string) {
 	f.t.Helper()
 	n := f.node(name)
 	base := n.DeepCopy()
-	delete(n.Labels, v1alpha1.LabelMIGConfig)
+	delete(n.Labels, sim.LabelMIGConfig)
 	if err := f.c.Patch(context.Background(), n, client.MergeFrom(base)); err != nil {
 		f.t.Fatalf("unsetting the mig.config of %s: %v", name, err)
 	}

@@ -18,8 +18,11 @@ import (
 // Labels of mig-manager's protocol (NVIDIA/mig-parted cmd/nvidia-mig-manager/main.go
 // MigConfigLabel, pkg/mig/reconfigure/reconfigure.go).
 const (
-	labelMIGConfig      = "nvidia.com/mig.config"
-	labelMIGConfigState = "nvidia.com/mig.config.state"
+	// LabelMIGConfig names the mig-parted entry mig-manager applies. The simulator spells
+	// NVIDIA's names itself, never through gpupool's internal/nvidia; its tests use these.
+	LabelMIGConfig = "nvidia.com/mig.config"
+	// LabelMIGConfigState is where mig-manager reports its progress.
+	LabelMIGConfigState = "nvidia.com/mig.config.state"
 	// labelDeployPrefix starts the GPU Operator's per-operand deploy labels.
 	labelDeployPrefix = "nvidia.com/gpu.deploy."
 )
@@ -89,7 +92,7 @@ func (r *reconciler) migManager(ctx context.Context, n *Node, node *corev1.Node,
 			mm.finish(seq)
 			return ctrl.Result{}, nil
 		}
-		set := map[string]*string{labelMIGConfigState: ptrTo(statePending)}
+		set := map[string]*string{LabelMIGConfigState: ptrTo(statePending)}
 		if faults.StuckPending {
 			// The known wedge: operands paused, pausing never completes, state stays pending.
 			maps.Copy(set, r.pauseLabels(n, node.Labels, faults))
@@ -125,7 +128,7 @@ func (r *reconciler) fail(ctx context.Context, n *Node, node *corev1.Node, value
 	logf.FromContext(ctx).Info("MIG reconfiguration failed", "config", value, "reason", reason, "message", msg)
 	r.recorder.Eventf(node, nil, corev1.EventTypeWarning, reason, "Reconfigure", "%s", msg)
 	set := restoreLabels(node.Labels)
-	set[labelMIGConfigState] = ptrTo(stateFailed)
+	set[LabelMIGConfigState] = ptrTo(stateFailed)
 	if err := r.patchLabels(ctx, node, set); err != nil {
 		return fmt.Errorf("setting state failed for %s on node %s: %w", value, n.name, err)
 	}
@@ -246,7 +249,7 @@ func (r *reconciler) consumeFault(ctx context.Context, node *corev1.Node, annota
 // succeed restores the paused operands and reports success.
 func (r *reconciler) succeed(ctx context.Context, node *corev1.Node, value, what string) error {
 	set := restoreLabels(node.Labels)
-	set[labelMIGConfigState] = ptrTo(stateSuccess)
+	set[LabelMIGConfigState] = ptrTo(stateSuccess)
 	if err := r.patchLabels(ctx, node, set); err != nil {
 		return fmt.Errorf("setting state success for %s on node %s: %w", value, node.Name, err)
 	}

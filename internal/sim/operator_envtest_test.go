@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/sim"
 )
@@ -34,11 +33,11 @@ func TestMIGManagerRefusesInvalidConfig(t *testing.T) {
 		{"devices missing", "version: v1\nmig-configs:\n  gpupool-a:\n  - {mig-enabled: false}\n", "missing required field: devices"},
 	} {
 		f.setMIGParted(tc.file)
-		history := f.watchLabels(name, v1alpha1.LabelMIGConfigState, deployDevicePlugin)
+		history := f.watchLabels(name, sim.LabelMIGConfigState, deployDevicePlugin)
 		f.flip(name, "gpupool-a")
 		f.g.Eventually(f.state(name)).Should(Equal("failed"), tc.name)
 		f.g.Eventually(f.events(name, "MIGConfigInvalid")).Should(ContainElement(ContainSubstring(tc.want)), tc.name)
-		f.g.Expect(history.of(v1alpha1.LabelMIGConfigState)).NotTo(ContainElement("pending"), tc.name)
+		f.g.Expect(history.of(sim.LabelMIGConfigState)).NotTo(ContainElement("pending"), tc.name)
 		f.g.Eventually(func() []string { return history.of(deployDevicePlugin) }).Should(Equal([]string{"true"}), tc.name+": nothing paused")
 		f.g.Expect(f.gpus(name)).To(Equal(before), tc.name)
 		f.unsetConfig(name)
@@ -76,10 +75,10 @@ func TestMIGManagerAppliesNVIDIAStyleEntries(t *testing.T) {
 `,
 		"h100-only": "- device-filter: \"0x233010DE\"\n  devices: all\n  mig-enabled: false\n",
 	})
-	history := f.watchLabels(name, v1alpha1.LabelMIGConfigState, deployDevicePlugin)
+	history := f.watchLabels(name, sim.LabelMIGConfigState, deployDevicePlugin)
 	f.flip(name, "all-1g.18gb")
 	f.g.Eventually(f.state(name)).Should(Equal("success"))
-	f.g.Eventually(func() []string { return history.of(v1alpha1.LabelMIGConfigState) }).Should(Equal([]string{"success", "", "success"}), "already applied: no pending")
+	f.g.Eventually(func() []string { return history.of(sim.LabelMIGConfigState) }).Should(Equal([]string{"success", "", "success"}), "already applied: no pending")
 	f.g.Eventually(func() []string { return history.of(deployDevicePlugin) }).Should(Equal([]string{"true"}))
 
 	f.flip(name, "all-balanced")

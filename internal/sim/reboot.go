@@ -52,7 +52,7 @@ func (r *reconciler) rebootHost(ctx context.Context, n *Node, node *corev1.Node,
 	if r.agents && !n.agentState.waitStopped(ctx, agentStopTimeout) {
 		log.Info("the node's agent did not stop before the reboot", "timeout", agentStopTimeout)
 	}
-	if err := r.patchLabels(ctx, node, map[string]*string{labelMIGConfigState: ptrTo(stateRebooting)}); err != nil {
+	if err := r.patchLabels(ctx, node, map[string]*string{LabelMIGConfigState: ptrTo(stateRebooting)}); err != nil {
 		n.agentState.set(agentDownReboot, false)
 		return fmt.Errorf("setting state rebooting for %s on node %s: %w", value, n.name, err)
 	}
@@ -86,7 +86,7 @@ func (r *reconciler) afterReboot(ctx context.Context, n *Node, node *corev1.Node
 		log.Info("the host is up again after the reboot; mig-manager applies the selected config")
 		rb.booted = now
 		n.agentState.set(agentDownReboot, false)
-		if err := r.patchLabels(ctx, node, map[string]*string{labelMIGConfigState: ptrTo(statePending)}); err != nil {
+		if err := r.patchLabels(ctx, node, map[string]*string{LabelMIGConfigState: ptrTo(statePending)}); err != nil {
 			return ctrl.Result{}, fmt.Errorf("setting state pending for %s on node %s after the reboot: %w", value, n.name, err)
 		}
 		failed, err := r.bootApply(ctx, n, node, op, value, faults)

@@ -136,7 +136,7 @@ func (r *reconciler) nodeEvents() handler.Funcs {
 		if !ok {
 			return
 		}
-		n.migManager.labelChanged(o.GetLabels()[labelMIGConfig])
+		n.migManager.labelChanged(o.GetLabels()[LabelMIGConfig])
 		n.draPlugin.clientLabelChanged(o.GetLabels()[labelDeployClient])
 		// A restarted mig-manager applies the label's value again; its reconcile logs that.
 		n.migManager.restarted(o.GetAnnotations()[AnnotationRestartMIGManager])

@@ -46,7 +46,7 @@ func TestDevicePluginFollowsSharingLabel(t *testing.T) {
 	f.setDevicePluginConfig(sharingKeys())
 	f.g.Eventually(f.gpuResources(name, "allocatable")).Should(Equal(map[corev1.ResourceName]string{resGPU: "2"}))
 
-	f.label(name, v1alpha1.LabelDevicePluginConfig, keyTS4)
+	f.label(name, sim.LabelDevicePluginConfig, keyTS4)
 	for _, field := range []string{"capacity", "allocatable"} {
 		f.g.Eventually(f.gpuResources(name, field)).Should(Equal(map[corev1.ResourceName]string{resShared: "8"}), field)
 	}
@@ -59,7 +59,7 @@ func TestDevicePluginFollowsSharingLabel(t *testing.T) {
 	f.g.Eventually(f.gpuPods(name, 0)).Should(Equal([]v1alpha1.PodReference{ref}))
 	held := f.assigned(name, pod)()
 
-	f.label(name, v1alpha1.LabelDevicePluginConfig, exclusiveKey)
+	f.label(name, sim.LabelDevicePluginConfig, exclusiveKey)
 	for _, field := range []string{"capacity", "allocatable"} {
 		f.g.Eventually(f.gpuResources(name, field)).Should(Equal(map[corev1.ResourceName]string{resGPU: "2"}), field)
 	}
@@ -86,21 +86,21 @@ func TestDevicePluginRefusesWhatNVIDIARefuses(t *testing.T) {
 	shared := map[corev1.ResourceName]string{resShared: "8"}
 	nothing := map[corev1.ResourceName]string{resShared: "0"}
 	f.setDevicePluginConfig(sharingKeys())
-	f.label(name, v1alpha1.LabelDevicePluginConfig, keyTS4)
+	f.label(name, sim.LabelDevicePluginConfig, keyTS4)
 	f.g.Eventually(f.gpuResources(name, "allocatable")).Should(Equal(shared))
 
-	f.label(name, v1alpha1.LabelDevicePluginConfig, "ts-9")
+	f.label(name, sim.LabelDevicePluginConfig, "ts-9")
 	for _, field := range []string{"capacity", "allocatable"} {
 		f.g.Eventually(f.gpuResources(name, field)).Should(Equal(nothing), "unknown key: "+field)
 	}
 	f.g.Eventually(f.events(name, "DevicePluginConfigInvalid")).Should(ContainElement(ContainSubstring("specified config ts-9 does not exist")))
 	f.g.Expect(f.simNode(name).DevicePlugin().Running).To(BeFalse())
 
-	f.label(name, v1alpha1.LabelDevicePluginConfig, "")
+	f.label(name, sim.LabelDevicePluginConfig, "")
 	f.g.Eventually(f.gpuResources(name, "allocatable")).Should(Equal(exclusive), "no label: the default key, exclusive")
 	f.g.Expect(f.simNode(name).DevicePlugin().Config).To(Equal(exclusiveKey))
 
-	f.label(name, v1alpha1.LabelDevicePluginConfig, keyTS4)
+	f.label(name, sim.LabelDevicePluginConfig, keyTS4)
 	f.g.Eventually(f.gpuResources(name, "allocatable")).Should(Equal(shared))
 	f.deleteDevicePluginConfig()
 	f.g.Eventually(f.gpuResources(name, "allocatable")).Should(Equal(nothing), "ConfigMap deleted")
@@ -130,13 +130,13 @@ func TestMPSUnderMixedStrategyIsRefused(t *testing.T) {
 	f.g.Eventually(f.gpuResources(name, "allocatable")).Should(Equal(exclusive))
 
 	f.setDevicePluginConfig(sharingKeys())
-	f.label(name, v1alpha1.LabelDevicePluginConfig, keyMPS2)
+	f.label(name, sim.LabelDevicePluginConfig, keyMPS2)
 	f.g.Eventually(f.events(name, "DevicePluginRefused")).Should(ConsistOf(
 		ContainSubstring("using --mig-strategy=mixed is not supported with MPS")))
 	f.g.Eventually(f.gpuResources(name, "allocatable")).Should(Equal(map[corev1.ResourceName]string{resGPU: "0", res1g: "0"}))
 	f.g.Expect(f.simNode(name).DevicePlugin().Running).To(BeFalse())
 
-	f.label(name, v1alpha1.LabelDevicePluginConfig, keyTS2)
+	f.label(name, sim.LabelDevicePluginConfig, keyTS2)
 	f.g.Eventually(f.gpuResources(name, "allocatable")).Should(Equal(map[corev1.ResourceName]string{resShared: "2", res1g + ".shared": "14"}))
 	f.g.Expect(f.events(name, "DevicePluginRefused")()).To(HaveLen(1), "one Warning per refusal, not one per reconcile")
 }
@@ -149,7 +149,7 @@ func TestMPSReplicasAreCapped(t *testing.T) {
 	f.setDevicePluginConfig(withExclusive(map[string]string{
 		"mps-48": sharingConfig("mps", 48, resGPU), "mps-49": sharingConfig("mps", 49, resGPU),
 	}))
-	f.label(name, v1alpha1.LabelDevicePluginConfig, "mps-48")
+	f.label(name, sim.LabelDevicePluginConfig, "mps-48")
 	f.g.Eventually(f.gpuResources(name, "allocatable")).Should(Equal(map[corev1.ResourceName]string{resShared: "96"}))
 	f.g.Expect(f.simNode(name).DevicePlugin()).To(Equal(sim.DevicePluginState{Running: true, Config: "mps-48", MIGStrategy: "none", Sharing: "mps"}))
 
@@ -159,7 +159,7 @@ func TestMPSReplicasAreCapped(t *testing.T) {
 	f.g.Eventually(f.assigned(name, one)).Should(HaveLen(1))
 	f.g.Consistently(f.assigned(name, two), "300ms", pollInterval).Should(BeEmpty())
 
-	f.label(name, v1alpha1.LabelDevicePluginConfig, "mps-49")
+	f.label(name, sim.LabelDevicePluginConfig, "mps-49")
 	f.g.Eventually(f.gpuResources(name, "allocatable")).Should(Equal(map[corev1.ResourceName]string{resShared: "0"}))
 	f.g.Eventually(f.events(name, "DevicePluginRefused")).Should(ContainElement(ContainSubstring("maximum allowed replicas exceeded: 49 > 48")))
 }
@@ -181,7 +181,7 @@ func TestTimeSlicingSharesMIGDevices(t *testing.T) {
 	exclusive := map[corev1.ResourceName]string{res3g: "4"}
 	f.g.Eventually(f.gpuResources(name, "allocatable")).Should(Equal(exclusive))
 
-	f.label(name, v1alpha1.LabelDevicePluginConfig, keyTS2)
+	f.label(name, sim.LabelDevicePluginConfig, keyTS2)
 	for _, field := range []string{"capacity", "allocatable"} {
 		f.g.Eventually(f.gpuResources(name, field)).Should(Equal(map[corev1.ResourceName]string{resShared3g: "8"}), field)
 	}
@@ -209,7 +209,7 @@ func TestTimeSlicingSharesMIGDevices(t *testing.T) {
 	f.g.Eventually(f.events(name, "MIGConfigInUse")).Should(ContainElement(ContainSubstring(pod.String())))
 	f.g.Expect(f.gpus(name)).To(Equal(gpus), "a replica holder keeps its GPU from being changed")
 
-	f.label(name, v1alpha1.LabelDevicePluginConfig, exclusiveKey)
+	f.label(name, sim.LabelDevicePluginConfig, exclusiveKey)
 	for _, field := range []string{"capacity", "allocatable"} {
 		f.g.Eventually(f.gpuResources(name, field)).Should(Equal(exclusive), field)
 	}

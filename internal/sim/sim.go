@@ -36,8 +36,10 @@ import (
 // Labels and annotations of a created node that the GPU Operator, GPU Feature Discovery and
 // kwok would set.
 const (
-	labelGPUProduct    = "nvidia.com/gpu.product"
-	labelGPUPresent    = "nvidia.com/gpu.present"
+	// LabelGPUProduct is GPU Feature Discovery's product label.
+	LabelGPUProduct = "nvidia.com/gpu.product"
+	// LabelGPUPresent marks a node with an NVIDIA GPU.
+	LabelGPUPresent    = "nvidia.com/gpu.present"
 	labelGPUCount      = "nvidia.com/gpu.count"
 	labelGPUMemory     = "nvidia.com/gpu.memory"
 	labelMIGCapable    = "nvidia.com/mig.capable"
@@ -293,14 +295,14 @@ func NodeObject(n *Node) *corev1.Node {
 		corev1.LabelOSStable:              "linux",
 		corev1.LabelArchStable:            "amd64",
 		"type":                            "kwok",
-		labelGPUProduct:                   n.model.ProductLabel,
-		labelGPUPresent:                   "true",
+		LabelGPUProduct:                   n.model.ProductLabel,
+		LabelGPUPresent:                   "true",
 		labelGPUCount:                     strconv.Itoa(n.gpus),
 		labelGPUMemory:                    strconv.FormatUint(cfg.MemoryMB, 10),
 		labelMIGCapable:                   "true",
 		labelMIGStrategy:                  migStrategyMixed,
-		labelMIGConfig:                    n.initialConfig,
-		labelMIGConfigState:               stateSuccess,
+		LabelMIGConfig:                    n.initialConfig,
+		LabelMIGConfigState:               stateSuccess,
 		labelDeployPrefix + "mig-manager": "true",
 	}
 	for _, k := range pausableOperands[:4] { // device plugin, GFD, DCGM exporter, DCGM; no NVSM

@@ -64,9 +64,9 @@ func TestCreatedNodeAndSeededConfig(t *testing.T) {
 		{Name: "created-h200", Model: "h200", GPUs: 2, InitialConfig: sim.PresetAll1g}}, SeedConfig: true})
 	n := f.node("created-a100")
 	for k, v := range map[string]string{
-		v1alpha1.LabelGPUProduct: "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.count": "3", v1alpha1.LabelGPUPresent: "true",
-		"nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "mixed", v1alpha1.LabelMIGConfig: "all-disabled",
-		v1alpha1.LabelMIGConfigState: "success", deployDevicePlugin: "true",
+		sim.LabelGPUProduct: "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.count": "3", sim.LabelGPUPresent: "true",
+		"nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "mixed", sim.LabelMIGConfig: "all-disabled",
+		sim.LabelMIGConfigState: "success", deployDevicePlugin: "true",
 	} {
 		f.g.Expect(n.Labels).To(HaveKeyWithValue(k, v))
 	}
@@ -102,14 +102,14 @@ func TestLabelFlipReconfiguresChangedGPUsOnly(t *testing.T) {
 	f.addEntries(map[string]string{"gpupool-a": perGPU(gpu0Two3)})
 	before := f.gpus(name)
 	f.g.Eventually(func() string { return quantity(f.node(name), "allocatable", res1g) }).Should(Equal("14"))
-	history := f.watchLabels(name, v1alpha1.LabelMIGConfigState, deployDevicePlugin)
+	history := f.watchLabels(name, sim.LabelMIGConfigState, deployDevicePlugin)
 
 	f.flip(name, "gpupool-a")
 	f.g.Eventually(f.state(name)).Should(Equal("success"))
 
 	// The watch opened on the initial "success"; the flip dropped the state, then mig-manager
 	// wrote pending and finally success.
-	f.g.Eventually(func() []string { return history.of(v1alpha1.LabelMIGConfigState) }).Should(Equal([]string{"success", "", "pending", "success"}))
+	f.g.Eventually(func() []string { return history.of(sim.LabelMIGConfigState) }).Should(Equal([]string{"success", "", "pending", "success"}))
 	f.g.Eventually(func() []string { return history.of(deployDevicePlugin) }).Should(Equal([]string{"true", pausedForMIG, "true"}))
 
 	after := f.gpus(name)
@@ -139,11 +139,11 @@ func TestUnknownEntryFails(t *testing.T) {
 	f.addEntries(map[string]string{"gpupool-other": perGPU(gpu0Two3)})
 	before := f.gpus(name)
 
-	history := f.watchLabels(name, v1alpha1.LabelMIGConfigState)
+	history := f.watchLabels(name, sim.LabelMIGConfigState)
 	f.flip(name, "gpupool-missing")
 	f.g.Eventually(f.state(name)).Should(Equal("failed"))
 	f.g.Eventually(f.events(name, "MIGConfigInvalid")).Should(ContainElement(ContainSubstring("selected mig-config not present: gpupool-missing")))
-	f.g.Eventually(func() []string { return history.of(v1alpha1.LabelMIGConfigState) }).Should(Equal([]string{"success", "", "failed"}), "refused before pending, as mig-manager validates first")
+	f.g.Eventually(func() []string { return history.of(sim.LabelMIGConfigState) }).Should(Equal([]string{"success", "", "failed"}), "refused before pending, as mig-manager validates first")
 	f.g.Expect(f.gpus(name)).To(Equal(before))
 	f.g.Expect(f.node(name).Labels).To(HaveKeyWithValue(deployDevicePlugin, "true"), "nothing was paused")
 

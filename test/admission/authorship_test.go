@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/testenv"
 )
 
@@ -126,7 +127,7 @@ func TestManagerMayChangeOnlyWhatAPlanNeedsOnANode(t *testing.T) {
 	ctx := context.Background()
 	env, as := startWithAdmission(t)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-1",
-		Labels:      map[string]string{"pool": "a", v1.LabelMIGConfigState: "success", v1.LabelMIGConfig: "all-1g.18gb"},
+		Labels:      map[string]string{"pool": "a", nvidia.LabelMIGConfigState: "success", nvidia.LabelMIGConfig: "all-1g.18gb"},
 		Annotations: map[string]string{"team.example.com/owner": "ml"}}}
 	g.Expect(env.Client.Create(ctx, node)).To(Succeed())
 
@@ -144,7 +145,7 @@ func TestManagerMayChangeOnlyWhatAPlanNeedsOnANode(t *testing.T) {
 	refused := map[string]func(*corev1.Node){
 		"another label":           func(n *corev1.Node) { n.Labels["pool"] = "b" },
 		"a new label":             func(n *corev1.Node) { n.Labels["nvidia.com/gpu.deploy.device-plugin"] = "false" },
-		"the state label's value": func(n *corev1.Node) { n.Labels[v1.LabelMIGConfigState] = "failed" },
+		"the state label's value": func(n *corev1.Node) { n.Labels[nvidia.LabelMIGConfigState] = "failed" },
 		"another annotation":      func(n *corev1.Node) { n.Annotations["team.example.com/owner"] = "me" },
 		"an owner reference": func(n *corev1.Node) {
 			n.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "u"}}
@@ -157,9 +158,9 @@ func TestManagerMayChangeOnlyWhatAPlanNeedsOnANode(t *testing.T) {
 	g.Expect(edit(managerUser, func(n *corev1.Node) {
 		n.Spec.Unschedulable = true
 		n.Annotations[v1.AnnotationCordonedBy] = "pool-a-20261201-0a1b2c3d"
-		n.Labels[v1.LabelMIGConfig] = "gpupool-0123456789"
-		n.Labels[v1.LabelDevicePluginConfig] = "gpupool-ts-4"
-		delete(n.Labels, v1.LabelMIGConfigState)
+		n.Labels[nvidia.LabelMIGConfig] = "gpupool-0123456789"
+		n.Labels[nvidia.LabelDevicePluginConfig] = "gpupool-ts-4"
+		delete(n.Labels, nvidia.LabelMIGConfigState)
 	})).To(Succeed(), "what a plan step does")
 	g.Expect(edit("mallory", taint)).To(Succeed(), "other users are left to RBAC")
 }

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/sim"
 	"github.com/gpupool/gpupool/test/simcluster"
 )
@@ -40,7 +41,7 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 		})
 		victim := s.victimOnGPU0(node)
 		annotateNode(node, sim.AnnotationFault, sim.FaultFailAlways)
-		labels := watchLabel(node, v1alpha1.LabelMIGConfig)
+		labels := watchLabel(node, nvidia.LabelMIGConfig)
 		deletions := watchDeletions(s.ns)
 		s.deploy("train-3g", 1, s.inPool(), mig3g, 1, nil)
 		s.unpauseWhenPending(1)
@@ -167,7 +168,7 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 		annotateNode(node, sim.AnnotationRebootDuration, "6s")
 		annotateNode(node, sim.AnnotationFault, sim.FaultReboot)
 		trail := watchNode(node, func(n *corev1.Node) string {
-			return fmt.Sprintf("cordoned=%v state=%s", n.Spec.Unschedulable, n.Labels[v1alpha1.LabelMIGConfigState])
+			return fmt.Sprintf("cordoned=%v state=%s", n.Spec.Unschedulable, n.Labels[nvidia.LabelMIGConfigState])
 		})
 		s.deploy("train-3g", 1, s.inPool(), mig3g, 1, nil)
 		s.unpauseWhenPending(1)
@@ -178,7 +179,7 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 			plans := s.plans(g)
 			g.Expect(plans).NotTo(BeEmpty())
 			plan = &plans[len(plans)-1]
-			g.Expect(getNode(g, node).Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfigState, "rebooting"))
+			g.Expect(getNode(g, node).Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfigState, "rebooting"))
 		}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed(), s.diagnostics)
 		// The agent stays down after the boot too, so that mig-manager reports success while the
 		// GPUNode still holds the report from before the reboot.
@@ -194,7 +195,7 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 
 		By("mig-manager reporting success after the boot, with no report since")
 		Eventually(func(g Gomega) {
-			g.Expect(getNode(g, node).Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfigState, "success"))
+			g.Expect(getNode(g, node).Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfigState, "success"))
 		}).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
 		if !observedTime(Default, node).Equal(before) {
 			Fail("the agent published after the reboot before the test held it down: raise the reboot duration")
@@ -308,7 +309,7 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 		}).WithTimeout(30*time.Second).WithPolling(poll).Should(BeTrue(), "the plan is collected with its policy")
 		Consistently(func(g Gomega) {
 			n := getNode(g, node)
-			if n.Labels[v1alpha1.LabelMIGConfigState] != "pending" {
+			if n.Labels[nvidia.LabelMIGConfigState] != "pending" {
 				return
 			}
 			g.Expect(n.Spec.Unschedulable).To(BeTrue(), "reopened while mig-manager is pending")
@@ -316,7 +317,7 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 
 		By("mig-manager applying a layout the agent does not verify")
 		Eventually(func(g Gomega) {
-			g.Expect(getNode(g, node).Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfigState, "success"))
+			g.Expect(getNode(g, node).Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfigState, "success"))
 			g.Expect(nodeEvents(g, node, "OrphanedCordonKept")).To(ContainElement(SatisfyAll(
 				ContainSubstring("plan "+plan.Name+" no longer exists while the node was being reconfigured"),
 				ContainSubstring("the agent does not verify the layout the plan expected"),
@@ -329,7 +330,7 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 		}).WithTimeout(3*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
 
 		By("someone unsetting the label: the GPUs are still wrong, the node stays cordoned")
-		setNodeLabel(node, v1alpha1.LabelMIGConfig, "")
+		setNodeLabel(node, nvidia.LabelMIGConfig, "")
 		Consistently(func(g Gomega) {
 			n := getNode(g, node)
 			g.Expect(n.Spec.Unschedulable).To(BeTrue())
@@ -339,7 +340,7 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 		By("fixing the GPUs: the fault removed and the label set again, mig-manager's documented retry")
 		annotateNode(node, sim.AnnotationFault, "")
 		annotateNode(node, sim.AnnotationApplyDelay, "")
-		setNodeLabel(node, v1alpha1.LabelMIGConfig, entry)
+		setNodeLabel(node, nvidia.LabelMIGConfig, entry)
 		Eventually(func(g Gomega) {
 			change := plan.Spec.Steps[0].GPUs[0]
 			g.Expect(layouts(g, node)[change.Index]).To(Equal(expectedCounts(change.To)))
@@ -439,10 +440,10 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 			data[key] = "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
 		})
 		DeferCleanup(func() {
-			setNodeLabel(node, v1alpha1.LabelDevicePluginConfig, "")
+			setNodeLabel(node, nvidia.LabelDevicePluginConfig, "")
 			editDevicePluginConfig(func(data map[string]string) { delete(data, key) })
 		})
-		setNodeLabel(node, v1alpha1.LabelDevicePluginConfig, key)
+		setNodeLabel(node, nvidia.LabelDevicePluginConfig, key)
 		Eventually(func(g Gomega) {
 			n := getNode(g, node)
 			for name, q := range n.Status.Allocatable {
@@ -454,7 +455,7 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 		}).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
 
 		By("the label removed: the plugin starts again with the default config")
-		setNodeLabel(node, v1alpha1.LabelDevicePluginConfig, "")
+		setNodeLabel(node, nvidia.LabelDevicePluginConfig, "")
 		Eventually(func(g Gomega) {
 			q := getNode(g, node).Status.Allocatable[mig1g]
 			g.Expect(q.Value()).To(BeEquivalentTo(14))
@@ -481,7 +482,7 @@ var _ = Describe("failure paths on a simulated GPU cluster", func() {
 		first, guarded := s.twoOnGPU0(node, "first", "guarded")
 		s.setPDBMinAvailable("guarded", 0, 1)
 		deletions := watchDeletions(s.ns)
-		labels := watchLabel(node, v1alpha1.LabelMIGConfig)
+		labels := watchLabel(node, nvidia.LabelMIGConfig)
 		s.deploy("train-3g", 1, s.inPool(), mig3g, 1, nil)
 		s.unpauseWhenPending(1)
 		plan := s.waitPlan(time.Minute, v1alpha1.PlanAwaitingApproval)
@@ -665,8 +666,8 @@ func (s *scenario) waitConfiguring(node, state string) *v1alpha1.RepartitionPlan
 		g.Expect(plan.Spec.Steps).To(HaveLen(1))
 		g.Expect(stepStatus(plan, node).State).To(Equal(v1alpha1.NodeConfiguring))
 		n := getNode(g, node)
-		g.Expect(n.Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfig, plan.Spec.Steps[0].MIGConfigName))
-		g.Expect(n.Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfigState, state))
+		g.Expect(n.Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, plan.Spec.Steps[0].MIGConfigName))
+		g.Expect(n.Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfigState, state))
 	}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed(), s.diagnostics)
 	return plan
 }

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/sim"
 	"github.com/gpupool/gpupool/test/simcluster"
 )
@@ -534,8 +535,8 @@ func (s *scenario) diagnostics() string {
 			continue
 		}
 		fmt.Fprintf(&b, "node %s: unschedulable %v, cordoned-by %q, mig.config %q (%s), faults %q, delay %q\n", name,
-			node.Spec.Unschedulable, node.Annotations[v1alpha1.AnnotationCordonedBy], node.Labels[v1alpha1.LabelMIGConfig],
-			node.Labels[v1alpha1.LabelMIGConfigState], node.Annotations[sim.AnnotationFault], node.Annotations[sim.AnnotationApplyDelay])
+			node.Spec.Unschedulable, node.Annotations[v1alpha1.AnnotationCordonedBy], node.Labels[nvidia.LabelMIGConfig],
+			node.Labels[nvidia.LabelMIGConfigState], node.Annotations[sim.AnnotationFault], node.Annotations[sim.AnnotationApplyDelay])
 		report := &v1alpha1.GPUNode{}
 		if err := k8s.Get(ctx, client.ObjectKey{Name: name}, report); err == nil {
 			for _, gpu := range report.Status.GPUs {
@@ -605,7 +606,7 @@ func (s *scenario) runApproved(plan *v1alpha1.RepartitionPlan, app string, pods 
 	node := plan.Spec.Steps[0].Node
 	Eventually(func(g Gomega) {
 		n := getNode(g, node)
-		g.Expect(n.Labels).To(HaveKeyWithValue(v1alpha1.LabelDevicePluginConfig, plan.Spec.Steps[0].SharingConfigName))
+		g.Expect(n.Labels).To(HaveKeyWithValue(nvidia.LabelDevicePluginConfig, plan.Spec.Steps[0].SharingConfigName))
 		q := n.Status.Allocatable[corev1.ResourceName(shared)]
 		g.Expect(q.Value()).To(Equal(replicas))
 		g.Expect(n.Status.Allocatable).NotTo(HaveKey(corev1.ResourceName(renamed)))

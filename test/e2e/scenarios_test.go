@@ -16,6 +16,7 @@ import (
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/controllers"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/rollout"
 	"github.com/gpupool/gpupool/internal/sim"
 	"github.com/gpupool/gpupool/test/simcluster"
@@ -52,7 +53,7 @@ var _ = Describe("gpupool on a simulated GPU cluster", func() {
 			g.Expect(p.Status.Phase).To(Equal(v1alpha1.PlanAwaitingApproval))
 			g.Expect(p.Status.Approved).To(BeFalse())
 			expectOpen(g, node)
-			g.Expect(getNode(g, node).Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfig, "all-1g"))
+			g.Expect(getNode(g, node).Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, "all-1g"))
 		}).WithTimeout(2*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
 		Expect(s.pods("train-3g")).To(HaveEach(HaveField("Spec.NodeName", BeEmpty())))
 
@@ -156,7 +157,7 @@ var _ = Describe("gpupool on a simulated GPU cluster", func() {
 		plan := s.waitPlan(time.Minute, v1alpha1.PlanAwaitingApproval)
 		approve(plan)
 
-		before := getNode(Default, node).Labels[v1alpha1.LabelMIGConfig]
+		before := getNode(Default, node).Labels[nvidia.LabelMIGConfig]
 		final := s.waitPhase(plan.Name, v1alpha1.PlanFailed, 2*time.Minute)
 		st := stepStatus(final, node)
 		Expect(st.State).To(Equal(v1alpha1.NodeFailed))
@@ -164,7 +165,7 @@ var _ = Describe("gpupool on a simulated GPU cluster", func() {
 		Expect(st.Message).To(ContainSubstring("was set back to " + before))
 		Expect(st.Message).To(ContainSubstring("reopened"))
 		Eventually(func(g Gomega) { expectOpen(g, node) }).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
-		Expect(getNode(Default, node).Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfig, before),
+		Expect(getNode(Default, node).Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, before),
 			"the node takes work again only under the label that names the layout its GPUs kept")
 		Expect(layouts(Default, node)).To(HaveEach(Equal(map[string]int{"1g.18gb": 7})))
 		Expect(getNode(Default, node).Annotations[sim.AnnotationFault]).NotTo(ContainSubstring(sim.FaultFailNext),
@@ -186,7 +187,7 @@ var _ = Describe("gpupool on a simulated GPU cluster", func() {
 		plan := s.waitPlan(time.Minute, v1alpha1.PlanAwaitingApproval)
 		approve(plan)
 
-		before := getNode(Default, node).Labels[v1alpha1.LabelMIGConfig]
+		before := getNode(Default, node).Labels[nvidia.LabelMIGConfig]
 		final := s.waitPhase(plan.Name, v1alpha1.PlanFailed, 2*time.Minute)
 		st := stepStatus(final, node)
 		Expect(st.State).To(Equal(v1alpha1.NodeFailed))
@@ -194,7 +195,7 @@ var _ = Describe("gpupool on a simulated GPU cluster", func() {
 		Expect(st.Message).To(ContainSubstring(`"pending"`))
 		Expect(st.Message).To(ContainSubstring("was set back to " + before))
 		Eventually(func(g Gomega) { expectOpen(g, node) }).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
-		Expect(getNode(Default, node).Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfig, before))
+		Expect(getNode(Default, node).Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, before))
 		Expect(layouts(Default, node)).To(HaveEach(Equal(map[string]int{"1g.18gb": 7})))
 		// The wedge clears (an operator upgrade restarts mig-manager): it applies what the label
 		// names, the layout the GPUs have, and nothing under the node's pods changes.
@@ -250,7 +251,7 @@ var _ = Describe("gpupool on a simulated GPU cluster", func() {
 		annotateNode(node, sim.AnnotationApplyDelay, "10s")
 		s.pin("pin", node, 1)
 		victim := s.onGPU1(node, "victim", 1, nil, "pin")[0]
-		labels := watchLabel(node, v1alpha1.LabelMIGConfig)
+		labels := watchLabel(node, nvidia.LabelMIGConfig)
 		deletions := watchDeletions(s.ns)
 		s.deploy("big-7g", 1, s.inPool(), mig7g, 1, nil)
 		s.unpauseWhenPending(1)
@@ -265,7 +266,7 @@ var _ = Describe("gpupool on a simulated GPU cluster", func() {
 				StopTrying("the step went past Configuring before the test could kill the manager: raise the apply delay").Now()
 			}
 			g.Expect(stepStatus(plan, node).State).To(Equal(v1alpha1.NodeConfiguring))
-			g.Expect(getNode(g, node).Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfig, plan.Spec.Steps[0].MIGConfigName))
+			g.Expect(getNode(g, node).Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfig, plan.Spec.Steps[0].MIGConfigName))
 		}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed(), s.diagnostics)
 		Expect(evicted(plan)).To(ConsistOf(s.ns + "/" + victim.Name))
 		before, err := evictionsCounted(cluster.ManagerMetrics, s.policy)
@@ -448,7 +449,7 @@ func expectRestartChangesNothing(s *scenario, node string) {
 	want := layouts(Default, node)
 	annotateNode(node, sim.AnnotationRestartMIGManager, "after-failed-step")
 	Eventually(func(g Gomega) {
-		g.Expect(getNode(g, node).Labels).To(HaveKeyWithValue(v1alpha1.LabelMIGConfigState, "success"))
+		g.Expect(getNode(g, node).Labels).To(HaveKeyWithValue(nvidia.LabelMIGConfigState, "success"))
 	}).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), s.diagnostics)
 	Consistently(func(g Gomega) {
 		g.Expect(layouts(g, node)).To(Equal(want), "a restarted mig-manager re-carves nothing on a node in service")

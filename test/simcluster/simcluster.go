@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/sim"
 	"github.com/gpupool/gpupool/internal/testenv"
 	"github.com/gpupool/gpupool/test/localcluster"
@@ -237,7 +238,7 @@ func (c *Cluster) waitNodes(ctx context.Context) error {
 			return false, err
 		}
 		var nodes corev1.NodeList
-		if err := c.Client.List(ctx, &nodes, client.MatchingLabels{v1alpha1.LabelGPUPresent: "true"}); err != nil {
+		if err := c.Client.List(ctx, &nodes, client.MatchingLabels{nvidia.LabelGPUPresent: "true"}); err != nil {
 			return false, err
 		}
 		if len(nodes.Items) == 0 {

@@ -18,6 +18,7 @@ import (
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
 	"github.com/gpupool/gpupool/internal/planner"
 )
 
@@ -92,7 +93,7 @@ func newGpupoolPlanner(s *sim) *gpupoolPlanner {
 		gp.alloc = append(gp.alloc, alloc)
 		gp.objs = append(gp.objs, &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: n.spec.Name, Labels: map[string]string{
-				"pool": "bench", v1alpha1.LabelGPUProduct: s.cfg.Product.Name, "kubernetes.io/hostname": n.spec.Name}},
+				"pool": "bench", nvidia.LabelGPUProduct: s.cfg.Product.Name, "kubernetes.io/hostname": n.spec.Name}},
 			Status: corev1.NodeStatus{Allocatable: alloc, Capacity: alloc},
 		})
 	}

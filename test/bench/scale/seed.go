@@ -19,6 +19,7 @@ import (
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/agent"
 	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
 )
 
 // The fleet every run builds: H200 nodes of eight GPUs, each GPU carved 1g.18gb:7, with
@@ -129,7 +130,7 @@ func (s *seeder) node(ctx context.Context, i, running int, heartbeat agent.Heart
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 		corev1.LabelHostname: name, poolLabel: poolName,
-		v1alpha1.LabelGPUPresent: "true", v1alpha1.LabelGPUProduct: productLabel,
+		nvidia.LabelGPUPresent: "true", nvidia.LabelGPUProduct: productLabel,
 	}}}
 	if err := s.c.Create(ctx, node); err != nil {
 		return fmt.Errorf("creating node %s: %w", name, err)
