@@ -191,22 +191,6 @@ func (p *planState) newJointWalk(ni *nodeInfo, walked []int) *jointWalk {
 	return w
 }
 
-func compareKeys(a, b types.NamespacedName) int {
-	if a.Namespace != b.Namespace {
-		if a.Namespace < b.Namespace {
-			return -1
-		}
-		return 1
-	}
-	switch {
-	case a.Name < b.Name:
-		return -1
-	case a.Name > b.Name:
-		return 1
-	}
-	return 0
-}
-
 // jointOutcomes walks the node's GPUs and returns one choice per distinct outcome; nil past
 // jointMaxStates.
 func (p *planState) jointOutcomes(ni *nodeInfo, w *jointWalk, walked []int) map[string]*jointPartial {

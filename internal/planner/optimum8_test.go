@@ -619,39 +619,17 @@ func (ns *nodeSearch) fills(i int, capacity []int64) [][maxClasses8]int16 {
 		}
 	}
 	var out [][maxClasses8]int16
-	var cur [maxClasses8]int16
-	left := slices.Clone(capacity)
-	var dfs func(k int)
-	dfs = func(k int) {
+	step := func() bool {
 		ns.work++
-		if ns.work > ns.maxWork {
-			return
-		}
-		if k == len(ns.classes) {
-			for j, c := range ns.classes {
-				if int(cur[j]) < limit[j] && covers(left, c.need) {
-					return
-				}
-			}
-			out = append(out, cur)
-			return
-		}
-		c := ns.classes[k]
-		n := 0
-		for n < limit[k] && covers(left, c.need) {
-			subtract(left, c.need)
-			n++
-		}
-		for ; n >= 0; n-- {
-			cur[k] = int16(n)
-			dfs(k + 1)
-			if n > 0 {
-				add(left, c.need)
-			}
-		}
-		cur[k] = 0
+		return ns.work <= ns.maxWork
 	}
-	dfs(0)
+	maximalFills(capacity, classNeeds(ns.classes), limit, step, func(fill []int) {
+		var f [maxClasses8]int16
+		for k, n := range fill {
+			f[k] = int16(n)
+		}
+		out = append(out, f)
+	})
 	return out
 }
 

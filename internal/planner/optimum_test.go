@@ -317,37 +317,59 @@ func (o *optimumSearch) fills(i int, ch *moveChoice, classes []*moveClass) []mov
 		}
 	}
 	var out []moveCounts
-	var cur moveCounts
-	left := slices.Clone(ch.capacity)
+	maximalFills(ch.capacity, classNeeds(classes), limit, nil, func(fill []int) {
+		var f moveCounts
+		for k, n := range fill {
+			f[k] = uint8(n)
+		}
+		out = append(out, f)
+	})
+	return out
+}
+
+func classNeeds(classes []*moveClass) [][]int64 {
+	needs := make([][]int64, len(classes))
+	for k, c := range classes {
+		needs[k] = c.need
+	}
+	return needs
+}
+
+// maximalFills calls found with every maximal way to fill capacity with pods of each class k
+// (needs[k] each, at most limit[k]): no class has room for one more pod. step, when not nil,
+// is called at every node of the walk and stops it by returning false.
+func maximalFills(capacity []int64, needs [][]int64, limit []int, step func() bool, found func([]int)) {
+	cur := make([]int, len(needs))
+	left := slices.Clone(capacity)
 	var dfs func(k int)
 	dfs = func(k int) {
-		if k == len(classes) {
-			// Maximal: no class with room for one more pod.
-			for j, c := range classes {
-				if int(cur[j]) < limit[j] && covers(left, c.need) {
+		if step != nil && !step() {
+			return
+		}
+		if k == len(needs) {
+			for j, need := range needs {
+				if cur[j] < limit[j] && covers(left, need) {
 					return
 				}
 			}
-			out = append(out, cur)
+			found(cur)
 			return
 		}
-		c := classes[k]
 		n := 0
-		for n < limit[k] && covers(left, c.need) {
-			subtract(left, c.need)
+		for n < limit[k] && covers(left, needs[k]) {
+			subtract(left, needs[k])
 			n++
 		}
 		for ; n >= 0; n-- {
-			cur[k] = uint8(n)
+			cur[k] = n
 			dfs(k + 1)
 			if n > 0 {
-				add(left, c.need)
+				add(left, needs[k])
 			}
 		}
 		cur[k] = 0
 	}
 	dfs(0)
-	return out
 }
 
 // TestPlanReachesTheOptimumWithMoves compares, on 1,000 small random cases where some plan

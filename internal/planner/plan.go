@@ -242,9 +242,7 @@ func Plan(in Input) (*Result, error) {
 		res.Steps = append(res.Steps, shareSteps...)
 		slices.SortFunc(res.Steps, func(a, b Step) int { return strings.Compare(a.Node, b.Node) })
 		res.Served = append(res.Served, shareServed...)
-		slices.SortFunc(res.Served, func(a, b types.NamespacedName) int {
-			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-		})
+		slices.SortFunc(res.Served, compareKeys)
 	}
 	res.Unserved = p.unserved(res, steps, spec)
 	return res, nil
@@ -340,8 +338,12 @@ func (p *planState) takePods(counts []int) []types.NamespacedName {
 		start := len(c.pods) - c.left - n
 		out = append(out, c.pods[start:start+n]...)
 	}
-	slices.SortFunc(out, func(a, b types.NamespacedName) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
+	slices.SortFunc(out, compareKeys)
 	return out
+}
+
+// compareKeys orders pods by namespace, then name: the planner's one order of pod keys, so
+// that equal inputs give equal plans.
+func compareKeys(a, b types.NamespacedName) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 }
