@@ -206,6 +206,17 @@ func (r *OperatorConfigReconciler) observe(ctx context.Context) (nvidia.Operator
 	if err != nil {
 		return in, nil, nil, err
 	}
+	exists := map[string]bool{}
+	for i := range plans.Items {
+		exists[plans.Items[i].Name] = true
+	}
+	for i := range nodes.Items {
+		// A cordon whose plan was deleted mid-change (the cordon janitor keeps it while the
+		// node's GPUs may be half-configured): drop no entry until it is released.
+		if by := nodes.Items[i].Annotations[v1alpha1.AnnotationCordonedBy]; by != "" && !exists[by] {
+			in.KeepExisting = true
+		}
+	}
 	for i := range plans.Items {
 		plan := &plans.Items[i]
 		if !plan.Status.Phase.Running() {

@@ -32,6 +32,11 @@ type OperatorConfigInput struct {
 	Steps []StepConfig
 	// MIGConfigLabels are the values of nvidia.com/mig.config on the nodes.
 	MIGConfigLabels []string
+	// KeepExisting keeps every gpupool entry the config holds now, named or not: set while a
+	// node stays cordoned by a plan that was deleted mid-change (its GPUs may be
+	// half-configured, and the entry its label named, which nobody can recompute, is what
+	// mig-manager's retry needs once someone sets the label again).
+	KeepExisting bool
 	// SharingLabels are the values of nvidia.com/device-plugin.config on the nodes.
 	SharingLabels []string
 }
@@ -123,6 +128,11 @@ func desiredMIGParted(in OperatorConfigInput) (data []byte, problems []string, w
 	keep := map[string]bool{}
 	for _, n := range in.MIGConfigLabels {
 		if n != "" {
+			keep[n] = true
+		}
+	}
+	if in.KeepExisting {
+		for n := range own {
 			keep[n] = true
 		}
 	}

@@ -113,6 +113,13 @@ mig-configs:
 			wantEntries: []string{AllDisabled, finished},
 		},
 		{
+			name: "while a node stays cordoned by a plan that is gone, no entry is dropped",
+			in: OperatorConfigInput{KeepExisting: true,
+				MIGParted: withEntries(map[string][]DeviceSpec{finished: specsFor(t, on(0, balanced))})},
+			want:        map[string]string{finished: renderedEntry(t, finished, on(0, balanced))},
+			wantEntries: []string{AllDisabled, finished},
+		},
+		{
 			name: "a finished plan's entry is dropped once no node names it",
 			in: OperatorConfigInput{
 				MIGParted: withEntries(map[string][]DeviceSpec{finished: specsFor(t, on(0, balanced)), "all-1g.18gb": user})},
