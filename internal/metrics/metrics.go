@@ -76,16 +76,17 @@ type Metrics struct {
 	podPending         *prometheus.HistogramVec
 }
 
-// Series is one exported metric: its name and the labels its series carry (a histogram's
-// _bucket series also carry "le").
+// Series is one exported metric: its name, its type (gauge, counter, histogram), the labels its
+// series carry (a histogram's _bucket series also carry "le") and its help text.
 type Series struct {
 	Name   string
 	Type   string
 	Labels []string
+	Help   string
 }
 
-// Exported lists every metric the manager exports, with its labels, in name order: what the
-// dashboard and the alert rules may name.
+// Exported lists every metric the manager exports, with its labels and help, in name order: what
+// the dashboard and the alert rules may name, and what docs/reference/metrics.md lists.
 func Exported() []Series {
 	out := slices.Clone(exported)
 	slices.SortFunc(out, func(a, b Series) int { return strings.Compare(a.Name, b.Name) })
@@ -127,86 +128,49 @@ var (
 	shapeOnly         = []string{"shape"}
 )
 
+// newCollectors makes the collectors that exported describes, taking each one's name, labels
+// and help from there, so that Exported (and the reference page generated from it,
+// docs/reference/metrics.md) says what /metrics serves.
 func newCollectors() *Metrics {
-	gauge := func(name, help string, labels []string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	gauge := func(name string) *prometheus.GaugeVec {
+		s := describe(name, "gauge")
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: s.Help}, s.Labels)
+	}
+	counter := func(name string) *prometheus.CounterVec {
+		s := describe(name, "counter")
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: s.Help}, s.Labels)
+	}
+	histogram := func(name string, buckets []float64) *prometheus.HistogramVec {
+		s := describe(name, "histogram")
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: s.Help, Buckets: buckets}, s.Labels)
 	}
 	return &Metrics{
-		pendingPods: gauge(PendingPods,
-			"Pending pods in a pool that ask for a GPU resource, per requested resource (shape).", policyShape),
-		unservedPods: gauge(UnservedPods,
-			"Pending pods of a pool that the current plan cannot serve, per shape and the planner's reason "+
-				"(PartitionShape, NodePlacement, Capacity, Disruption).", policyShapeReason),
-		strandedSlices: gauge(StrandedSlices,
-			"Free MIG instances in a pool that no pending pod can use, per profile.", policyProfile),
-		feasibleNodes: gauge(FeasibleNodes,
-			"Of the pool's nodes eligible for a pending shape, how many could be carved to host it.", policyShape),
-		eligibleNodes: gauge(EligibleNodes,
-			"The pool's nodes whose GPUs, labels and taints admit a pending shape.", policyShape),
-		feasibleNodesRatio: gauge(FeasibleNodesRatio,
-			"Of the pool's nodes eligible for a pending shape, the fraction that could be carved to host it.", policyShape),
-		unreportedNodes: gauge(UnreportedNodes,
-			"Nodes of a pool left out of planning because their agent's GPU report is missing, cannot read NVML, or is stale.", policyOnly),
-		policyTimeout: gauge(PolicyTimeoutSeconds,
-			"A policy's step timeouts with defaults applied: drain (spec.disruption.drainTimeout) and configure "+
-				"(spec.disruption.configureTimeout), for alerts on steps that overrun them.", policyTimeout),
-		planPhase: gauge(PlanPhase,
-			"1 for the phase a RepartitionPlan is in, 0 for its other phases.", policyPlanPhase),
-		planDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: PlanDurationSeconds,
-			Help: "Time from a plan's approval to its end, by the phase it ended in (Succeeded, Failed).",
-			// From one idle node re-carved to many nodes drained in turn.
-			Buckets: prometheus.ExponentialBuckets(10, 2, 12),
-		}, policyPhase),
-		stepStarted: gauge(NodeStepStartedTimestamp,
-			"Unix time a node's in-flight plan step took it out of service (cordoned); present only while the step runs.", policyPlanNode),
-		stepState: gauge(NodeStepStateTimestamp,
-			"Unix time a node's in-flight plan step entered its current state (Cordoned, Draining, Configuring, Verifying).", policyPlanState),
-		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: Evictions,
-			Help: "Eviction API calls made by plans, by outcome (Evicted, Blocked by a PodDisruptionBudget, Refused, Failed).",
-		}, policyOutcome),
-		reconfigureSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: ReconfigureSeconds,
-			Help: "Time a node spent in a plan step, from cordon to done or failed.",
-			// From a quick idle re-carve to a drain that waits on PodDisruptionBudgets.
-			Buckets: prometheus.ExponentialBuckets(5, 2, 10),
-		}, policyResult),
-		policyPasses: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: PolicyPasses,
-			Help: "Reconciles of a policy: complete (the pool read, planned and its status written) or unchanged " +
-				"(no event and nothing time changes since the last complete pass, so none was made).",
-		}, policyPass),
-		policyPassSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: PolicyPassSeconds,
-			Help: "Time a complete pass over a policy's pool took, from reading the cache to writing its status: " +
-				"new demand waits for the pass under way and then its own.",
-			// From a small pool (milliseconds) to thousands of nodes on a busy machine (seconds).
-			Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 10),
-		}, policyOnly),
-		cordonedNodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: CordonedNodes,
-			Help: "Nodes gpupool holds cordoned, by why: executing (a plan's step is under way), failed-step (a step failed " +
-				"and a GPU may be half-configured), orphaned (its plan is gone or ended and the GPUs are not shown whole), " +
-				"outside-pool (no policy selects the node any more), mig-manager-busy (mig-manager is still applying).",
-		}, reasonOnly),
-		policyCondition: gauge(PolicyCondition,
-			"1 for the status (True, False, Unknown) a GPUPoolPolicy's condition of this type has, 0 for the other two; "+
-				"one series per condition type the policy's status reports.", policyTypeStatus),
-		configuredSlices: gauge(ConfiguredSlices,
-			"MIG instances configured in a pool, per profile (used plus free).", policyProfile),
-		usedSlices: gauge(UsedSlices,
-			"MIG instances of a pool held by a pod, per profile.", policyProfile),
-		freeSlices: gauge(FreeSlices,
-			"MIG instances of a pool no pod holds, per profile (the stranded ones among them).", policyProfile),
-		planAwaitingSince: gauge(PlanAwaitingSince,
-			"Unix time a RepartitionPlan started waiting for approval; present only while it waits.", policyPlan),
-		podPending: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: PodPendingSeconds,
-			Help: "Time from a GPU pod's creation to its binding to a node, per GPU resource it asks for (shape); " +
-				"observed once per pod, by the leading manager, when it sees the binding.",
-			Buckets: podPendingBuckets,
-		}, shapeOnly),
+		pendingPods:        gauge(PendingPods),
+		unservedPods:       gauge(UnservedPods),
+		strandedSlices:     gauge(StrandedSlices),
+		feasibleNodes:      gauge(FeasibleNodes),
+		eligibleNodes:      gauge(EligibleNodes),
+		feasibleNodesRatio: gauge(FeasibleNodesRatio),
+		unreportedNodes:    gauge(UnreportedNodes),
+		policyTimeout:      gauge(PolicyTimeoutSeconds),
+		planPhase:          gauge(PlanPhase),
+		// From one idle node re-carved to many nodes drained in turn.
+		planDuration: histogram(PlanDurationSeconds, prometheus.ExponentialBuckets(10, 2, 12)),
+		stepStarted:  gauge(NodeStepStartedTimestamp),
+		stepState:    gauge(NodeStepStateTimestamp),
+		evictions:    counter(Evictions),
+		// From a quick idle re-carve to a drain that waits on PodDisruptionBudgets.
+		reconfigureSeconds: histogram(ReconfigureSeconds, prometheus.ExponentialBuckets(5, 2, 10)),
+		policyPasses:       counter(PolicyPasses),
+		// From a small pool (milliseconds) to thousands of nodes on a busy machine (seconds).
+		policyPassSeconds: histogram(PolicyPassSeconds, prometheus.ExponentialBuckets(0.005, 2.5, 10)),
+		cordonedNodes:     gauge(CordonedNodes),
+		policyCondition:   gauge(PolicyCondition),
+		configuredSlices:  gauge(ConfiguredSlices),
+		usedSlices:        gauge(UsedSlices),
+		freeSlices:        gauge(FreeSlices),
+		planAwaitingSince: gauge(PlanAwaitingSince),
+		podPending:        histogram(PodPendingSeconds, podPendingBuckets),
 	}
 }
 
@@ -217,31 +181,76 @@ func (m *Metrics) all() []prometheus.Collector {
 		m.policyCondition, m.configuredSlices, m.usedSlices, m.freeSlices, m.planAwaitingSince, m.podPending}
 }
 
-// exported describes the collectors newCollectors makes; a test holds the two together.
+// describe returns exported's entry for a collector newCollectors makes. A name missing there,
+// or of another type, is a mistake in this file, which every test that makes Metrics finds.
+func describe(name, typ string) Series {
+	for _, s := range exported {
+		if s.Name == name {
+			if s.Type != typ {
+				panic(fmt.Sprintf("metrics: %s is a %s in exported, made as a %s", name, s.Type, typ))
+			}
+			return s
+		}
+	}
+	panic(fmt.Sprintf("metrics: %s is made but not in exported", name))
+}
+
+// exported describes the collectors newCollectors makes: it is their one definition.
 var exported = []Series{
-	{PendingPods, "gauge", policyShape},
-	{UnservedPods, "gauge", policyShapeReason},
-	{StrandedSlices, "gauge", policyProfile},
-	{FeasibleNodes, "gauge", policyShape},
-	{EligibleNodes, "gauge", policyShape},
-	{FeasibleNodesRatio, "gauge", policyShape},
-	{UnreportedNodes, "gauge", policyOnly},
-	{PolicyTimeoutSeconds, "gauge", policyTimeout},
-	{PlanPhase, "gauge", policyPlanPhase},
-	{PlanDurationSeconds, "histogram", policyPhase},
-	{NodeStepStartedTimestamp, "gauge", policyPlanNode},
-	{NodeStepStateTimestamp, "gauge", policyPlanState},
-	{Evictions, "counter", policyOutcome},
-	{ReconfigureSeconds, "histogram", policyResult},
-	{PolicyPasses, "counter", policyPass},
-	{PolicyPassSeconds, "histogram", policyOnly},
-	{CordonedNodes, "gauge", reasonOnly},
-	{PolicyCondition, "gauge", policyTypeStatus},
-	{ConfiguredSlices, "gauge", policyProfile},
-	{UsedSlices, "gauge", policyProfile},
-	{FreeSlices, "gauge", policyProfile},
-	{PlanAwaitingSince, "gauge", policyPlan},
-	{PodPendingSeconds, "histogram", shapeOnly},
+	{PendingPods, "gauge", policyShape,
+		"Pending pods in a pool that ask for a GPU resource, per requested resource (shape)."},
+	{UnservedPods, "gauge", policyShapeReason,
+		"Pending pods of a pool that the current plan cannot serve, per shape and the planner's reason " +
+			"(PartitionShape, NodePlacement, Capacity, Disruption)."},
+	{StrandedSlices, "gauge", policyProfile,
+		"Free MIG instances in a pool that no pending pod can use, per profile."},
+	{FeasibleNodes, "gauge", policyShape,
+		"Of the pool's nodes eligible for a pending shape, how many could be carved to host it."},
+	{EligibleNodes, "gauge", policyShape,
+		"The pool's nodes whose GPUs, labels and taints admit a pending shape."},
+	{FeasibleNodesRatio, "gauge", policyShape,
+		"Of the pool's nodes eligible for a pending shape, the fraction that could be carved to host it."},
+	{UnreportedNodes, "gauge", policyOnly,
+		"Nodes of a pool left out of planning because their agent's GPU report is missing, cannot read NVML, or is stale."},
+	{PolicyTimeoutSeconds, "gauge", policyTimeout,
+		"A policy's step timeouts with defaults applied: drain (spec.disruption.drainTimeout) and configure " +
+			"(spec.disruption.configureTimeout), for alerts on steps that overrun them."},
+	{PlanPhase, "gauge", policyPlanPhase,
+		"1 for the phase a RepartitionPlan is in, 0 for its other phases."},
+	{PlanDurationSeconds, "histogram", policyPhase,
+		"Time from a plan's approval to its end, by the phase it ended in (Succeeded, Failed)."},
+	{NodeStepStartedTimestamp, "gauge", policyPlanNode,
+		"Unix time a node's in-flight plan step took it out of service (cordoned); present only while the step runs."},
+	{NodeStepStateTimestamp, "gauge", policyPlanState,
+		"Unix time a node's in-flight plan step entered its current state (Cordoned, Draining, Configuring, Verifying)."},
+	{Evictions, "counter", policyOutcome,
+		"Eviction API calls made by plans, by outcome (Evicted, Blocked by a PodDisruptionBudget, Refused, Failed)."},
+	{ReconfigureSeconds, "histogram", policyResult,
+		"Time a node spent in a plan step, from cordon to done or failed."},
+	{PolicyPasses, "counter", policyPass,
+		"Reconciles of a policy: complete (the pool read, planned and its status written) or unchanged " +
+			"(no event and nothing time changes since the last complete pass, so none was made)."},
+	{PolicyPassSeconds, "histogram", policyOnly,
+		"Time a complete pass over a policy's pool took, from reading the cache to writing its status: " +
+			"new demand waits for the pass under way and then its own."},
+	{CordonedNodes, "gauge", reasonOnly,
+		"Nodes gpupool holds cordoned, by why: executing (a plan's step is under way), failed-step (a step failed " +
+			"and a GPU may be half-configured), orphaned (its plan is gone or ended and the GPUs are not shown whole), " +
+			"outside-pool (no policy selects the node any more), mig-manager-busy (mig-manager is still applying)."},
+	{PolicyCondition, "gauge", policyTypeStatus,
+		"1 for the status (True, False, Unknown) a GPUPoolPolicy's condition of this type has, 0 for the other two; " +
+			"one series per condition type the policy's status reports."},
+	{ConfiguredSlices, "gauge", policyProfile,
+		"MIG instances configured in a pool, per profile (used plus free)."},
+	{UsedSlices, "gauge", policyProfile,
+		"MIG instances of a pool held by a pod, per profile."},
+	{FreeSlices, "gauge", policyProfile,
+		"MIG instances of a pool no pod holds, per profile (the stranded ones among them)."},
+	{PlanAwaitingSince, "gauge", policyPlan,
+		"Unix time a RepartitionPlan started waiting for approval; present only while it waits."},
+	{PodPendingSeconds, "histogram", shapeOnly,
+		"Time from a GPU pod's creation to its binding to a node, per GPU resource it asks for (shape); " +
+			"observed once per pod, by the leading manager, when it sees the binding."},
 }
 
 // PolicyObservation is what one pass of the policy controller saw of a pool.
