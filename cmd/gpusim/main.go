@@ -49,7 +49,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 	fs.SetOutput(stderr)
 	fs.Usage = func() { usage(fs, stderr) }
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the control plane (default: $KUBECONFIG, then ~/.kube/config)")
-	nodes := fs.String("nodes", "", "simulated nodes: comma-separated [<count>x]<model>:<gpus>[:<preset>[:dra]] groups (see above)")
+	nodes := fs.String("nodes", "", "simulated nodes: comma-separated [<count>x]<model>:<gpus>[:<preset>[:dra|:dynamicmig]] groups (see above)")
 	clusterPolicy := fs.String("cluster-policy", "", "name of the GPU Operator's ClusterPolicy (nvidia.com/v1) the operands are rendered from (default: the only one)")
 	createNodes := fs.Bool("create-nodes", false, "create the Node objects that do not exist yet (labelled as GPU Feature Discovery does, annotated for kwok)")
 	seedConfig := fs.Bool("seed-config", false, "add the nodes' initial presets to the ClusterPolicy's mig-parted ConfigMap when missing, creating it if needed")
@@ -136,13 +136,19 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 Simulates NVIDIA's GPU Operator (mig-manager, device plugin) and runs gpupool's node agent
 for every simulated node, against the control plane of --kubeconfig.
 
---nodes takes comma-separated groups [<count>x]<model>:<gpus>[:<preset>[:dra]]:
+--nodes takes comma-separated groups [<count>x]<model>:<gpus>[:<preset>[:dra|:dynamicmig]]:
   2xh200:8:all-1g,a100-80gb:4   two H200 nodes with 8 GPUs each in all-1g, one A100-80GB
                                 node with 4 GPUs, MIG disabled
   h200:2:all-1g:dra             an H200 node whose GPUs NVIDIA's DRA driver serves instead of
                                 the device plugin: its kubelet plugin publishes the MIG devices
                                 in a ResourceSlice when it starts, and mig-manager restarts it
                                 with each change (nvidia.com/gpu.deploy.client=true)
+  h200:2:all-disabled:dynamicmig
+                                an H200 node whose GPUs the DRA driver serves with its
+                                DynamicMIG feature gate: every profile and placement is a
+                                partition device on shared counters; the MIG instance is
+                                created when a claim is allocated it and destroyed when the
+                                claim goes; no mig-manager runs there
 Nodes are named sim-<first alias>-<n> (sim-h200-0, sim-a100-80gb-0, ...), n counting
 from 0 per model.
 Models (aliases, then the canonical name):

@@ -38,6 +38,13 @@
 // mig-manager from changing that GPU like any other holder. Pods keep the devices or replicas
 // they hold when the setting changes, as running pods do on a real node.
 //
+// A node may be served by NVIDIA's DRA driver instead of the device plugin (NodeSpec.DRA,
+// dra.go: static MIG devices published when its kubelet plugin starts), or by that driver in
+// its DynamicMIG mode (NodeSpec.DynamicMIG, dynamicmig.go): every profile and placement is a
+// partition device on the GPU's shared counters, the real scheduler's allocator picks one, and
+// the instance is created in NVML at that placement when the claim is allocated and destroyed
+// when it goes; no mig-manager runs there.
+//
 // It exists because neither the GPU Operator nor GPUs are available where `make demo` and the
 // end-to-end suite run (kwok simulates kubelets, not drivers), and because the controller's
 // protocol with the operator (immutable entry names, label flips, pending/failed states, in-use

@@ -62,6 +62,9 @@ func (r *reconciler) draPlugin(ctx context.Context, n *Node, labels map[string]s
 	if !n.dra {
 		return nil
 	}
+	if n.dynamicMIG {
+		return r.dynamicMIGPlugin(ctx, n, labels)
+	}
 	n.draPlugin.mu.Lock()
 	due := !n.draPlugin.published || n.draPlugin.stopped
 	n.draPlugin.mu.Unlock()

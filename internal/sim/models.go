@@ -27,10 +27,11 @@ type Model struct {
 }
 
 // NVML is the table go-nvml's mock server serves for one GPU of the model: the mock with the
-// MIG geometry of real devices (nvmlmock.Corrected), or the table derived for a part go-nvml
-// has no mock of (derived.go), with the model's PCI device ID.
+// MIG geometry of real devices (nvmlmock.Corrected) and the whole GPU's engine counts
+// (engineTotals), or the table derived for a part go-nvml has no mock of (derived.go), with
+// the model's PCI device ID.
 func (m Model) NVML() gpus.Config {
-	c := nvmlmock.Corrected(m.mock)
+	c := engineTotals(nvmlmock.Corrected(m.mock))
 	c.PciDeviceId = m.pciDeviceID
 	return c
 }

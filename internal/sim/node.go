@@ -69,10 +69,17 @@ type Node struct {
 	// draPlugin is what its simulated kubelet plugin remembers.
 	dra       bool
 	draPlugin draPluginMemory
+	// dynamicMIG is true when that driver runs with its DynamicMIG feature gate; dynamicMIG
+	// remembers the partitions its plugin published (dynamicmig.go).
+	dynamicMIG bool
+	dynamic    dynamicMIGMemory
 }
 
 // DRA says whether NVIDIA's DRA driver serves the node's GPUs.
 func (n *Node) DRA() bool { return n.dra }
+
+// DynamicMIG says whether that driver serves them with its DynamicMIG feature gate.
+func (n *Node) DynamicMIG() bool { return n.dynamicMIG }
 
 // NewNode builds the simulated node of spec with its GPUs in the spec's initial layout.
 func NewNode(spec NodeSpec) (*Node, error) {
@@ -100,11 +107,13 @@ func NewNode(spec NodeSpec) (*Node, error) {
 		assigned:      map[types.NamespacedName][]device{},
 		faults:        spec.Faults,
 		plugin:        ptrTo(exclusiveRun),
-		dra:           spec.DRA,
+		dra:           spec.DRA || spec.DynamicMIG,
+		dynamicMIG:    spec.DynamicMIG,
 	}
 	if n.dra {
 		n.plugin = nil // no device plugin: nothing is handed out through extended resources
 	}
+	guardPlacements(s)
 	for i := range spec.GPUs {
 		table, err := n.readProfiles(i)
 		if err != nil {

@@ -84,9 +84,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, nil
 	}
-	result, err := r.migManager(ctx, n, &node, op, annotated)
-	if err != nil {
-		return ctrl.Result{}, err
+	var result ctrl.Result
+	if !n.dynamicMIG { // no mig-manager beside the driver's DynamicMIG mode
+		if result, err = r.migManager(ctx, n, &node, op, annotated); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	if err := r.devicePlugin(ctx, n, &node, op, annotated); err != nil {
 		if apierrors.IsConflict(err) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -190,6 +191,7 @@ func New(cfg *rest.Config, o Options) (*Sim, error) {
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.nodeForPod)).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.nodesForConfigMap)).
 		Watches(clusterPolicyObject(), handler.EnqueueRequestsFromMapFunc(r.nodesForClusterPolicy)).
+		Watches(&resourcev1.ResourceClaim{}, handler.EnqueueRequestsFromMapFunc(r.nodesForClaim)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r); err != nil {
 		return nil, fmt.Errorf("gpusim: building the controller: %w", err)
@@ -313,6 +315,13 @@ func NodeObject(n *Node) *corev1.Node {
 		// the GPU Operator's label for third-party GPU clients, so mig-manager restarts it.
 		labels[labelDevicePluginDeploy] = "false"
 		labels[labelDeployClient] = "true"
+	}
+	if n.dynamicMIG {
+		// The GPU Operator deploys no mig-manager beside the driver's DynamicMIG mode: the
+		// driver carves. Nothing writes mig-manager's labels there.
+		labels[labelDeployPrefix+"mig-manager"] = "false"
+		delete(labels, LabelMIGConfig)
+		delete(labels, LabelMIGConfigState)
 	}
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name:        n.name,

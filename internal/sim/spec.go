@@ -103,13 +103,21 @@ type NodeSpec struct {
 	// plugin publishes the node's devices in a ResourceSlice (dra.go), and the device plugin
 	// is not deployed there (nvidia.com/gpu.deploy.device-plugin=false).
 	DRA bool
+	// DynamicMIG runs that driver with its DynamicMIG feature gate (implies DRA): its kubelet
+	// plugin publishes every (profile, placement) of each GPU as a partition device consuming
+	// shared counters, creates the MIG instance when a claim is allocated one and destroys it
+	// when the claim goes (dynamicmig.go). No mig-manager is deployed there.
+	DynamicMIG bool
 }
 
 // ParseNodeSpecs reads gpusim's --nodes value: comma-separated groups
 //
-//	[<count>x]<model>:<gpus>[:<preset>[:dra]]
+//	[<count>x]<model>:<gpus>[:<preset>[:dra|:dynamicmig]]
 //
-// ":dra" serves the group's GPUs through NVIDIA's DRA driver instead of the device plugin.
+// ":dra" serves the group's GPUs through NVIDIA's DRA driver instead of the device plugin;
+// ":dynamicmig" through that driver with its DynamicMIG feature gate, which carves an instance
+// per allocated claim (the preset is then only the state the driver finds, and destroys, at
+// start).
 // e.g. "2xh200:8:all-1g,a100-80gb:4" is two H200 nodes with eight GPUs in all-1g and one
 // A100-80GB node with four GPUs, MIG disabled. Nodes are named sim-<model alias>-<n>, n
 // counting from 0 per model across groups.
@@ -133,11 +141,12 @@ func ParseNodeSpecs(s string) ([]NodeSpec, error) {
 		}
 		parts := strings.Split(body, ":")
 		dra := len(parts) == 4 && parts[3] == "dra"
-		if dra {
+		dynamicMIG := len(parts) == 4 && parts[3] == "dynamicmig"
+		if dra || dynamicMIG {
 			parts = parts[:3]
 		}
 		if len(parts) < 2 || len(parts) > 3 {
-			return nil, fmt.Errorf("node group %q: want [<count>x]<model>:<gpus>[:<preset>[:dra]]", group)
+			return nil, fmt.Errorf("node group %q: want [<count>x]<model>:<gpus>[:<preset>[:dra|:dynamicmig]]", group)
 		}
 		model, err := LookupModel(parts[0])
 		if err != nil {
@@ -161,7 +170,8 @@ func ParseNodeSpecs(s string) ([]NodeSpec, error) {
 				Model:         model.Name,
 				GPUs:          gpus,
 				InitialConfig: preset,
-				DRA:           dra,
+				DRA:           dra || dynamicMIG,
+				DynamicMIG:    dynamicMIG,
 			})
 			perModel[alias]++
 		}
