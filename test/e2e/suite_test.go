@@ -123,11 +123,11 @@ var _ = BeforeSuite(func() {
 		total += s.nodes
 	}
 	By(fmt.Sprintf("starting one simulated cluster with %d H200 nodes of 2 GPUs each, all-1g but the last, all-7g, "+
-		"and one all-1g node that NVIDIA's DRA driver serves", total))
+		"one all-1g node that NVIDIA's DRA driver serves and one 1-GPU node it serves in its DynamicMIG mode", total))
 	started = time.Now()
 	cluster, err = simcluster.Start(suiteCtx, simcluster.Options{BinDir: binDir,
 		Manager: filepath.Join(bins, "manager"), GPUSim: filepath.Join(bins, "gpusim"),
-		Nodes: fmt.Sprintf("%dxh200:2:all-1g,1xh200:2:all-7g,1xh200:2:all-1g:dra", total-1), Progress: GinkgoWriter})
+		Nodes: fmt.Sprintf("%dxh200:2:all-1g,1xh200:2:all-7g,1xh200:2:all-1g:dra,1xh200:1:all-disabled:dynamicmig", total-1), Progress: GinkgoWriter})
 	Expect(err).NotTo(HaveOccurred())
 	fmt.Fprintf(GinkgoWriter, "cluster up in %s; logs in %s/logs\n", time.Since(started).Round(time.Millisecond), cluster.Dir)
 	k8s = cluster.Client
@@ -151,6 +151,7 @@ var _ = BeforeSuite(func() {
 		}
 	}
 	give(draScenario, fmt.Sprintf("sim-h200-%d", n))
+	give(dynamicMIGScenario, fmt.Sprintf("sim-h200-%d", n+1))
 })
 
 var _ = ReportAfterEach(func(report SpecReport) {
