@@ -131,6 +131,43 @@ func (g GPUStatus) ProfileCounts() ProfileCounts {
 	return out
 }
 
+// PodUsage summarises one pod's GPU memory use on the node: per device it holds (a MIG
+// instance or a whole GPU), sampled every refresh period into a decaying histogram whose
+// samples lose half their weight a day.
+type PodUsage struct {
+	// Namespace of the pod.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// Name of the pod.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// P50MiB is the median memory used per device, in MiB.
+	// +kubebuilder:validation:Minimum=0
+	P50MiB int64 `json:"p50MiB"`
+	// P95MiB is the 95th percentile of memory used per device, in MiB.
+	// +kubebuilder:validation:Minimum=0
+	P95MiB int64 `json:"p95MiB"`
+	// PeakMiB is the most memory used on one device, in MiB.
+	// +kubebuilder:validation:Minimum=0
+	PeakMiB int64 `json:"peakMiB"`
+	// CeilingMiB is the memory of the device the pod runs on: its MIG instance or whole GPU.
+	// +kubebuilder:validation:Minimum=0
+	CeilingMiB int64 `json:"ceilingMiB"`
+	// Samples is how many samples the summary is drawn from.
+	// +kubebuilder:validation:Minimum=0
+	Samples int64 `json:"samples"`
+	// WindowSeconds is the time from the first sample to the last.
+	// +kubebuilder:validation:Minimum=0
+	WindowSeconds int64 `json:"windowSeconds"`
+	// FlatAtCeiling is true when usage sits high and flat against the device's memory, the
+	// mark of a framework that preallocates (JAX/XLA, TensorFlow, vLLM): the numbers then say
+	// what the framework took, not what the model needs.
+	// +optional
+	FlatAtCeiling bool `json:"flatAtCeiling,omitempty"`
+}
+
 // GPUNodeStatus is written by the node agent.
 type GPUNodeStatus struct {
 	// GPUs on the node.
@@ -141,6 +178,17 @@ type GPUNodeStatus struct {
 	// ObservedTime is when the agent last read NVML.
 	// +optional
 	ObservedTime *metav1.Time `json:"observedTime,omitempty"`
+	// Usage is how much GPU memory each pod on the node has used, summarised from the samples
+	// the agent takes every refresh period. It is rewritten only when a pod's summary changes
+	// materially (internal/rightsize, PublishRule), so its window and samples are lower bounds.
+	// Pods sharing one device (time-slicing, MPS) are left out: NVML cannot split a device's
+	// memory between them.
+	// +listType=map
+	// +listMapKey=namespace
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=512
+	// +optional
+	Usage []PodUsage `json:"usage,omitempty"`
 	// Conditions: NVMLReady, LayoutVerified and MIGTablesMatch (written by the agent), and
 	// DRASlicesCurrent where NVIDIA's DRA driver runs (written by the manager).
 	// +listType=map

@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 
@@ -407,6 +408,28 @@ var _ = Describe("GPUNode validation", func() {
 			}},
 		}
 		expectInvalid(n, "spec.expectedLayout[0].profiles", "keys must be MIG profile names")
+	})
+
+	It("bounds the agent's usage summaries", func(ctx SpecContext) {
+		n := &v1.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-usage"}}
+		Expect(env.Client.Create(ctx, n)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(env.Client.Delete(ctx, n)).To(Succeed()) })
+		statusInvalid := func(usage []v1.PodUsage, field, message string) {
+			m := n.DeepCopy()
+			m.Status.Usage = usage
+			err := env.Client.Status().Update(ctx, m)
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want 422 Invalid, got: %v", err)
+			Expect(err.Error()).To(And(ContainSubstring(field), ContainSubstring(message)))
+		}
+		statusInvalid([]v1.PodUsage{{Namespace: "a", Name: "p", P95MiB: -1}}, "status.usage[0].p95MiB", "greater than or equal to 0")
+		many := make([]v1.PodUsage, 513)
+		for i := range many {
+			many[i] = v1.PodUsage{Namespace: "a", Name: fmt.Sprintf("p-%d", i)}
+		}
+		statusInvalid(many, "status.usage", "must have at most 512 items")
+
+		n.Status.Usage = []v1.PodUsage{{Namespace: "a", Name: "p", P50MiB: 9000, P95MiB: 9500, PeakMiB: 10000, CeilingMiB: 72704, Samples: 100, WindowSeconds: 86400}}
+		Expect(env.Client.Status().Update(ctx, n)).To(Succeed())
 	})
 })
 
