@@ -18,6 +18,7 @@ probes=(
 	"internal/planner|k8s.io/client-go/kubernetes|pure decision packages take objects in"
 	"internal/rollout|k8s.io/utils/clock|pure decision packages take the time as an argument"
 	"internal/triage|sigs.k8s.io/controller-runtime/pkg/client|pure decision packages take objects in"
+	"internal/rightsize|k8s.io/utils/clock|pure decision packages take the time as an argument"
 	"controllers|github.com/gpupool/gpupool/internal/sim|the simulated GPU Operator is for cmd/gpusim and tests only"
 	"cmd/manager|github.com/gpupool/gpupool/internal/fixture|test fixtures are for _test.go files only"
 	"internal/agent|github.com/gpupool/gpupool/internal/testenv|the envtest harness is for _test.go files only"
