@@ -3,8 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -91,24 +89,11 @@ type PolicyReconciler struct {
 	// DRA driver for MIG devices are then demand too (demand.PendingWithClaims), and the
 	// devices its claims hold are busy (inventory.DRAHolders).
 	readClaims bool
-	// pods reads the informer's pod records without copying them.
-	pods *PodStore
 	// memory is told of every complete pass; see memoryReturner.
 	memory *memoryReturner
-	// events counts the watched changes that can alter a pass (those past their predicates):
-	// a pass remembers the count it started from, and a later reconcile that finds the same
-	// count and the same TimeFacts skips the pass it would repeat.
-	events atomic.Int64
-
-	mu sync.Mutex
-	// lastPlan is, per policy, the planner's last result and the plan it proposed, so that
-	// while that plan waits for approval inside the stabilisation window the planner does not
-	// run again on every pod event only to be told to keep it.
-	lastPlan map[string]plannedResult
-	// lastInputs is, per policy, what its last complete pass started from.
-	lastInputs map[string]passInputs
-	// told is, per policy and pending pod, the PodNote.Key of the last Event written on the pod.
-	told map[string]map[types.UID]string
+	// state is what the controller knows between passes: the pod store, the change stamp and
+	// each policy's last pass (clusterState).
+	state clusterState
 }
 
 // SetupWithManager watches policies, their plans and everything a plan is computed from.
@@ -125,7 +110,7 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	r.pods = pods
+	r.state.pods = pods
 	// Policy and plan changes (a person's edits and approvals) are acted on at once; the
 	// cluster's own events gather for EventCoalescing first.
 	all := coalesced(handler.EnqueueRequestsFromMapFunc(r.allPolicies), r.EventCoalescing)
@@ -135,7 +120,7 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A plan's change reaches only its own policy, and counts as an event for it. (Policy
 		// changes are counted by the Watches below.)
 		Owns(&v1alpha1.RepartitionPlan{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(client.Object) bool {
-			r.events.Add(1)
+			r.state.changed()
 			return true
 		}))).
 		// A policy's selector decides its neighbours' conflicts too.
@@ -178,7 +163,7 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // allPolicies maps any change in the cluster to every policy: pools are few, and a pod or a
 // node may move demand or capacity into any of them.
 func (r *PolicyReconciler) allPolicies(ctx context.Context, _ client.Object) []reconcile.Request {
-	r.events.Add(1)
+	r.state.changed()
 	// Every stored policy, undecodable ones too (their condition must be written once, and
 	// kept), so only the names are read: this runs for every event of every pod and node, and
 	// decoding each policy per event was most of the manager's work while a fleet's caches fill.
@@ -204,7 +189,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, err
 	}
 	// Read before the cluster: an event after this point makes the next reconcile pass again.
-	events := r.events.Load()
+	events := r.state.now()
 	took := passClock{start: r.Clock.Now(), clock: r.Clock}
 	cluster, err := r.read(ctx)
 	if err != nil {
@@ -219,7 +204,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if young := youngAwaitingPlan(policy, pool.OwnPlans(policy, cluster.Plans), now, window); young != nil {
 		inputs.young = young.Name
 	}
-	if r.unchanged(policy.Name, inputs) {
+	if r.state.unchanged(policy.Name, inputs) {
 		// Nothing changed but the time, and not what time changes: the pass would repeat the
 		// last one. Check again when a pending pod may have come of age.
 		r.Metrics.CountPass(policy.Name, false)
@@ -233,7 +218,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, r.reportUnusable(ctx, policy, reasonInvalidSpec, err.Error())
 	}
 	young := youngAwaitingPlan(policy, pass.Own, now, pass.Window)
-	res := r.remembered(policy, young, frozenKey(pass.Frozen), pass.Pending)
+	res := r.state.remembered(policy, young, frozenKey(pass.Frozen), pass.Pending)
 	if res == nil {
 		// Within the size the API server stores: a larger change becomes several plans in turn.
 		if res, err = planner.PlanWithin(pass.Input()); err != nil {
@@ -249,7 +234,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	current := proposal.Current
 	took.lap("propose")
 	r.tellPods(pass, res, proposal)
-	r.remember(policy, current, res, frozenKey(pass.Frozen), pass.Pending)
+	r.state.remember(policy, current, res, frozenKey(pass.Frozen), pass.Pending)
 	if err := r.collectPlans(ctx, policy, pass.Own, now); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -257,7 +242,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, err
 	}
 	took.lap("report")
-	r.noteInputs(policy.Name, inputs)
+	r.state.passed(policy.Name, inputs)
 	r.Metrics.CountPass(policy.Name, true)
 	r.Metrics.ObservePass(policy.Name, took.total())
 	r.memory.passed()
@@ -284,9 +269,7 @@ func (r *PolicyReconciler) observePolicy(ctx context.Context, name string) (*v1a
 		return nil, nil, true, r.reportUndecodable(ctx, bad)
 	case policy == nil:
 		r.Metrics.ForgetPolicy(name)
-		r.mu.Lock()
-		delete(r.told, name)
-		r.mu.Unlock()
+		r.state.forget(name)
 		return nil, nil, true, nil
 	case !policy.DeletionTimestamp.IsZero():
 		return nil, nil, true, nil

@@ -1,8 +1,8 @@
 package controllers
 
-// The policy controller's memory between passes: what a complete pass started from, so that a
-// reconcile that would repeat it is skipped, and the planner's last result, so that a plan under
-// review is not re-planned on every pod event; and the timing of a pass's phases.
+// What clusterState keeps of a policy's passes (what a complete pass started from, so that a
+// reconcile that would repeat it is skipped; the planner's last result, so that a plan under
+// review is not re-planned on every pod event), and the timing of a pass's phases.
 
 import (
 	"maps"
@@ -14,7 +14,6 @@ import (
 	"k8s.io/utils/clock"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/planner"
 	"github.com/gpupool/gpupool/internal/pool"
 	"github.com/gpupool/gpupool/internal/rollout"
@@ -89,25 +88,6 @@ func recheckAfter(minPendingAge time.Duration) time.Duration {
 	return min(max(minPendingAge, time.Second), policyRecheckInterval)
 }
 
-// unchanged reports whether the policy's last complete pass started from the same inputs.
-func (r *PolicyReconciler) unchanged(policy string, in passInputs) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	last, ok := r.lastInputs[policy]
-	return ok && last.generation == in.generation && last.events == in.events && last.facts.Equal(in.facts) &&
-		last.young == in.young && in.at.Sub(last.at) < fullPassInterval
-}
-
-// noteInputs remembers what the policy's complete pass started from.
-func (r *PolicyReconciler) noteInputs(policy string, in passInputs) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.lastInputs == nil {
-		r.lastInputs = map[string]passInputs{}
-	}
-	r.lastInputs[policy] = in
-}
-
 // youngAwaitingPlan is the policy's plan that waits for approval and is younger than the
 // stabilisation window: propose keeps such a plan whatever the planner says, unless the demand
 // is gone, which revalidation at approval catches too.
@@ -121,53 +101,7 @@ func youngAwaitingPlan(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.Repartit
 	return nil
 }
 
-// remembered returns the planner result that proposed plan, when neither the policy nor the
-// frozen nodes have changed since and the same pods are pending; nil means the planner must
-// run. New demand always runs it, so that it can extend the plan under review (propose), and
-// so does demand that went away, so that a plan nobody needs any more is withdrawn.
-func (r *PolicyReconciler) remembered(policy *v1alpha1.GPUPoolPolicy, plan *v1alpha1.RepartitionPlan, frozen string,
-	pending []demand.Request) *planner.Result {
-	if plan == nil {
-		return nil
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	last, ok := r.lastPlan[policy.Name]
-	if !ok || last.generation != policy.Generation || last.plan != plan.Name || last.frozen != frozen {
-		return nil
-	}
-	// New demand, or demand gone: a pod that started pending since, or one that no longer is
-	// (scheduled, deleted), changes what the plan under review is for.
-	if len(pending) != len(last.pending) {
-		return nil
-	}
-	for _, p := range pending {
-		if !last.pending[p.Pod] {
-			return nil
-		}
-	}
-	return last.res
-}
-
 // frozenKey is a stable text of the frozen nodes, for comparison.
 func frozenKey(frozen map[string]string) string {
 	return strings.Join(slices.Sorted(maps.Keys(frozen)), ",")
-}
-
-func (r *PolicyReconciler) remember(policy *v1alpha1.GPUPoolPolicy, current *v1alpha1.RepartitionPlan, res *planner.Result, frozen string,
-	pending []demand.Request) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.lastPlan == nil {
-		r.lastPlan = map[string]plannedResult{}
-	}
-	if current == nil {
-		delete(r.lastPlan, policy.Name)
-		return
-	}
-	known := make(map[types.NamespacedName]bool, len(pending))
-	for _, p := range pending {
-		known[p.Pod] = true
-	}
-	r.lastPlan[policy.Name] = plannedResult{generation: policy.Generation, frozen: frozen, plan: current.Name, res: res, pending: known}
 }

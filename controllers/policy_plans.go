@@ -42,15 +42,12 @@ func (r *PolicyReconciler) tellPods(pass *pool.Pass, res *planner.Result, propos
 		wanted = res.RepartitionPlan(policy, now)
 	}
 	notes := pool.PodNotes(pass.Pending, res, current, phase, proposal.Refused, wanted)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.told == nil {
-		r.told = map[string]map[types.UID]string{}
-	}
-	before := r.told[policy.Name]
 	told := make(map[types.UID]string, len(notes))
-	for pod, note := range notes {
+	for _, note := range notes {
 		told[note.UID] = note.Key
+	}
+	before := r.state.retell(policy.Name, told)
+	for pod, note := range notes {
 		if before[note.UID] == note.Key {
 			continue
 		}
@@ -65,7 +62,6 @@ func (r *PolicyReconciler) tellPods(pass *pool.Pass, res *planner.Result, propos
 		regarding := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: note.UID}}
 		r.Recorder.Eventf(regarding, related, eventType, note.Reason, "Plan", "%s", note.Message)
 	}
-	r.told[policy.Name] = told
 }
 
 // propose carries out pool.Decide: it keeps, replaces or retires the policy's unapproved
@@ -105,10 +101,8 @@ func (r *PolicyReconciler) propose(ctx context.Context, policy *v1alpha1.GPUPool
 // plan, report none in the status and might propose a second one.
 func (r *PolicyReconciler) withJustCreated(ctx context.Context, policy *v1alpha1.GPUPoolPolicy,
 	plans []v1alpha1.RepartitionPlan) ([]v1alpha1.RepartitionPlan, error) {
-	r.mu.Lock()
-	last, ok := r.lastPlan[policy.Name]
-	r.mu.Unlock()
-	if !ok || slices.ContainsFunc(plans, func(p v1alpha1.RepartitionPlan) bool { return p.Name == last.plan }) {
+	last := r.state.lastProposed(policy.Name)
+	if last == "" || slices.ContainsFunc(plans, func(p v1alpha1.RepartitionPlan) bool { return p.Name == last }) {
 		return plans, nil
 	}
 	reader := r.APIReader
@@ -116,12 +110,12 @@ func (r *PolicyReconciler) withJustCreated(ctx context.Context, policy *v1alpha1
 		reader = r.Client
 	}
 	live := &v1alpha1.RepartitionPlan{}
-	err := reader.Get(ctx, types.NamespacedName{Name: last.plan}, live)
+	err := reader.Get(ctx, types.NamespacedName{Name: last}, live)
 	switch {
 	case apierrors.IsNotFound(err):
 		return plans, nil
 	case err != nil:
-		return nil, fmt.Errorf("reading plan %s: %w", last.plan, err)
+		return nil, fmt.Errorf("reading plan %s: %w", last, err)
 	case !metav1.IsControlledBy(live, policy):
 		return plans, nil
 	}

@@ -47,7 +47,7 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 	}
 	// Only pending GPU pods and the pods of GPU nodes matter; the cache's indexes spare a
 	// pass from walking every pod of a large cluster.
-	pods, err := r.pods.pendingGPU(nil)
+	pods, err := r.state.pods.pendingGPU(nil)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +59,7 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 		if !reported[n.Name] && n.Labels[nvidia.LabelGPUPresent] != "true" {
 			continue
 		}
-		if pods, err = r.pods.onNode(pods, n.Name); err != nil {
+		if pods, err = r.state.pods.onNode(pods, n.Name); err != nil {
 			return nil, err
 		}
 	}
