@@ -10,6 +10,7 @@ TOOLS_MOD := hack/tools/go.mod
 TOOLS_BIN := $(CURDIR)/hack/tools/bin
 CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen
 GOLANGCI_LINT := $(TOOLS_BIN)/golangci-lint
+CRD_REF_DOCS := $(TOOLS_BIN)/crd-ref-docs
 
 # The control plane is built from Go modules into a cache outside the checkout, so fresh clones
 # on one machine share it. KUBEBUILDER_ASSETS points envtest at it.
@@ -92,8 +93,12 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from markers (and copy th
 	rm -f charts/gpupool/crds/*.yaml && cp config/crd/bases/*.yaml charts/gpupool/crds/ && cp config/rbac/role.yaml charts/gpupool/files/role.yaml
 	cp charts/gpupool/files/prometheus-rules.yaml config/prometheus/alerts.yaml
 
+.PHONY: reference
+reference: $(CRD_REF_DOCS) ## Regenerate docs/reference (API fields, conditions and Events, metrics, CLI) from the code.
+	CRD_REF_DOCS=$(CRD_REF_DOCS) GO=$(GO) hack/reference/generate.sh
+
 .PHONY: verify
-verify: generate manifests ## Regenerate everything and fail on any difference from git.
+verify: generate manifests $(CRD_REF_DOCS) ## Regenerate everything and fail on any difference from git (docs/reference included).
 	$(GO) mod tidy
 	cd hack/tools && $(GO) mod tidy
 	cd test/helm && $(GO) mod tidy
@@ -105,6 +110,7 @@ verify: generate manifests ## Regenerate everything and fail on any difference f
 	cd test/helm && $(GO) vet ./...
 	cd test/monitoring && $(GO) vet ./...
 	@git diff --exit-code || { echo "make verify: the files above differ after regeneration; run make generate manifests, go mod tidy and commit" >&2; exit 1; }
+	CRD_REF_DOCS=$(CRD_REF_DOCS) GO=$(GO) hack/reference/generate.sh --check
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## go vet and golangci-lint, over the product and the image, Helm and monitoring modules; proves the import rules bite and keeps NVIDIA's names in internal/nvidia.
@@ -128,6 +134,9 @@ $(CONTROLLER_GEN): $(TOOLS_MOD)
 
 $(GOLANGCI_LINT): $(TOOLS_MOD)
 	$(GO) build -modfile=$(TOOLS_MOD) -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+$(CRD_REF_DOCS): $(TOOLS_MOD)
+	$(GO) build -modfile=$(TOOLS_MOD) -o $@ github.com/elastic/crd-ref-docs
 
 ##@ Benchmarks
 
