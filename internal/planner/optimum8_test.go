@@ -697,8 +697,9 @@ var crossCheckConfig = genConfig{
 
 // eightGPUSeedBases are where the 8-GPU cases start. 370,000 was chosen before any result was
 // seen; the planner's joint search (joint.go) was then tuned on its cases, so 5,550,000, drawn
-// after, holds the planner to cases it was not tuned on.
-var eightGPUSeedBases = []uint64{370_000, 5_550_000}
+// after, holds the planner to cases it was not tuned on. The pool search (poolsearch.go) was
+// built against the misses of both; 9,100,000 was first run once it was done.
+var eightGPUSeedBases = []uint64{370_000, 5_550_000, 9_100_000}
 
 // eightGPUMaxWork bounds the optimum search's transitions per case, to keep the test quick;
 // cases past it are counted and reported as skipped.
@@ -707,9 +708,10 @@ const eightGPUMaxWork = 40_000_000
 // TestPlanReachesTheOptimumOnEightGPUNodes compares the demand the planner serves on pools of
 // 2-4 nodes x 8 GPUs with the optimum with moves (nodeSearch).
 //
-// It fails below a floor the planner holds on both seed ranges (no regression), and skips,
+// It fails below a floor the planner holds on every seed range (no regression), and skips,
 // with the numbers, below the goal it does not reach yet: the optimum in 99% of cases and 90%
-// of it in every case (measured: 99.5% and 96.5% equal, worst 0.92 and 0.50).
+// of it in every case (measured: 99.5%, 99.0% and 100% equal, worst 0.92, 0.86 and 1: the
+// misses are pools whose search runs past its work bound).
 func TestPlanReachesTheOptimumOnEightGPUNodes(t *testing.T) {
 	cases := 200
 	if testing.Short() {
@@ -719,8 +721,8 @@ func TestPlanReachesTheOptimumOnEightGPUNodes(t *testing.T) {
 	for _, base := range eightGPUSeedBases {
 		t.Run(fmt.Sprintf("from seed %d", base), func(t *testing.T) {
 			equal, compared, mean, worst := eightGPUOptimum(t, base, cases)
-			if float64(equal) < 0.95*float64(compared) || mean < 0.99 {
-				t.Errorf("the planner regressed on 8-GPU nodes: want the optimum in >= 95%% of cases and a mean ratio >= 0.99; got %d/%d equal, mean %.4f, worst %.3f",
+			if float64(equal) < 0.97*float64(compared) || mean < 0.995 {
+				t.Errorf("the planner regressed on 8-GPU nodes: want the optimum in >= 97%% of cases and a mean ratio >= 0.995; got %d/%d equal, mean %.4f, worst %.3f",
 					equal, compared, mean, worst)
 			}
 			goalMet = goalMet && float64(equal) >= 0.99*float64(compared) && worst >= 0.90

@@ -213,6 +213,10 @@ func Plan(in Input) (*Result, error) {
 			noEvict := p.noEvict
 			p.noEvict = res.Budget <= 0
 			exact := p.exactSearch(res.Budget, res.ReconfigureBudget)
+			if exact == nil {
+				// Pools of a few 8-GPU nodes: the same plans, walked by outcome (poolsearch.go).
+				exact = p.poolSearch(res.Budget, res.ReconfigureBudget)
+			}
 			p.noEvict = noEvict
 			applied := false
 			if exact != nil && exact.changes() <= p.stepRoom(0) && p.exactBeats(exact, greedySteps) {
