@@ -77,6 +77,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, d deps) i
 		"namespace of the heartbeat Lease named after the node (default $POD_NAMESPACE), for --heartbeat=lease")
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to (0 disables them)")
 	metricsAddr := fs.String("metrics-bind-address", "0", "address plain-HTTP metrics bind to, e.g. :8080 (0 disables them)")
+	reportUsage := fs.Bool("report-usage", true,
+		"sample the GPU memory each pod uses every refresh period and publish a summary per pod in GPUNode status.usage, "+
+			"rewritten only when it changes materially (input to right-sizing recommendations)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -116,10 +119,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, d deps) i
 		return exitFailed
 	}
 	defer func() { _ = pods.Close() }() // the process is ending; nothing to report to
+	lib := d.newNVML()
+	var usage agent.UsageFunc
+	if *reportUsage {
+		usage = agent.NVMLUsageReader(lib)
+	}
 	mgr, err := agent.NewManager(cfg, agent.ManagerOptions{
 		NodeName:               *nodeName,
-		Read:                   agent.NVMLReader(d.newNVML()),
+		Read:                   agent.NVMLReader(lib),
 		Owners:                 agent.PodResourcesOwners(pods, podResourcesTimeout),
+		Usage:                  usage,
 		RefreshPeriod:          *period,
 		Heartbeat:              mode,
 		LeaseNamespace:         leaseNS,
@@ -132,7 +141,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, d deps) i
 		return exitFailed
 	}
 	log.Info("starting agent", "node", *nodeName, "refreshPeriod", *period, "heartbeat", mode, "leaseNamespace", leaseNS, "podResources", *socket,
-		"probes", *probeAddr, "metrics", *metricsAddr)
+		"probes", *probeAddr, "metrics", *metricsAddr, "reportUsage", *reportUsage)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "agent stopped")
 		return exitFailed

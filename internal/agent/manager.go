@@ -29,6 +29,8 @@ type ManagerOptions struct {
 	Read ReadFunc
 	// Owners attributes devices to pods; nil publishes no pods.
 	Owners OwnersFunc
+	// Usage reads the memory in use per device, for status.usage; nil publishes no usage.
+	Usage UsageFunc
 	// RefreshPeriod between NVML reads and heartbeats; 0 means DefaultRefreshPeriod.
 	RefreshPeriod time.Duration
 	// Heartbeat and LeaseNamespace are the Publisher's: how the manager learns the agent is
@@ -83,6 +85,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		NodeName: o.NodeName,
 		Read:     o.Read,
 		Owners:   o.Owners,
+		Usage:    o.Usage,
 		Clock:    o.Clock,
 		Period:   o.RefreshPeriod,
 

@@ -30,7 +30,8 @@ type Device[D any, G any] interface {
 	GetName() (string, nvml.Return)
 	// GetPciInfo returns PCI information, of which the agent uses PciDeviceId.
 	GetPciInfo() (nvml.PciInfo, nvml.Return)
-	// GetMemoryInfo returns the total memory the profile names are computed from.
+	// GetMemoryInfo returns the total memory the profile names are computed from and, on a
+	// MIG device, the memory its pod uses (usage.go).
 	GetMemoryInfo() (nvml.Memory, nvml.Return)
 	// GetMigMode returns the current and pending MIG modes.
 	GetMigMode() (int, int, nvml.Return)
@@ -48,7 +49,8 @@ type Device[D any, G any] interface {
 	GetGpuInstanceId() (int, nvml.Return)
 	// GetComputeInstanceId returns the compute instance a MIG device is.
 	GetComputeInstanceId() (int, nvml.Return)
-	// GetComputeRunningProcesses lists the compute processes on a MIG device.
+	// GetComputeRunningProcesses lists the compute processes on a MIG device, or on a GPU
+	// used whole with the memory each uses (usage.go).
 	GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return)
 }
 

@@ -129,6 +129,10 @@ type Publisher struct {
 	// LeaseNamespace is where the agent renews a Lease named after its node every Period
 	// (renewLease) when its heartbeat is HeartbeatLease. It must be empty for the others.
 	LeaseNamespace string
+	// Usage, when set, reads the memory each device has in use every pass; the pods holding a
+	// device alone get a decaying histogram each, summarised in status.usage whenever a
+	// summary changes materially (rightsize.PublishRule). Nil publishes no usage.
+	Usage UsageFunc
 
 	mu        sync.Mutex // serialises reconciles: NVML reads and the failure count
 	failures  int
@@ -142,6 +146,8 @@ type Publisher struct {
 	// renewed is when this process last renewed the Lease, and lease the Lease it wrote.
 	renewed time.Time
 	lease   *coordinationv1.Lease
+	// usage holds the pods' histograms between passes.
+	usage usageSampler
 }
 
 // setDefaults fills unset fields and rejects a Publisher that cannot work.
@@ -395,11 +401,15 @@ func (p *Publisher) desiredStatus(ctx context.Context, node *v1alpha1.GPUNode, g
 		set(VerifyLayout(node.Spec.ExpectedLayout, gpus))
 		set(TablesCondition(gpus))
 	}
+	var owners map[string][]v1alpha1.PodReference
 	if p.Owners == nil {
 		meta.RemoveStatusCondition(&st.Conditions, ConditionPodResourcesReady)
 	} else {
-		set(p.attributePods(ctx, st.GPUs, readErr == nil))
+		var c metav1.Condition
+		c, owners = p.attributePods(ctx, st.GPUs, readErr == nil)
+		set(c)
 	}
+	st.Usage = p.sampleUsage(ctx, node.Status.Usage, st.GPUs, readErr == nil, owners, now)
 	return st
 }
 
@@ -407,19 +417,23 @@ func (p *Publisher) desiredStatus(ctx context.Context, node *v1alpha1.GPUNode, g
 const maxListedDevices = 8
 
 // attributePods records pods in gpus and returns the PodResourcesReady
-// condition. Unmatched devices are reported only when the GPUs are known.
-func (p *Publisher) attributePods(ctx context.Context, gpus []v1alpha1.GPUStatus, gpusKnown bool) metav1.Condition {
+// condition, with the kubelet's device owners (nil when it did not answer).
+// Unmatched devices are reported only when the GPUs are known.
+func (p *Publisher) attributePods(ctx context.Context, gpus []v1alpha1.GPUStatus, gpusKnown bool) (metav1.Condition, map[string][]v1alpha1.PodReference) {
 	c := metav1.Condition{Type: ConditionPodResourcesReady}
 	owners, err := p.Owners(ctx)
 	if err != nil {
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonPodResourcesUnavailable
 		c.Message = "pods using the GPUs are unknown: " + err.Error()
-		return c
+		return c, nil
+	}
+	if owners == nil {
+		owners = map[string][]v1alpha1.PodReference{}
 	}
 	c.Status, c.Reason = metav1.ConditionTrue, ReasonPodsListed
 	c.Message = fmt.Sprintf("the kubelet assigns %d NVIDIA device(s) to pods", len(owners))
 	if !gpusKnown {
-		return c
+		return c, owners
 	}
 	if unmatched := Attribute(gpus, owners); len(unmatched) > 0 {
 		c.Reason = ReasonUnmatchedDevices
@@ -430,7 +444,7 @@ func (p *Publisher) attributePods(ctx context.Context, gpus []v1alpha1.GPUStatus
 			c.Message += fmt.Sprintf(" and %d more", len(unmatched)-len(shown))
 		}
 	}
-	return c
+	return c, owners
 }
 
 // ownConditions copies the conditions the agent owns; others, written by

@@ -77,16 +77,19 @@ func Corrected(c gpus.Config) gpus.Config {
 // have GPU and compute instances but no MIG devices: one MIG device per
 // compute instance, enumerated by GPU instance ID then compute instance ID,
 // with a UUID derived from the GPU's UUID and both IDs so it is stable across
-// reads, and with the compute processes set through SetProcesses.
+// reads, with the compute processes set through SetProcesses and the memory in
+// use set through SetMemoryUsed. It also gives whole GPUs the process list the
+// mock lacks (SetProcesses with the GPU's UUID).
 type MIGDevices struct {
 	mu    sync.Mutex
 	procs map[string][]nvml.ProcessInfo
+	used  map[string]uint64
 }
 
 // Install adds MIG device handles to every device of s and returns the handle
 // through which tests set processes.
 func Install(s *server.Server) *MIGDevices {
-	m := &MIGDevices{procs: map[string][]nvml.ProcessInfo{}}
+	m := &MIGDevices{procs: map[string][]nvml.ProcessInfo{}, used: map[string]uint64{}}
 	for _, d := range s.Devices {
 		if dev, ok := d.(*server.Device); ok {
 			m.install(dev)
@@ -101,12 +104,26 @@ func MIGUUID(parent string, gi, ci uint32) string {
 	return "MIG-" + uuid.NewSHA1(uuid.NameSpaceOID, []byte(parent+"/"+strconv.FormatUint(uint64(gi), 10)+"/"+strconv.FormatUint(uint64(ci), 10))).String()
 }
 
-// SetProcesses sets the compute processes NVML reports on a MIG device; nil
-// makes it idle.
-func (m *MIGDevices) SetProcesses(migUUID string, procs []nvml.ProcessInfo) {
+// SetProcesses sets the compute processes NVML reports on a MIG device, or on a
+// GPU given its UUID; nil makes it idle.
+func (m *MIGDevices) SetProcesses(uuid string, procs []nvml.ProcessInfo) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.procs[migUUID] = slices.Clone(procs)
+	m.procs[uuid] = slices.Clone(procs)
+}
+
+// SetMemoryUsed sets the bytes a MIG device's GetMemoryInfo reports in use (0
+// until set); its total is its GPU instance profile's memory.
+func (m *MIGDevices) SetMemoryUsed(migUUID string, bytes uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.used[migUUID] = bytes
+}
+
+func (m *MIGDevices) memoryUsed(migUUID string) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.used[migUUID]
 }
 
 func (m *MIGDevices) processes(migUUID string) []nvml.ProcessInfo {
@@ -126,6 +143,9 @@ func (m *MIGDevices) install(d *server.Device) {
 	}
 	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) {
 		return max(maxDevices, len(m.list(d))), nvml.SUCCESS
+	}
+	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		return m.processes(d.UUID), nvml.SUCCESS
 	}
 	d.GetMigDeviceHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
 		refs := m.list(d)
@@ -163,5 +183,28 @@ func (m *MIGDevices) device(parent *server.Device, ref migRef) nvml.Device {
 		IsMigDeviceHandleFunc:                  func() (bool, nvml.Return) { return true, nvml.SUCCESS },
 		GetDeviceHandleFromMigDeviceHandleFunc: func() (nvml.Device, nvml.Return) { return parent, nvml.SUCCESS },
 		GetComputeRunningProcessesFunc:         func() ([]nvml.ProcessInfo, nvml.Return) { return m.processes(id), nvml.SUCCESS },
+		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
+			total := instanceMemory(parent, ref.gi)
+			used := min(m.memoryUsed(id), total)
+			return nvml.Memory{Total: total, Used: used, Free: total - used}, nvml.SUCCESS
+		},
 	}
+}
+
+// instanceMemory is the memory of GPU instance gi on d, in bytes, as its
+// profile gives it; 0 once the instance is gone.
+func instanceMemory(d *server.Device, gi uint32) uint64 {
+	d.RLock()
+	defer d.RUnlock()
+	for inst := range d.GpuInstances {
+		if inst.Info.Id != gi {
+			continue
+		}
+		for _, p := range d.Config.MIGProfiles.GpuInstanceProfiles {
+			if p.Id == inst.Info.ProfileId {
+				return p.MemorySizeMB << 20
+			}
+		}
+	}
+	return 0
 }
