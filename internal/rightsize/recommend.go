@@ -140,7 +140,8 @@ const (
 const PreallocationFix = "memory use sits flat near the instance's size, which is what a framework that " +
 	"preallocates shows, not what the model needs: run the workload once with preallocation off and " +
 	"measure again: JAX/XLA XLA_PYTHON_CLIENT_PREALLOCATE=false (or a small XLA_PYTHON_CLIENT_MEM_FRACTION), " +
-	"TensorFlow TF_FORCE_GPU_ALLOW_GROWTH=true, vLLM a lower --gpu-memory-utilization"
+	"TensorFlow TF_FORCE_GPU_ALLOW_GROWTH=true, vLLM a lower --gpu-memory-utilization; if use still sits at " +
+	"the ceiling then, the pods need a larger profile"
 
 // computeNotMeasured is ComputeNote when no activity was given.
 const computeNotMeasured = "compute not measured: memory only; give the manager --prometheus-url to read " +
