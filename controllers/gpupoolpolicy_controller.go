@@ -190,12 +190,14 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	// Read before the cluster: an event after this point makes the next reconcile pass again.
 	events := r.state.now()
-	took := passClock{start: r.Clock.Now(), clock: r.Clock}
-	cluster, err := r.read(ctx)
+	// One instant for the whole pass: the heartbeats read, the facts time changes and the
+	// decision are all judged at it.
+	now := r.Clock.Now()
+	took := passClock{start: now, clock: r.Clock}
+	cluster, err := r.read(ctx, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	now := r.Clock.Now()
 	minPendingAge := pool.DurationOr(policy.Spec.Planning.MinPendingAge, pool.DefaultMinPendingAge)
 	window := pool.DurationOr(policy.Spec.Planning.StabilizationWindow, pool.DefaultStabilizationWindow)
 	inputs := passInputs{generation: policy.Generation, events: events,

@@ -354,3 +354,17 @@ func operatorConfigMapExists(namespace string) predicate.Predicate {
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
 }
+
+// operatorConfigMapWritten passes the creation and every change of gpupool's two ConfigMaps
+// in namespace: a step waiting for its entry reads them.
+func operatorConfigMapWritten(namespace string) predicate.Predicate {
+	ours := func(o client.Object) bool {
+		return o.GetNamespace() == namespace && (o.GetName() == MIGPartedConfigMap || o.GetName() == DevicePluginConfigMap)
+	}
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return ours(e.Object) },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return ours(e.ObjectNew) },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}

@@ -6,6 +6,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -23,8 +24,8 @@ import (
 	"github.com/gpupool/gpupool/internal/pool"
 )
 
-// read lists everything one pass reads.
-func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
+// read lists everything one pass reads; heartbeats are judged at now, the pass's instant.
+func (r *PolicyReconciler) read(ctx context.Context, now time.Time) (*pool.Cluster, error) {
 	var (
 		nodes    corev1.NodeList
 		gpuNodes v1alpha1.GPUNodeList
@@ -70,7 +71,7 @@ func (r *PolicyReconciler) read(ctx context.Context) (*pool.Cluster, error) {
 	// The agents' pods run on the GPU nodes, so they are among the nodes' pods read above.
 	// gpupoolctl what-if --live reads the same and calls the same function.
 	heartbeats := pool.Heartbeats(leases, pods, nodes.Items, inventory.AgentPods{Namespace: r.AgentNamespace,
-		Selector: r.AgentPodSelector, DaemonSet: r.AgentDaemonSet, ServiceAccount: r.AgentServiceAccount}, r.Clock.Now())
+		Selector: r.AgentPodSelector, DaemonSet: r.AgentDaemonSet, ServiceAccount: r.AgentServiceAccount}, now)
 	var claims []resourcev1.ResourceClaim
 	var resourceSlices resourcev1.ResourceSliceList
 	if r.readClaims {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -61,5 +62,40 @@ func TestHeartbeatPredicates(t *testing.T) {
 	}
 	if !reportChanged(maxAge).Create(event.CreateEvent{Object: report(t0)}) || !agentReturned(maxAge).Delete(event.DeleteEvent{Object: lease(t0)}) {
 		t.Error("creates and deletes must always pass")
+	}
+}
+
+func TestOperatorConfigMapPredicates(t *testing.T) {
+	const ns = "gpu-operator"
+	cm := func(namespace, name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	}
+	for _, tc := range []struct {
+		name                          string
+		obj                           *corev1.ConfigMap
+		written, exists               bool // on update: the plan controller's, the policy controller's
+		createdWritten, createdExists bool
+	}{
+		{name: "mig-parted config", obj: cm(ns, MIGPartedConfigMap), written: true, createdWritten: true, createdExists: true},
+		{name: "device-plugin config", obj: cm(ns, DevicePluginConfigMap), written: true, createdWritten: true, createdExists: true},
+		{name: "same name elsewhere", obj: cm("default", MIGPartedConfigMap)},
+		{name: "another ConfigMap of the namespace", obj: cm(ns, "default-mig-parted-config")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			update := event.UpdateEvent{ObjectOld: tc.obj, ObjectNew: tc.obj}
+			create := event.CreateEvent{Object: tc.obj}
+			if got := operatorConfigMapWritten(ns).Update(update); got != tc.written {
+				t.Errorf("a waiting step is woken by an update: %v, want %v", got, tc.written)
+			}
+			if got := operatorConfigMapExists(ns).Update(update); got != tc.exists {
+				t.Errorf("the policy controller sees an update: %v, want %v", got, tc.exists)
+			}
+			if got := operatorConfigMapWritten(ns).Create(create); got != tc.createdWritten {
+				t.Errorf("a waiting step is woken by a creation: %v, want %v", got, tc.createdWritten)
+			}
+			if got := operatorConfigMapExists(ns).Create(create); got != tc.createdExists {
+				t.Errorf("the policy controller sees a creation: %v, want %v", got, tc.createdExists)
+			}
+		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -79,6 +80,12 @@ func (r *PlanReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1alpha1.GPUNode{}, onNode).
 		// A policy's approval mode and planTTL decide its waiting plans.
 		Watches(newPolicyObject(), handler.EnqueueRequestsFromMapFunc(r.plansOfPolicy))
+	if r.Namespace != "" {
+		// A step in Configuring waits for the ConfigMap writer to add its entry
+		// (rollout.awaitEntry): the write wakes it instead of its next look a second later.
+		b = b.Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.runningPlans),
+			builder.WithPredicates(operatorConfigMapWritten(r.Namespace)))
+	}
 	// As the policy controller: slices are read only where the API server serves them.
 	if _, err := mgr.GetRESTMapper().RESTMapping(resourcev1.SchemeGroupVersion.WithKind("ResourceSlice").GroupKind(), resourcev1.SchemeGroupVersion.Version); err == nil {
 		r.readSlices = true
@@ -97,6 +104,11 @@ func (r *PlanReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // plansOfPolicy maps a policy to its plans.
 func (r *PlanReconciler) plansOfPolicy(ctx context.Context, obj client.Object) []reconcile.Request {
 	return r.plansWhere(ctx, func(p *v1alpha1.RepartitionPlan) bool { return p.Spec.Policy == obj.GetName() })
+}
+
+// runningPlans maps a change of gpupool's ConfigMaps to the plans being carried out.
+func (r *PlanReconciler) runningPlans(ctx context.Context, _ client.Object) []reconcile.Request {
+	return r.plansWhere(ctx, func(p *v1alpha1.RepartitionPlan) bool { return p.Status.Phase.Running() })
 }
 
 // plansOnNode maps a Node or GPUNode to the live plans with a step on it.
