@@ -68,6 +68,9 @@ type poolSearch struct {
 	classOf map[types.NamespacedName]int
 	pods    map[types.NamespacedName]*inventory.Pod
 	pdbsOf  map[types.NamespacedName][]string
+	// pdbKeys are the PodDisruptionBudgets the plan may spend, sorted; pdbIndex their positions.
+	pdbKeys  []string
+	pdbIndex map[string]int
 	// hostable is, per node position, whether pods may land there.
 	hostable []bool
 	// evictable is, per class and node position, the class's pods the node's changes may evict.
@@ -124,6 +127,11 @@ func newPoolSearch(p *planState, disruptBudget int) (*poolSearch, bool) {
 		pdbsOf: map[types.NamespacedName][]string{}, hostable: make([]bool, len(p.nodes))}
 	for i, ni := range p.nodes {
 		ps.hostable[i] = p.hostable(ni)
+	}
+	ps.pdbKeys = slices.Sorted(maps.Keys(p.pdbLeft))
+	ps.pdbIndex = make(map[string]int, len(ps.pdbKeys))
+	for j, name := range ps.pdbKeys {
+		ps.pdbIndex[name] = j
 	}
 	for _, c := range p.classes {
 		if c.left <= 0 || c.shared {
@@ -248,7 +256,7 @@ func (ps *poolSearch) evictableElsewhere(k, i int) int {
 func (ps *poolSearch) search(disruptBudget, reconfigureBudget int) *exactPlan {
 	p := ps.p
 	n := len(ps.classes)
-	pdbKeys := slices.Sorted(maps.Keys(p.pdbLeft))
+	pdbKeys := ps.pdbKeys
 	outcomes := make([][]*poolOutcome, len(p.nodes))
 	moves := make([][]*poolMove, len(p.nodes))
 	most := make([][]int, len(p.nodes))

@@ -3,7 +3,6 @@ package planner
 import (
 	"cmp"
 	"encoding/binary"
-	"fmt"
 	"slices"
 	"strings"
 )
@@ -35,10 +34,8 @@ func (ps *poolSearch) moves(outcomes []*poolOutcome, pdbKeys []string) ([]*poolM
 		} else if oc.changed {
 			base.reconf = 1
 		}
-		for j, name := range pdbKeys {
-			base.pdb[j] = int(oc.pdbs[name])
-		}
-		group := fmt.Sprint(base.disrupt, base.reconf, base.pdb, base.evictions)
+		copy(base.pdb, oc.spend)
+		group := string(appendKey(appendKey(nil, int64(base.disrupt), int64(base.reconf), int64(base.evictions)), ints64(base.pdb)...))
 		for fi, f := range oc.fills {
 			if ps.work += poolCompareWork; ps.work > poolMaxWork {
 				return nil, false
@@ -52,7 +49,7 @@ func (ps *poolSearch) moves(outcomes []*poolOutcome, pdbKeys []string) ([]*poolM
 					m.delta[k] -= oc.evicts[k]
 				}
 			}
-			key := group + fmt.Sprint(m.delta)
+			key := string(appendKey([]byte(group), ints64(m.delta)...))
 			if seen[key] {
 				continue
 			}

@@ -3,7 +3,6 @@ package planner
 import (
 	"cmp"
 	"encoding/binary"
-	"fmt"
 	"maps"
 	"slices"
 
@@ -28,6 +27,8 @@ type poolOutcome struct {
 	evicted []types.NamespacedName
 	evicts  []int
 	pdbs    map[string]int32
+	// spend is pdbs by position in poolSearch.pdbKeys.
+	spend []int
 	// fills are the maximal ways to fill what the node offers, pods per pool class.
 	fills [][]uint8
 }
@@ -70,7 +71,7 @@ func (ps *poolSearch) nodeOutcomes(ni *nodeInfo) ([]*poolOutcome, bool) {
 		if oc == nil {
 			continue
 		}
-		id := fmt.Sprint(oc.changed, oc.disrupts(), oc.capacity, oc.evicts, oc.pdbs)
+		id := string(appendKey(appendKey(appendKey(appendFlags(nil, oc.changed, oc.disrupts()), oc.capacity...), ints64(oc.evicts)...), ints64(oc.spend)...))
 		if seen[id] {
 			continue
 		}
@@ -90,7 +91,7 @@ func (ps *poolSearch) nodeOutcomes(ni *nodeInfo) ([]*poolOutcome, bool) {
 	fillsOf := map[string][][]uint8{}
 	kept := out[:0]
 	for _, oc := range out {
-		key := fmt.Sprint(oc.changed, oc.capacity, oc.evicts)
+		key := string(appendKey(appendKey(appendFlags(nil, oc.changed), oc.capacity...), ints64(oc.evicts)...))
 		fills, known := fillsOf[key]
 		if !known {
 			fills = ps.fills(ni, oc)
@@ -130,7 +131,7 @@ func (ps *poolSearch) undominatedOutcomes(out []*poolOutcome) []*poolOutcome {
 	groups := map[string][]*poolOutcome{}
 	kept := []*poolOutcome{keepAsIs}
 	for _, oc := range rest {
-		group := fmt.Sprint(oc.evicts, oc.pdbs, oc.changed)
+		group := string(appendKey(appendKey(appendFlags(nil, oc.changed), ints64(oc.evicts)...), ints64(oc.spend)...))
 		if ps.work += poolCompareWork * (len(groups[group]) + 1); ps.work > poolMaxWork {
 			return nil
 		}
@@ -158,8 +159,8 @@ func (o *poolOutcome) dominates(b *poolOutcome) bool {
 			return false
 		}
 	}
-	for name, v := range o.pdbs {
-		if v > b.pdbs[name] {
+	for j, v := range o.spend {
+		if v > b.spend[j] {
 			return false
 		}
 	}
@@ -321,7 +322,7 @@ func (ps *poolSearch) judgeOutcome(ni *nodeInfo, ch choice, ceiling []int, vecCe
 	if !ok {
 		return nil
 	}
-	oc := &poolOutcome{choice: ch, evicts: make([]int, len(ps.classes)), pdbs: map[string]int32{}}
+	oc := &poolOutcome{choice: ch, evicts: make([]int, len(ps.classes)), pdbs: map[string]int32{}, spend: make([]int, len(ps.pdbKeys))}
 	for _, o := range ch {
 		oc.changed = oc.changed || o != keep
 	}
@@ -338,6 +339,7 @@ func (ps *poolSearch) judgeOutcome(ni *nodeInfo, ch choice, ceiling []int, vecCe
 			if oc.pdbs[name] > p.pdbLeft[name] {
 				return nil
 			}
+			oc.spend[ps.pdbIndex[name]]++
 		}
 	}
 	if ni.reserved != nil {
@@ -377,6 +379,33 @@ func (ps *poolSearch) vecCeiling(ni *nodeInfo) []int64 {
 		for d, v := range t.vec {
 			out[d] += v * int64(n)
 		}
+	}
+	return out
+}
+
+// appendKey appends values to a map key, each as a varint.
+func appendKey(b []byte, vals ...int64) []byte {
+	for _, v := range vals {
+		b = binary.AppendVarint(b, v)
+	}
+	return b
+}
+
+func appendFlags(b []byte, flags ...bool) []byte {
+	for _, f := range flags {
+		if f {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+	}
+	return b
+}
+
+func ints64(vals []int) []int64 {
+	out := make([]int64, len(vals))
+	for i, v := range vals {
+		out[i] = int64(v)
 	}
 	return out
 }
