@@ -43,11 +43,24 @@ import (
 const (
 	MIGPartedConfigMap    = "gpupool-mig-parted-config"
 	DevicePluginConfigMap = "gpupool-device-plugin-config"
-	policyRecheckInterval = time.Minute
-	reasonInvalidSpec     = "InvalidSpec"
+)
+
+// policyRecheckInterval is the longest a policy goes without a pass while time alone may
+// change what it would decide.
+const policyRecheckInterval = time.Minute
+
+// Reasons the policy controller writes when it cannot use a policy as written: on Ready, and
+// for IneffectiveSpec on SpecValid.
+const (
+	// reasonInvalidSpec: the spec cannot be used as written (a selector that does not parse,
+	// a blocking problem); the message says which field to fix.
+	reasonInvalidSpec = "InvalidSpec"
+	// reasonIneffectiveSpec: the spec is valid but cannot do what it asks (a warning).
 	reasonIneffectiveSpec = "IneffectiveSpec"
-	reasonPlanningFailed  = "PlanningFailed"
-	reasonUndecodable     = "Undecodable"
+	// reasonPlanningFailed: the planner returned an error for this policy.
+	reasonPlanningFailed = "PlanningFailed"
+	// reasonUndecodable: the stored object does not decode into the current API.
+	reasonUndecodable = "Undecodable"
 )
 
 // PolicyReconciler observes a pool, runs the planner and proposes RepartitionPlans. It never
