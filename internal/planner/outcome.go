@@ -2,14 +2,12 @@ package planner
 
 import (
 	"cmp"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
-	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/mig"
 )
@@ -211,68 +209,6 @@ func (p *planState) standbyGain(ni *nodeInfo, pr *proposal, base, trial choice, 
 		return 0, false
 	}
 	return gain, true
-}
-
-// steps turns accepted proposals into Steps and names the pods they serve.
-func (p *planState) steps(chosen map[*nodeInfo]*proposal, res *Result) ([]Step, []types.NamespacedName) {
-	total := make([]int, len(p.classes))
-	var out []Step
-	for _, ni := range p.nodes {
-		pr := chosen[ni]
-		if pr == nil || pr.changed == 0 {
-			continue
-		}
-		step := Step{Node: ni.node.Name, Product: ni.prod.product.Name}
-		if sharesNow(ni) {
-			// A node re-carved for exclusive demand stops sharing, or its new devices would be
-			// advertised as shared replicas that the pods it is changed for cannot use.
-			step.Sharing = &v1alpha1.SharingConfig{Mode: v1alpha1.SharingNone}
-		}
-		for i, gi := range ni.gpus {
-			to, enabled := gi.gpu.Layout(), gi.gpu.MIGEnabled
-			if pr.choice[i] != keep {
-				o := &ni.prod.options[pr.choice[i]]
-				to, enabled = o.layout.Clone(), !o.disabled
-				if enabled != gi.gpu.MIGEnabled {
-					step.RebootRisk = ni.rebootRisk
-				}
-				from := gi.gpu.Layout()
-				step.GPUs = append(step.GPUs, GPUChange{Index: gi.gpu.Index, From: from, To: to})
-				for name, n := range to {
-					res.SlicesGained[name] += n
-				}
-				for name, n := range from {
-					res.SlicesGained[name] -= n
-				}
-				for _, pod := range gi.pods {
-					landing, reason := ni.node.Name, fmt.Sprintf("holds %s on GPU %d", holding(gi, pod.Key), gi.gpu.Index)
-					for _, l := range pr.landings {
-						if l.pod == pod.Key {
-							landing = l.to.node.Name
-							reason += "; moves to " + landing
-						}
-					}
-					step.Evictions = append(step.Evictions, Eviction{Pod: pod.Key, UID: pod.UID, Reason: reason, Landing: landing})
-				}
-			}
-			step.Target = append(step.Target, mig.GPUTarget{Index: gi.gpu.Index, MIGEnabled: enabled, Layout: to})
-		}
-		slices.SortFunc(step.Evictions, func(a, b Eviction) int {
-			return cmp.Or(cmp.Compare(a.Pod.Namespace, b.Pod.Namespace), cmp.Compare(a.Pod.Name, b.Pod.Name))
-		})
-		step.Evictions = slices.CompactFunc(step.Evictions, func(a, b Eviction) bool { return a.Pod == b.Pod })
-		step.WaitsFor = waitsFor(ni, chosen)
-		for _, c := range p.classes {
-			total[c.id] += pr.served[c.id]
-		}
-		out = append(out, step)
-	}
-	for name, n := range res.SlicesGained {
-		if n == 0 {
-			delete(res.SlicesGained, name)
-		}
-	}
-	return out, p.takePods(total)
 }
 
 // waitsFor orders a node's step against the steps its moves touch, always the later accepted

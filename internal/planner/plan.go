@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -240,14 +239,7 @@ func Plan(in Input) (*Result, error) {
 		shares = p.share(min(reconfigureLeft, p.stepRoom(len(steps))), steps)
 	}
 	res.StrandedAfter = p.stranded(exclusiveOnly(p.finalStates(steps), steps, shares), standby)
-	res.Steps, res.Served = p.steps(steps, res)
-	if len(shares) > 0 {
-		shareSteps, shareServed := p.shareSteps(shares, res)
-		res.Steps = append(res.Steps, shareSteps...)
-		slices.SortFunc(res.Steps, func(a, b Step) int { return strings.Compare(a.Node, b.Node) })
-		res.Served = append(res.Served, shareServed...)
-		slices.SortFunc(res.Served, compareKeys)
-	}
+	res.Steps, res.Served = p.render(steps, shares, res)
 	res.Unserved = p.unserved(res, steps, spec)
 	return res, nil
 }

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/types"
-
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/nvidia"
@@ -267,51 +265,6 @@ func fitCount(free, vec []int64, limit int) int {
 		}
 	}
 	return n
-}
-
-// shareSteps renders the nodes the sharing pass converts: every GPU MIG-disabled, with the
-// node's new sharing setting.
-func (p *planState) shareSteps(shares map[*nodeInfo]*shareProposal, res *Result) ([]Step, []types.NamespacedName) {
-	total := make([]int, len(p.classes))
-	var out []Step
-	for _, ni := range p.nodes {
-		sp := shares[ni]
-		if sp == nil {
-			continue
-		}
-		setting := sp.setting
-		step := Step{Node: ni.node.Name, Product: ni.prod.product.Name, Sharing: &setting}
-		enabled := sp.layout != nil
-		for _, gi := range ni.gpus {
-			from, to := gi.gpu.Layout(), sp.layout.Clone()
-			if to == nil {
-				to = mig.Layout{}
-			}
-			if gi.gpu.MIGEnabled != enabled {
-				step.RebootRisk = ni.rebootRisk
-			}
-			if gi.gpu.MIGEnabled != enabled || !from.Equal(to) {
-				step.GPUs = append(step.GPUs, GPUChange{Index: gi.gpu.Index, From: from, To: to})
-				for name, n := range to {
-					res.SlicesGained[name] += n
-				}
-				for name, n := range from {
-					res.SlicesGained[name] -= n
-				}
-			}
-			step.Target = append(step.Target, mig.GPUTarget{Index: gi.gpu.Index, MIGEnabled: enabled, Layout: to})
-		}
-		for name, n := range res.SlicesGained {
-			if n == 0 {
-				delete(res.SlicesGained, name)
-			}
-		}
-		for _, c := range p.classes {
-			total[c.id] += sp.served[c.id]
-		}
-		out = append(out, step)
-	}
-	return out, p.takePods(total)
 }
 
 // explainShared says why pending shared pods stay unserved.
