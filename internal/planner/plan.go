@@ -14,52 +14,78 @@ import (
 	"github.com/gpupool/gpupool/internal/inventory"
 )
 
-// planState is one planning pass's working memory.
+// planState is one planning pass's working memory, by concern: the pool as read (nodes), what
+// is still asked for (demandLedger), what the plan may still spend (budgetLedger), where moved
+// pods may land (landingLedger), and the searches' memory and reused buffers (searchMemory).
 type planState struct {
-	in        *Input
-	dims      *dims
+	in    *Input
+	dims  *dims
+	nodes []*nodeInfo
+	demandLedger
+	budgetLedger
+	landingLedger
+	searchMemory
+}
+
+// demandLedger is the pending demand by class: each class's pods not yet served (class.left),
+// its priority tier, and what one pod of it takes from a node of each product.
+type demandLedger struct {
 	classes   []*class
-	tiers     []int32 // distinct priorities, highest first
-	tierOf    []int   // per class
-	nodes     []*nodeInfo
+	tiers     []int32         // distinct priorities, highest first
+	tierOf    []int           // per class
 	needCache [][]cachedNeeds // per class, per product id
-	pdbLeft   map[string]int32
-	evictOK   bool
-	scratch   state // reused by the search loops; see scratchStateOf
-	// evictedBuf is evaluateInto's reused list of the pods a choice evicts.
-	evictedBuf []types.NamespacedName
-	// wantedBuf is leftover's reused per-profile demand.
-	wantedBuf []int
+}
+
+// budgetLedger is what the plan may still spend: PodDisruptionBudgets, whether it may evict at
+// all, the two node budgets, and how many nodes it may change.
+type budgetLedger struct {
+	pdbLeft map[string]int32
+	evictOK bool
 	// moves is true when evicted pods may land on other nodes (evictions are allowed at all).
 	moves bool
 	// noEvict is set once the plan has used maxDisruptedNodes: later changes evict nobody.
 	noEvict bool
-	// ledger is the spare capacity moved pods may land in; see moves.go. ledgerVersion counts
-	// its changes, and landFailed remembers, per pod, the version in which it found no landing.
-	ledger        *ledger
-	ledgerVersion int
-	landFailed    map[types.NamespacedName]int
-	// landingProducts are the pool's products, in a fixed order, for finding landings.
-	landingProducts []*productInfo
-	// takenBuf, awayScratch and awayServed are reused by land and evaluateInto.
-	takenBuf    []spareCopy
-	awayScratch state
-	awayServed  []int
-	// landMemo remembers evaluateInto's landing searches (landRemembered), landingNeed what
-	// evicted pods need of each product (landingNeeds).
-	landMemo    map[landKey]landResult
-	landingNeed map[podProduct]gpuNeed
-	// accepted counts the proposals accepted so far, to order steps that depend on each other.
-	accepted int
 	// disruptLeft and reconfigureLeft are what the greedy has left of the two budgets; a
 	// carve (moves.go) is only proposed when they pay for it too.
 	disruptLeft, reconfigureLeft int
 	// maxSteps is Input.MaxSteps: how many nodes the plan may change in all; 0 is no bound.
 	maxSteps int
+	// accepted counts the proposals accepted so far, to order steps that depend on each other.
+	accepted int
+}
+
+// landingLedger is the spare capacity moved pods may land in (moves.go, ledger.go) and what
+// the searches for landings remember.
+type landingLedger struct {
+	// ledger is the spare capacity; ledgerVersion counts its changes, and landFailed
+	// remembers, per pod, the version in which it found no landing.
+	ledger        *ledger
+	ledgerVersion int
+	landFailed    map[types.NamespacedName]int
+	// landingProducts are the pool's products, in a fixed order, for finding landings.
+	landingProducts []*productInfo
+	// landMemo remembers evaluateInto's landing searches (landRemembered), landingNeed what
+	// evicted pods need of each product (landingNeeds).
+	landMemo    map[landKey]landResult
+	landingNeed map[podProduct]gpuNeed
+}
+
+// searchMemory is what the searches remember within one plan, and the buffers their inner
+// loops reuse.
+type searchMemory struct {
 	// jointMemo remembers jointSearch's outcomes per node, caps and noEvict (joint.go).
 	jointMemo map[string]map[string]*jointPartial
 	// jointWork counts the work joint searches did in this plan (joint.go, jointMaxWork).
 	jointWork int
+	scratch   state // reused by the search loops; see scratchStateOf
+	// evictedBuf is evaluateInto's reused list of the pods a choice evicts.
+	evictedBuf []types.NamespacedName
+	// wantedBuf is leftover's reused per-profile demand.
+	wantedBuf []int
+	// takenBuf, awayScratch and awayServed are reused by land and evaluateInto.
+	takenBuf    []spareCopy
+	awayScratch state
+	awayServed  []int
 }
 
 // stepRoom is how many more nodes a plan that changes these may change, under maxSteps.
@@ -137,7 +163,7 @@ func Plan(in Input) (*Result, error) {
 		return nil, err
 	}
 	d := newDims(in.Pending, runningRequests(pool))
-	p := &planState{in: &in, dims: d, pdbLeft: map[string]int32{}, maxSteps: in.MaxSteps}
+	p := &planState{in: &in, dims: d, budgetLedger: budgetLedger{pdbLeft: map[string]int32{}, maxSteps: in.MaxSteps}}
 	p.classes = groupClasses(in.Pending, d)
 	p.needCache = make([][]cachedNeeds, len(p.classes))
 	for _, c := range p.classes {
