@@ -25,7 +25,9 @@ asked for and whether its containers hit CUDA out-of-memory), from the live clus
 
 The answer names the layer that holds the pod and the dimension that blocks it:
   NotInPool         no GPUPoolPolicy's pool has a node the pod may run on (nodeSelector, affinity, taints)
-  Placement         nodes whose GPUs could host it lack CPU, memory or other resources
+  Placement         nodes whose GPUs could host it lack CPU, memory or other resources; or, on GPUs
+                    NVIDIA's DRA driver serves in DynamicMIG mode, enough memory slices are free but at no
+                    placement its MIG profile allows (shown as each GPU's slice map)
   PartitionShape    capacity exists under other MIG profiles; a plan re-carves it (or the catalog forbids the shape)
   Capacity          every suitable GPU is taken
   DisruptionBudget  serving it needs a disruption a PodDisruptionBudget or the policy's budgets forbid now
@@ -185,6 +187,7 @@ func writeVerdict(ew *errWriter, v *triage.Verdict, wide bool) {
 		}
 		ew.wrap(label+"- ", "               ", e)
 	}
+	writeSliceMaps(ew, v.SliceMaps)
 	if len(v.Nodes) == 0 {
 		return
 	}
@@ -218,6 +221,27 @@ func writeVerdict(ew *errWriter, v *triage.Verdict, wide bool) {
 	_ = tw.Flush()
 	if n := len(v.Nodes) - matrixLimit; n > 0 && !wide {
 		ew.printf("  ... and %d more nodes (-o wide or -o json lists them all)\n", n)
+	}
+}
+
+// writeSliceMaps draws each DynamicMIG GPU's memory slices with a legend of who holds them,
+// the evidence behind a Placement verdict there.
+func writeSliceMaps(ew *errWriter, maps []triage.SliceMap) {
+	for i, m := range maps {
+		label := "             "
+		if i == 0 {
+			label = "  Slices:    "
+		}
+		ew.printf("%s%s gpu %d: %s  %s\n", label, m.Node, m.GPU, m.Map, m.Fit)
+		for _, l := range m.Legend {
+			ew.wrap("               ", "                   ", l)
+		}
+		for _, n := range m.Notes {
+			ew.wrap("               note: ", "                     ", n)
+		}
+	}
+	if len(maps) > 0 {
+		ew.printf("               (. = free memory slice; the letters are the claims holding the others)\n")
 	}
 }
 

@@ -36,7 +36,9 @@ const (
 	// LayerNotInPool: no GPUPoolPolicy's pool has a node the pod may run on; gpupool cannot help.
 	LayerNotInPool Layer = "NotInPool"
 	// LayerPlacement: nodes whose GPUs could host the pod lack its CPU, memory or other
-	// resources; repartitioning does not fix it.
+	// resources; repartitioning does not fix it. On GPUs NVIDIA's DRA driver serves in
+	// DynamicMIG mode, also: enough memory slices are free, but at no placement the pod's
+	// profile allows (blocking "memory-slice placement", with each GPU's SliceMap).
 	LayerPlacement Layer = "Placement"
 	// LayerPartitionShape: capacity exists, but carved into other profiles; a plan re-carving a
 	// GPU serves the pod (or, when no layout the catalog allows can, the catalog must change).
@@ -82,6 +84,9 @@ type Verdict struct {
 	Nodes []NodeRow `json:"nodes,omitempty"`
 	// Evidence lists what to collect, for the allocator layer.
 	Evidence []string `json:"evidence,omitempty"`
+	// SliceMaps are, for a claim pod on nodes NVIDIA's DRA driver serves in DynamicMIG mode,
+	// each GPU's memory slices and who holds them.
+	SliceMaps []SliceMap `json:"sliceMaps,omitempty"`
 }
 
 // PlanRef names a plan and where it is.
@@ -186,7 +191,13 @@ func explainPending(s *snapshot.Snapshot, rep *snapshot.Report, plans []v1alpha1
 	inv := inventory.Build(s.Nodes, s.GPUNodes, s.PodPointers(), s.PDBs, inventory.Options{
 		DeviceHolders: inventory.DRAHolders(s.Claims, s.Slices), DRAPublished: inventory.DRAPublished(s.Slices)})
 	v.Nodes = matrix(s, inv, pod, pools)
+	// DynamicMIG nodes are no pool's to plan (inventory.DynamicMIGNodes), so whether the pod
+	// waits on their placements is answered from the slices whatever the policies say.
+	dynamicMIG := func() bool { return explainDynamicMIG(s, pod, v) }
 	if len(s.Policies) == 0 {
+		if dynamicMIG() {
+			return
+		}
 		v.Layer, v.Blocking = LayerNotInPool, "no GPUPoolPolicy"
 		v.Reason = "no GPUPoolPolicy exists, so no pool plans for this pod"
 		v.Next = "create a GPUPoolPolicy whose nodeSelector picks the GPU nodes this pod may use"
@@ -216,6 +227,9 @@ func explainPending(s *snapshot.Snapshot, rep *snapshot.Report, plans []v1alpha1
 				return
 			}
 		}
+	}
+	if dynamicMIG() {
+		return
 	}
 	j := slices.IndexFunc(rep.Unserved, func(u snapshot.UnservedPod) bool { return u.Pod == key })
 	if j < 0 {

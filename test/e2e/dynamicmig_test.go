@@ -15,6 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/triage"
 )
 
 // dynamicMIGScenario gets the one node NVIDIA's DRA driver serves in its DynamicMIG mode
@@ -118,5 +121,17 @@ var _ = Describe("DynamicMIG", func() {
 			g.Expect(k8s.Get(suiteCtx, client.ObjectKey{Namespace: s.ns, Name: "big"}, big)).To(Succeed())
 			g.Expect(big.Spec.NodeName).To(BeEmpty())
 		}).WithTimeout(5*time.Second).WithPolling(poll).Should(Succeed(), "five free slices, no legal 3g placement")
+
+		By("asking kubectl gpupool why the 3g pod waits")
+		Eventually(func(g Gomega) {
+			v := s.why(g, "big")
+			g.Expect(v.Layer).To(Equal(triage.LayerPlacement), "%s\n%s", v.Reason, v.Next)
+			g.Expect(v.Blocking).To(Equal("memory-slice placement"))
+			g.Expect(v.SliceMaps).To(ConsistOf(SatisfyAll(HaveField("Node", node), HaveField("GPU", 0),
+				HaveField("Map", "[A B . . . C . .]"), HaveField("Fit", inventory.FitStranded))))
+			g.Expect(v.SliceMaps[0].Legend[2]).To(ContainSubstring("pod "+s.ns+"/"+holder[5]), "the claim at slice 5 is the one in the way of 4-7")
+			g.Expect(v.Next).To(ContainSubstring("no gpupool plan proposes this yet"))
+			g.Expect(v.Next).To(ContainSubstring("moving pod " + s.ns + "/" + holder[5] + " frees memory slices 4-7"))
+		}).WithTimeout(30*time.Second).WithPolling(poll).Should(Succeed(), "why names the placement and shows the slice map")
 	})
 })
