@@ -141,13 +141,13 @@ $(CRD_REF_DOCS): $(TOOLS_MOD)
 ##@ Benchmarks
 
 .PHONY: bench-heartbeat
-bench-heartbeat: test-assets ## Measure the agents' heartbeat (status rewrites vs Lease) at 1,000 nodes against a real API server; writes docs/benchmarks-heartbeat.md.
-	$(GO) run ./test/bench/heartbeat/cmd/hbbench -write docs/benchmarks-heartbeat.md $(BENCH_FLAGS)
+bench-heartbeat: test-assets ## Measure the agents' heartbeat (status rewrites vs Lease) at 1,000 nodes against a real API server; writes docs/benchmarks/heartbeat.md.
+	$(GO) run ./test/bench/heartbeat/cmd/hbbench -write docs/benchmarks/heartbeat.md $(BENCH_FLAGS)
 
 .PHONY: bench-scale
-bench-scale: test-assets ## Measure the manager at 1,000 and 5,000 nodes against a bare-cache baseline on a real API server; writes docs/benchmarks-scale.md.
-	$(GO) run ./test/bench/scale/cmd/scalebench -write docs/benchmarks-scale.md $(BENCH_FLAGS)
+bench-scale: test-assets ## Measure the manager at 1,000 and 5,000 nodes against a bare-cache baseline on a real API server; writes docs/benchmarks/scale.md.
+	$(GO) run ./test/bench/scale/cmd/scalebench -write docs/benchmarks/scale.md $(BENCH_FLAGS)
 
 .PHONY: bench-fragmentation
-bench-fragmentation: ## Replay the Alibaba GPU trace (../shared) against gpupool and baselines; writes docs/benchmarks.md and docs/benchmarks/*.svg (BENCH_FLAGS='-lists all' for every pod list).
-	$(GO) run ./test/bench/fragmentation/cmd/fragbench -write docs/benchmarks.md $(BENCH_FLAGS)
+bench-fragmentation: ## Replay the Alibaba GPU trace (../shared) against gpupool and baselines; writes docs/benchmarks/fragmentation.md and docs/benchmarks/fragmentation/*.svg (BENCH_FLAGS='-lists all' for every pod list).
+	$(GO) run ./test/bench/fragmentation/cmd/fragbench -write docs/benchmarks/fragmentation.md $(BENCH_FLAGS)

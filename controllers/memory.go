@@ -17,7 +17,7 @@ const DefaultReturnMemoryAfter = 10 * time.Second
 // beside the informer caches, and the garbage collector sets its next goal from that peak; the
 // runtime then keeps the pages up to that goal until its next collection, up to two minutes
 // later with nothing allocating, so the manager's resident memory at rest would read as the
-// last pass's peak (measured: 414 MiB at 5,000 nodes for a 110 MB live heap; docs/benchmarks-scale.md).
+// last pass's peak (measured: 414 MiB at 5,000 nodes for a 110 MB live heap; docs/benchmarks/scale.md).
 // One collection after the burst sets the goal from the caches alone. It runs outside any
 // reconcile, once per burst, never while passes follow each other.
 type memoryReturner struct {
