@@ -172,9 +172,16 @@ Fault knobs, per node, as annotations (internal/sim/faults.go says what each doe
   %s: a Go duration a reboot keeps the host down (default %s)
   %s: a new value restarts mig-manager, which applies the current mig.config again
 
+GPU memory a pod's simulated workload uses on each device it holds alone, as a pod annotation
+the node's NVML reports and the agent samples into GPUNode status.usage (internal/sim/usage.go):
+  %s: steady:<quantity> (steady:9Gi), bursty:<low>-<high>[/<period>]
+      (bursty:4Gi-60Gi: the high for the first fifth of every period, default 1m), or
+      preallocate:<fraction> (preallocate:0.9 of the device, flat, as JAX/XLA and vLLM take it);
+      pods without it report no usage
+
 Flags:
 `, strings.Join(models, "\n"), strings.Join(sim.Presets(), ", "), sim.LabelDevicePluginConfig,
 		sim.AnnotationFault, strings.Join(sim.FaultWords(), " | "), sim.AnnotationApplyDelay,
-		sim.AnnotationRebootDuration, sim.DefaultRebootDuration, sim.AnnotationRestartMIGManager)
+		sim.AnnotationRebootDuration, sim.DefaultRebootDuration, sim.AnnotationRestartMIGManager, sim.AnnotationUsage)
 	fs.PrintDefaults()
 }

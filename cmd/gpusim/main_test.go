@@ -65,7 +65,7 @@ func TestCommandLine(t *testing.T) {
 	if code := run(context.Background(), []string{"--help"}, &stderr, noConfig); code != exitOK {
 		t.Errorf("gpusim --help exited %d", code)
 	}
-	for _, want := range []string{"[<count>x]<model>:<gpus>[:<preset>[:dra|:dynamicmig]]", "dynamicmig", "h200", "all-1g", "sim.gpupool.io/fault", "stuck-pending", "reboot", "plugin-silent", "agent-down", "fail-always", "sim.gpupool.io/apply-delay", "sim.gpupool.io/reboot-duration", "sim.gpupool.io/restart-mig-manager", "-create-nodes",
+	for _, want := range []string{"[<count>x]<model>:<gpus>[:<preset>[:dra|:dynamicmig]]", "dynamicmig", "h200", "all-1g", "sim.gpupool.io/fault", "stuck-pending", "reboot", "plugin-silent", "agent-down", "fail-always", "sim.gpupool.io/apply-delay", "sim.gpupool.io/reboot-duration", "sim.gpupool.io/restart-mig-manager", "sim.gpupool.io/usage", "bursty:4Gi-60Gi", "-create-nodes",
 		"-cluster-policy", "status.namespace", "spec.migManager.config.name", "nvidia.com/device-plugin.config", "mig.config.state=failed",
 		"nvidia.com/gpu.shared", "nvidia.com/mig-<profile>.shared"} {
 		if !strings.Contains(stderr.String(), want) {

@@ -127,6 +127,7 @@ func (n *Node) syncAssignmentsLocked(pods []*corev1.Pod, gpus []GPUState) []type
 		n.assigned[key] = got
 	}
 	n.setProcessesLocked(gpus)
+	n.trackUsageLocked(live)
 	return starved
 }
 

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
@@ -73,6 +74,11 @@ type Node struct {
 	// remembers the partitions its plugin published (dynamicmig.go).
 	dynamicMIG bool
 	dynamic    dynamicMIGMemory
+
+	// usage is the AnnotationUsage of each pod holding devices (usage.go), under mu; now is
+	// the simulator's clock, nil for the real one.
+	usage map[types.NamespacedName]podUsage
+	now   func() time.Time
 }
 
 // DRA says whether NVIDIA's DRA driver serves the node's GPUs.

@@ -140,6 +140,7 @@ func New(cfg *rest.Config, o Options) (*Sim, error) {
 		if err != nil {
 			return nil, err
 		}
+		n.now = o.Clock.Now
 		s.nodes[spec.Name] = n
 		s.order = append(s.order, n)
 	}
@@ -203,6 +204,7 @@ func New(cfg *rest.Config, o Options) (*Sim, error) {
 				NodeName:               n.name,
 				Read:                   agent.NVMLReader(n.NVML()),
 				Owners:                 func(context.Context) (map[string][]v1alpha1.PodReference, error) { return n.Owners(), nil },
+				Usage:                  n.ReadUsage,
 				RefreshPeriod:          o.AgentRefreshPeriod,
 				LeaseNamespace:         o.AgentLeaseNamespace,
 				HealthProbeBindAddress: "0",
