@@ -17,8 +17,9 @@ CRD_REF_DOCS := $(TOOLS_BIN)/crd-ref-docs
 CONTROL_PLANE_DIR := $(shell hack/control-plane.sh --print-dir)
 export KUBEBUILDER_ASSETS := $(CONTROL_PLANE_DIR)
 # What the tests need: envtest runs etcd and kube-apiserver, test/localcluster the whole
-# control plane and kwok (which also gets its kwok-stages.yaml). The demo also needs kubectl.
-TEST_COMPONENTS := etcd kube-apiserver kube-controller-manager kube-scheduler kwok
+# control plane and kwok (which also gets its kwok-stages.yaml); test/helm runs docs/install.md's
+# commands with kubectl (and the demo needs it).
+TEST_COMPONENTS := etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl
 
 GOTEST_FLAGS ?= -count=1 -timeout=30m
 
