@@ -706,31 +706,28 @@ var eightGPUSeedBases = []uint64{370_000, 5_550_000, 9_100_000}
 const eightGPUMaxWork = 40_000_000
 
 // TestPlanReachesTheOptimumOnEightGPUNodes compares the demand the planner serves on pools of
-// 2-4 nodes x 8 GPUs with the optimum with moves (nodeSearch).
-//
-// It fails below a floor the planner holds on every seed range (no regression), and skips,
-// with the numbers, below the goal it does not reach yet: the optimum in 99% of cases and 90%
-// of it in every case (measured: 99.5%, 99.0% and 100% equal, worst 0.92, 0.86 and 1: the
-// misses are pools whose search runs past its work bound).
+// 2-4 nodes x 8 GPUs with the optimum with moves (nodeSearch), and holds it to the goal: the
+// optimum in 99% of cases and 90% of it in every case (measured: 99.5%, 99.5% and 100% equal,
+// worst 0.92, 0.92 and 1; the misses are pools whose search runs past its work bound, which
+// counts steps, not time, so the numbers are the same on every machine). With -short, 40 cases
+// per range are held to a floor instead: too few for a percentage.
 func TestPlanReachesTheOptimumOnEightGPUNodes(t *testing.T) {
 	cases := 200
 	if testing.Short() {
 		cases = 40
 	}
-	goalMet := true
 	for _, base := range eightGPUSeedBases {
 		t.Run(fmt.Sprintf("from seed %d", base), func(t *testing.T) {
 			equal, compared, mean, worst := eightGPUOptimum(t, base, cases)
-			if float64(equal) < 0.97*float64(compared) || mean < 0.995 {
-				t.Errorf("the planner regressed on 8-GPU nodes: want the optimum in >= 97%% of cases and a mean ratio >= 0.995; got %d/%d equal, mean %.4f, worst %.3f",
+			switch {
+			case testing.Short() && (float64(equal) < 0.95*float64(compared) || worst < 0.75):
+				t.Errorf("the planner regressed on 8-GPU nodes: want the optimum in >= 95%% of %d cases, >= 75%% of it in each; got %d equal, mean %.4f, worst %.3f",
+					compared, equal, mean, worst)
+			case !testing.Short() && (float64(equal) < 0.99*float64(compared) || worst < 0.90):
+				t.Errorf("the planner is below the goal on 8-GPU nodes: want the optimum in >= 99%% of cases and >= 90%% of it in every case; got %d/%d equal, mean %.4f, worst %.3f",
 					equal, compared, mean, worst)
 			}
-			goalMet = goalMet && float64(equal) >= 0.99*float64(compared) && worst >= 0.90
 		})
-	}
-	if !goalMet {
-		// The goal the planner does not reach yet; turn this into t.Errorf once it does.
-		t.Skip("planner below the goal on 8-GPU nodes (the optimum in >= 99% of cases, >= 90% of it in every case): see the numbers above")
 	}
 }
 

@@ -46,7 +46,7 @@ const (
 	poolMaxStates   = 100_000
 	// poolPruneAt is the number of states past which dominated ones are dropped;
 	// poolMaxCompared the largest group of a node's moves compared pair by pair.
-	poolPruneAt     = 2_000
+	poolPruneAt     = 300
 	poolMaxCompared = 500
 	// poolMaxWork bounds the steps the whole search may take (walk steps, fills, state
 	// transitions, comparisons): about 0.2 seconds on one core. Past it the greedy plan
