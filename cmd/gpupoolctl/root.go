@@ -43,6 +43,7 @@ Commands on the live cluster (the kubeconfig's current context, or --context):
   approve PLAN             approve a plan, bound to its hash (read from the plan itself)
   reject PLAN --reason R   reject a plan
   what-if --live           the plans gpupool would propose now, computed here; nothing is written
+  rightsize [-n NS | -A]   the MIG profile each GPU workload needs, from the memory its pods use
 
 Offline:
   what-if -f SNAPSHOT      the same for a saved snapshot (kubectl get nodes,pods,pdb,gpunodes,gpupoolpolicies -A -o yaml)
@@ -83,7 +84,7 @@ func newRoot(name string, stdin io.Reader, stdout, stderr io.Writer) *cobra.Comm
 		return usageError("%v (see %s --help)", err, cmd.CommandPath())
 	})
 	root.AddCommand(c.statusCommand(), c.whyCommand(), c.planCommand(), c.decideCommand("approve"), c.decideCommand("reject"),
-		c.whatIfCommand())
+		c.whatIfCommand(), c.rightsizeCommand())
 	return root
 }
 
