@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 
@@ -222,21 +223,8 @@ func readInstances[D Device[D, G], G GPUInstance](dev D, profiles []profile, err
 // UUID of its first compute instance (mig-parted creates exactly one per GPU
 // instance) and Busy when any of its compute instances runs a process.
 func attachMIGDevices[D Device[D, G], G GPUInstance](dev D, instances []v1alpha1.MIGInstance, byGI map[int]int, errs *failures) {
-	maxDevices, ret := dev.GetMaxMigDeviceCount()
-	if ret != nvml.SUCCESS {
-		errs.add("GetMaxMigDeviceCount", ret)
-		return
-	}
 	firstCI := map[int]int{} // GPU instance ID -> lowest compute instance ID seen
-	for i := range maxDevices {
-		mdev, ret := dev.GetMigDeviceHandleByIndex(i)
-		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
-			continue // an unused MIG device slot
-		}
-		if ret != nvml.SUCCESS {
-			errs.add(fmt.Sprintf("GetMigDeviceHandleByIndex(%d)", i), ret)
-			continue
-		}
+	for i, mdev := range migDevices(dev, errs) {
 		giID, ret := mdev.GetGpuInstanceId()
 		if ret != nvml.SUCCESS {
 			errs.add(fmt.Sprintf("MIG device %d: GetGpuInstanceId", i), ret)
@@ -278,4 +266,29 @@ func attachMIGDevices[D Device[D, G], G GPUInstance](dev D, instances []v1alpha1
 
 func comparePlacement(a, b v1alpha1.SlicePlacement) int {
 	return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.Size, b.Size))
+}
+
+// migDevices yields the GPU's MIG devices with their indexes, skipping unused slots and
+// recording in errs the handles NVML fails to give.
+func migDevices[D Device[D, G], G GPUInstance](dev D, errs *failures) iter.Seq2[int, D] {
+	return func(yield func(int, D) bool) {
+		maxDevices, ret := dev.GetMaxMigDeviceCount()
+		if ret != nvml.SUCCESS {
+			errs.add("GetMaxMigDeviceCount", ret)
+			return
+		}
+		for i := range maxDevices {
+			mdev, ret := dev.GetMigDeviceHandleByIndex(i)
+			if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
+				continue // an unused MIG device slot
+			}
+			if ret != nvml.SUCCESS {
+				errs.add(fmt.Sprintf("GetMigDeviceHandleByIndex(%d)", i), ret)
+				continue
+			}
+			if !yield(i, mdev) {
+				return
+			}
+		}
+	}
 }

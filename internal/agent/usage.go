@@ -112,20 +112,7 @@ func readWholeUsage[D Device[D, G], G GPUInstance](i int, dev D, out map[string]
 
 // readMIGUsage reads every MIG device of a GPU.
 func readMIGUsage[D Device[D, G], G GPUInstance](dev D, out map[string]DeviceMemory, errs *failures) {
-	maxDevices, ret := dev.GetMaxMigDeviceCount()
-	if ret != nvml.SUCCESS {
-		errs.add("GetMaxMigDeviceCount", ret)
-		return
-	}
-	for i := range maxDevices {
-		mdev, ret := dev.GetMigDeviceHandleByIndex(i)
-		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
-			continue // an unused MIG device slot
-		}
-		if ret != nvml.SUCCESS {
-			errs.add(fmt.Sprintf("GetMigDeviceHandleByIndex(%d)", i), ret)
-			continue
-		}
+	for i, mdev := range migDevices(dev, errs) {
 		uuid, ret := mdev.GetUUID()
 		if ret != nvml.SUCCESS {
 			errs.add(fmt.Sprintf("MIG device %d: GetUUID", i), ret)
