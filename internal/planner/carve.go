@@ -85,6 +85,7 @@ func (p *planState) carveOn(to, from *nodeInfo, pods []*inventory.Pod, pdbUse ma
 			}
 			ch := keepAll(len(to.gpus))
 			ch[gpu] = o
+			p.carveWork++
 			st, ok := p.stateWith(to, ch, nil, nil, false)
 			if !ok {
 				continue
@@ -147,3 +148,7 @@ func (p *planState) acceptCarve(c *carve, sign int) {
 		}
 	}
 }
+
+// carveMaxWork bounds the layouts the carve searches of one plan may try (each a state of
+// the node under one GPU's new layout): about 0.3 s on one core.
+const carveMaxWork = 150_000

@@ -196,9 +196,11 @@ func (p *planState) landOrCarve(from *nodeInfo, ch choice, evicted, keys []types
 	if ls, ok := p.landRemembered(from, ch, evicted, keys, false); ok {
 		return ls, nil, true
 	}
-	if !p.thorough() {
+	if !p.thorough() || p.carveWork >= carveMaxWork {
 		// Searching every node's GPUs for a carve on each candidate would cost seconds on a
-		// large pool; there, spare capacity is plentiful and moves land in it.
+		// large pool; there, spare capacity is plentiful and moves land in it. On a small
+		// pool the search is bounded per plan: past the bound, moves land in spare capacity
+		// only, and the pool search (poolsearch.go) still sees carves on other nodes.
 		return nil, nil, false
 	}
 	// Spare capacity first and carves for the rest; failing that, carves for all, which may

@@ -77,6 +77,9 @@ type searchMemory struct {
 	jointMemo map[string]map[string]*jointPartial
 	// jointWork counts the work joint searches did in this plan (joint.go, jointMaxWork).
 	jointWork int
+	// carveWork counts the layouts the carve searches tried in this plan (carve.go,
+	// carveMaxWork).
+	carveWork int
 	scratch   state // reused by the search loops; see scratchStateOf
 	// evictedBuf is evaluateInto's reused list of the pods a choice evicts.
 	evictedBuf []types.NamespacedName
