@@ -191,25 +191,7 @@ func (n *Node) destroyInstance(i int, in InstanceState) error {
 			if int(info.Placement.Start) != in.Start {
 				continue
 			}
-			for c := range nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
-				ciInfo, ret := gi.GetComputeInstanceProfileInfo(c, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-				if ret != nvml.SUCCESS {
-					continue
-				}
-				cis, ret := gi.GetComputeInstances(&ciInfo)
-				if ret != nvml.SUCCESS {
-					return fmt.Errorf("GPU %d: GetComputeInstances: %s", i, ret.Error())
-				}
-				for _, ci := range cis {
-					if ret := ci.Destroy(); ret != nvml.SUCCESS {
-						return fmt.Errorf("GPU %d: ComputeInstance.Destroy: %s", i, ret.Error())
-					}
-				}
-			}
-			if ret := gi.Destroy(); ret != nvml.SUCCESS {
-				return fmt.Errorf("GPU %d: GpuInstance.Destroy(%s at %d): %s", i, in.Profile, in.Start, ret.Error())
-			}
-			return nil
+			return destroyGPUInstance(i, gi, fmt.Sprintf("%s at %d", in.Profile, in.Start))
 		}
 	}
 	return fmt.Errorf("GPU %d: no GPU instance %s at %d to destroy", i, in.Profile, in.Start)

@@ -112,25 +112,34 @@ func (n *Node) destroyAll(i int, d nvml.Device) error {
 			return fmt.Errorf("GPU %d: GetGpuInstances(%s): %s", i, p.slot.Name, ret.Error())
 		}
 		for _, gi := range list {
-			for c := range nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
-				ciInfo, ret := gi.GetComputeInstanceProfileInfo(c, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-				if ret != nvml.SUCCESS {
-					continue
-				}
-				cis, ret := gi.GetComputeInstances(&ciInfo)
-				if ret != nvml.SUCCESS {
-					return fmt.Errorf("GPU %d: GetComputeInstances: %s", i, ret.Error())
-				}
-				for _, ci := range cis {
-					if ret := ci.Destroy(); ret != nvml.SUCCESS {
-						return fmt.Errorf("GPU %d: ComputeInstance.Destroy: %s", i, ret.Error())
-					}
-				}
-			}
-			if ret := gi.Destroy(); ret != nvml.SUCCESS {
-				return fmt.Errorf("GPU %d: GpuInstance.Destroy(%s): %s", i, p.slot.Name, ret.Error())
+			if err := destroyGPUInstance(i, gi, p.slot.Name); err != nil {
+				return err
 			}
 		}
+	}
+	return nil
+}
+
+// destroyGPUInstance destroys a GPU instance of GPU i after its compute instances, as NVML
+// requires; what names the instance in errors.
+func destroyGPUInstance(i int, gi nvml.GpuInstance, what string) error {
+	for c := range nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
+		ciInfo, ret := gi.GetComputeInstanceProfileInfo(c, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		cis, ret := gi.GetComputeInstances(&ciInfo)
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("GPU %d: GetComputeInstances: %s", i, ret.Error())
+		}
+		for _, ci := range cis {
+			if ret := ci.Destroy(); ret != nvml.SUCCESS {
+				return fmt.Errorf("GPU %d: ComputeInstance.Destroy: %s", i, ret.Error())
+			}
+		}
+	}
+	if ret := gi.Destroy(); ret != nvml.SUCCESS {
+		return fmt.Errorf("GPU %d: GpuInstance.Destroy(%s): %s", i, what, ret.Error())
 	}
 	return nil
 }
