@@ -52,6 +52,7 @@ type RepartitionPlanSpec struct {
 // +kubebuilder:validation:XValidation:rule="size(self.gpus) > 0 || has(self.sharingConfig)",message="a step changes at least one GPU layout or the sharing config"
 // +kubebuilder:validation:XValidation:rule="(has(self.disruptive) && self.disruptive) == (has(self.evictions) && size(self.evictions) > 0)",message="disruptive must be true exactly when the step evicts a pod",fieldPath=".disruptive"
 // +kubebuilder:validation:XValidation:rule="has(self.sharingConfig) == has(self.sharingConfigName)",message="sharingConfig and sharingConfigName go together"
+// +kubebuilder:validation:XValidation:rule="!has(self.placement) || (!has(self.migConfigName) && !has(self.sharingConfig) && !has(self.rebootRisk))",message="a placement step moves claims only: it writes no MIG or sharing config and risks no reboot",fieldPath=".placement"
 type NodeStep struct {
 	// Node is the name of the node.
 	// +kubebuilder:validation:MinLength=1
@@ -111,6 +112,54 @@ type NodeStep struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	RebootRisk string `json:"rebootRisk,omitempty"`
+
+	// Placement is set on a step for a node where NVIDIA's DRA driver runs its DynamicMIG mode
+	// (it carves an instance when a claim is allocated and places first-fit): the step opens
+	// one placement on one GPU for a pending claim by evicting only the claim pods in its way.
+	// The node is neither cordoned nor relabelled, and pods on the other instances keep
+	// running. Evictions lists the claim pods moved, each with its landing.
+	// +optional
+	Placement *PlacementOpening `json:"placement,omitempty"`
+}
+
+// PlacementOpening is the MIG placement a DynamicMIG step frees, the claim it is freed for, and
+// the devices kept from the scheduler's allocator while it is freed.
+// +kubebuilder:validation:XValidation:rule="!self.keepFree.exists(d, d == self.device)",message="the device the pending claim needs is never tainted",fieldPath=".keepFree"
+type PlacementOpening struct {
+	// Driver is the DRA driver whose ResourceSlices publish the node's devices; its pool is
+	// named after the node.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Driver string `json:"driver"`
+	// GPU is the GPU's index on the node, as NVML numbers it.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=63
+	GPU int32 `json:"gpu"`
+	// Profile is the pending claim's MIG profile.
+	Profile MIGProfileName `json:"profile"`
+	// Start is the first memory slice of the placement opened, Size how many it spans.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=7
+	Start int32 `json:"start"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=8
+	Size int32 `json:"size"`
+	// Device is the driver's partition device for that profile and placement: the device the
+	// pending claim is expected to be allocated once the claims in its way have moved.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Device string `json:"device"`
+	// Claim is the pending ResourceClaim the placement is opened for.
+	Claim PodReference `json:"claim"`
+	// KeepFree are the driver's devices on the node that a DeviceTaintRule with effect
+	// NoSchedule keeps from new claims while the step runs: every partition that would refill
+	// the slices being opened (so an evicted claim cannot come back into them), never Device.
+	// The taints are removed when the step ends, however it ends.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=64
+	// +optional
+	KeepFree []string `json:"keepFree,omitempty"`
 }
 
 // GPUChange is the layout change of one GPU.

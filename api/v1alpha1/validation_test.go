@@ -55,6 +55,17 @@ func validPlan(name string) *v1.RepartitionPlan {
 	}
 }
 
+// placementOpening opens 3g.71gb at memory slices 4-7 of GPU 0, keeping the 1g partitions
+// there free.
+func placementOpening() *v1.PlacementOpening {
+	return &v1.PlacementOpening{
+		Driver: "gpu.nvidia.com", GPU: 0, Profile: "3g.71gb", Start: 4, Size: 4,
+		Device:   "gpu-0-mig-3g71gb-4-4",
+		Claim:    v1.PodReference{Namespace: "team", Name: "trainer-gpu"},
+		KeepFree: []string{"gpu-0-mig-1g18gb-4-1", "gpu-0-mig-1g18gb-5-1"},
+	}
+}
+
 func duration(s string) *metav1.Duration {
 	// The API server parses durations itself; the Go value only carries the string through JSON.
 	d := &metav1.Duration{}
@@ -335,7 +346,23 @@ var _ = Describe("RepartitionPlan validation", func() {
 			p.Spec.Steps[0].SharingConfig = &v1.SharingConfig{Mode: v1.SharingTimeSlicing, Replicas: 4}
 			p.Spec.Steps[0].SharingConfigName = "default"
 		}, "spec.steps[0].sharingConfigName", "should match"),
+		Entry("a placement step that also relabels the node", func(p *v1.RepartitionPlan) {
+			p.Spec.Steps[0].Placement = placementOpening()
+		}, "spec.steps[0].placement", "a placement step moves claims only"),
+		Entry("a placement step that taints the device its claim needs", func(p *v1.RepartitionPlan) {
+			p.Spec.Steps[0].MIGConfigName = ""
+			p.Spec.Steps[0].Placement = placementOpening()
+			p.Spec.Steps[0].Placement.KeepFree = append(p.Spec.Steps[0].Placement.KeepFree, p.Spec.Steps[0].Placement.Device)
+		}, "spec.steps[0].placement.keepFree", "the device the pending claim needs is never tainted"),
 	)
+
+	It("accepts a placement step that moves a claim on a DynamicMIG node", func(ctx SpecContext) {
+		p := validPlan("placement")
+		p.Spec.Steps[0].MIGConfigName = ""
+		p.Spec.Steps[0].Placement = placementOpening()
+		Expect(env.Client.Create(ctx, p)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(env.Client.Delete(ctx, p)).To(Succeed()) })
+	})
 
 	It("refuses any edit of spec once created, but allows status and approval", func(ctx SpecContext) {
 		p := validPlan("immutable")
