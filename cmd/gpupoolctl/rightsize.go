@@ -1,28 +1,19 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
-	"github.com/gpupool/gpupool/internal/inventory"
-	"github.com/gpupool/gpupool/internal/mig"
-	"github.com/gpupool/gpupool/internal/nvidia"
-	gpupoolpool "github.com/gpupool/gpupool/internal/pool"
 	"github.com/gpupool/gpupool/internal/rightsize"
+	"github.com/gpupool/gpupool/internal/rightsize/workloads"
 )
 
 const rightsizeLong = `List the GPU workloads (Deployments, StatefulSets, Jobs, DaemonSets, bare pods) of a namespace
@@ -176,135 +167,15 @@ func readRightsize(ctx context.Context, kc client.Client, ns string, opts rights
 	return doc, nil
 }
 
-// workloadKey names a workload: the pod's controller, through its ReplicaSet to its Deployment.
-type workloadKey struct{ namespace, kind, name string }
-
-// ownerOf is the workload a pod belongs to: its controller (a ReplicaSet's own controller when
-// it has one, as a Deployment's ReplicaSets do), or the pod itself.
-func ownerOf(pod *corev1.Pod, replicaSets map[[2]string]*appsv1.ReplicaSet) workloadKey {
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil {
-		return workloadKey{pod.Namespace, "Pod", pod.Name}
-	}
-	if ref.Kind == "ReplicaSet" {
-		if rs := replicaSets[[2]string{pod.Namespace, ref.Name}]; rs != nil {
-			if up := metav1.GetControllerOf(rs); up != nil {
-				return workloadKey{pod.Namespace, up.Kind, up.Name}
-			}
-		}
-	}
-	return workloadKey{pod.Namespace, ref.Kind, ref.Name}
-}
-
-// requestedDevice is the device a pod asks for: a MIG profile's resource or a whole GPU
-// (requested ""); ok is false for pods without one, or with a shared one, whose memory NVML
-// cannot tell apart from their neighbours'.
-func requestedDevice(pod *corev1.Pod) (requested string, ok bool) {
-	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
-		for _, r := range slices.Concat(slices.Collect(maps.Keys(c.Resources.Limits)), slices.Collect(maps.Keys(c.Resources.Requests))) {
-			name := string(r)
-			if profile, isMIG := mig.ProfileFromResource(name); isMIG && !strings.HasSuffix(name, nvidia.SharedSuffix) {
-				return profile, true
-			}
-			if name == nvidia.ResourceGPU {
-				ok = true
-			}
-		}
-	}
-	return "", ok
-}
-
-// recommendAll groups the GPU pods by workload and recommends for each.
+// recommendAll groups the GPU pods by workload and recommends for each (workloads.Recommend).
 func recommendAll(pods []corev1.Pod, replicaSets []appsv1.ReplicaSet, gpuNodes []v1alpha1.GPUNode, nodes []corev1.Node,
 	policies []v1alpha1.GPUPoolPolicy, opts rightsize.Options) []workloadOutput {
-	rsByName := map[[2]string]*appsv1.ReplicaSet{}
-	for i := range replicaSets {
-		rsByName[[2]string{replicaSets[i].Namespace, replicaSets[i].Name}] = &replicaSets[i]
+	results := workloads.Recommend(workloads.Input{Pods: pods, ReplicaSets: replicaSets, GPUNodes: gpuNodes, Nodes: nodes, Policies: policies}, opts)
+	out := make([]workloadOutput, 0, len(results))
+	for _, r := range results {
+		out = append(out, workloadOutput{Namespace: r.Namespace, Kind: r.Kind, Name: r.Name, Pool: r.Pool, Pods: len(r.Pods),
+			Requested: r.Requested, P95MiB: r.P95MiB, PeakMiB: r.PeakMiB, Verdict: r.Verdict, Reason: r.Reason,
+			Recommended: r.Profile, Message: r.Message, Fix: r.Fix, FreedSlices: r.FreedSlices, Compute: r.ComputeNote})
 	}
-	usage := map[[2]string]v1alpha1.PodUsage{}
-	for _, g := range gpuNodes {
-		for _, u := range g.Status.Usage {
-			usage[[2]string{u.Namespace, u.Name}] = u
-		}
-	}
-	inv := inventory.Build(nodes, gpuNodes, nil, nil, inventory.Options{})
-	type group struct {
-		requested string
-		node      string
-		pods      []rightsize.PodSummary
-		count     int
-	}
-	groups := map[workloadKey]*group{}
-	for i := range pods {
-		p := &pods[i]
-		requested, ok := requestedDevice(p)
-		if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		key := ownerOf(p, rsByName)
-		g := groups[key]
-		if g == nil {
-			g = &group{requested: requested}
-			groups[key] = g
-		}
-		g.count++
-		g.node = cmp.Or(g.node, p.Spec.NodeName)
-		if u, ok := usage[[2]string{p.Namespace, p.Name}]; ok {
-			g.pods = append(g.pods, rightsize.PodSummary{Pod: p.Namespace + "/" + p.Name, Summary: rightsize.SummaryOf(u)})
-		}
-	}
-	out := []workloadOutput{}
-	for key, g := range groups {
-		catalog, poolName := catalogFor(g.node, inv, policies)
-		w := rightsize.Workload{Name: key.kind + " " + key.namespace + "/" + key.name, Requested: g.requested, Pods: g.pods}
-		r := rightsize.Recommend(w, catalog, opts)
-		row := workloadOutput{Namespace: key.namespace, Kind: key.kind, Name: key.name, Pool: poolName, Pods: g.count,
-			Requested: cmp.Or(r.Requested, g.requested, "whole GPU"), Verdict: r.Verdict, Reason: r.Reason, Message: r.Message, Fix: r.Fix,
-			FreedSlices: r.FreedMemorySlices * g.count, Compute: r.ComputeNote}
-		if r.Verdict != rightsize.CannotTell {
-			row.Recommended = r.Profile
-		}
-		for _, p := range g.pods {
-			row.P95MiB, row.PeakMiB = max(row.P95MiB, p.P95MiB), max(row.PeakMiB, p.PeakMiB)
-		}
-		out = append(out, row)
-	}
-	slices.SortFunc(out, func(a, b workloadOutput) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
-	})
 	return out
-}
-
-// catalogFor is the catalog of the pool holding node: the GPU product the agent reports there,
-// narrowed to the catalog entry of the one policy selecting the node (pool.CatalogEntry, as the
-// planner applies it). A node no policy, or several, select gets the product's profiles
-// without extras.
-func catalogFor(node string, inv *inventory.Snapshot, policies []v1alpha1.GPUPoolPolicy) (rightsize.Catalog, string) {
-	i := slices.IndexFunc(inv.Nodes, func(n *inventory.Node) bool { return n.Name == node })
-	if i < 0 {
-		return rightsize.Catalog{}, ""
-	}
-	n := inv.Nodes[i]
-	j := slices.IndexFunc(n.GPUs, func(g *inventory.GPU) bool { return g.Product != nil })
-	if j < 0 {
-		return rightsize.Catalog{}, ""
-	}
-	gpu := n.GPUs[j]
-	catalog := rightsize.Catalog{Product: gpu.Product}
-	var selecting []*v1alpha1.GPUPoolPolicy
-	for k := range policies {
-		sel, err := policies[k].Spec.NodeSelector.Selector()
-		if err == nil && n.Object != nil && sel.Matches(labels.Set(n.Object.Labels)) {
-			selecting = append(selecting, &policies[k])
-		}
-	}
-	if len(selecting) != 1 {
-		return catalog, ""
-	}
-	if _, entry := gpupoolpool.CatalogEntry(selecting[0].Spec.Catalog, n, gpu); entry != nil {
-		for _, p := range entry.MIGProfiles {
-			catalog.Allowed = append(catalog.Allowed, string(p))
-		}
-	}
-	return catalog, selecting[0].Name
 }

@@ -1,0 +1,215 @@
+// Package workloads turns a cluster's objects into right-sizing recommendations: it groups the
+// GPU pods by the workload that owns them (a Deployment through its ReplicaSet, a StatefulSet,
+// a Job, ... or the bare pod), joins the usage the node agents publish in GPUNode
+// status.usage and the compute a ComputeSource measured, finds the catalog of the pool each
+// workload runs in, and asks rightsize.Recommend. It is pure (no client, no clock), so the
+// manager's recommendation pass, kubectl gpupool rightsize and what-if --rightsized give the
+// same answer for the same objects.
+//
+// It is a package of its own, rather than files of package rightsize, because it needs the
+// inventory and the pool's catalog rules (internal/pool, which pulls in the planner), and the
+// node agent, which imports rightsize for its histogram, must stay small.
+package workloads
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/mig"
+	"github.com/gpupool/gpupool/internal/nvidia"
+	gpupoolpool "github.com/gpupool/gpupool/internal/pool"
+	"github.com/gpupool/gpupool/internal/rightsize"
+)
+
+// WholeGPU is what Result.Requested says of pods that ask for a whole GPU.
+const WholeGPU = "whole GPU"
+
+// Input is what Recommend reads. Only Pods and GPUNodes are required: without ReplicaSets a
+// Deployment's pods are grouped by their ReplicaSet; without Nodes no pool's catalog is found
+// (every workload is then CannotTell, UnknownCatalog); without Policies each node's product's
+// profiles without extras are allowed.
+type Input struct {
+	Pods        []corev1.Pod
+	ReplicaSets []appsv1.ReplicaSet
+	GPUNodes    []v1alpha1.GPUNode
+	Nodes       []corev1.Node
+	Policies    []v1alpha1.GPUPoolPolicy
+	// Compute is the measured activity per pod; nil when compute was not measured.
+	Compute rightsize.ComputeActivity
+}
+
+// Key names a workload: the pod's controller, through its ReplicaSet to its Deployment.
+type Key struct{ Namespace, Kind, Name string }
+
+func (k Key) String() string { return k.Kind + " " + k.Namespace + "/" + k.Name }
+
+// Result is one workload's recommendation with what it is drawn from.
+type Result struct {
+	Key
+	// Pool is the GPUPoolPolicy whose catalog the recommendation chose from; empty when no
+	// single policy selects the pods' node.
+	Pool string
+	// Pods are the workload's GPU pods that have not finished, sorted.
+	Pods []types.NamespacedName
+	// Requested is the MIG profile each pod asks for, or WholeGPU.
+	Requested string
+	// P95MiB and PeakMiB are the highest across the pods with usage reported.
+	P95MiB, PeakMiB int64
+	// RequestedMiB and UsedMiB sum, over the pods with usage reported, the memory of the
+	// device each runs on and its p95 use: what the workload holds against what it uses.
+	RequestedMiB, UsedMiB int64
+	// Measured is how many pods have usage reported.
+	Measured int
+	rightsize.Recommendation
+	// FreedSlices is the memory slices the recommendation gives back over all the pods.
+	FreedSlices int
+}
+
+// Confident reports whether the recommendation changes the request and may be applied: a
+// Shrink or a Grow. Keep changes nothing and CannotTell says nothing.
+func (r *Result) Confident() bool {
+	return (r.Verdict == rightsize.Shrink || r.Verdict == rightsize.Grow) && r.Profile != "" && r.Profile != r.Requested
+}
+
+// Recommend groups in's GPU pods by workload and recommends for each, sorted by namespace,
+// kind and name.
+func Recommend(in Input, opts rightsize.Options) []Result {
+	rsByName := map[types.NamespacedName]*appsv1.ReplicaSet{}
+	for i := range in.ReplicaSets {
+		rsByName[types.NamespacedName{Namespace: in.ReplicaSets[i].Namespace, Name: in.ReplicaSets[i].Name}] = &in.ReplicaSets[i]
+	}
+	usage := map[types.NamespacedName]v1alpha1.PodUsage{}
+	for _, g := range in.GPUNodes {
+		for _, u := range g.Status.Usage {
+			usage[types.NamespacedName{Namespace: u.Namespace, Name: u.Name}] = u
+		}
+	}
+	inv := inventory.Build(in.Nodes, in.GPUNodes, nil, nil, inventory.Options{})
+	type group struct {
+		requested string
+		node      string
+		summaries []rightsize.PodSummary
+		pods      []types.NamespacedName
+	}
+	groups := map[Key]*group{}
+	for i := range in.Pods {
+		p := &in.Pods[i]
+		requested, ok := RequestedDevice(p)
+		if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		key := ownerOf(p, rsByName)
+		g := groups[key]
+		if g == nil {
+			g = &group{requested: requested}
+			groups[key] = g
+		}
+		name := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+		g.pods = append(g.pods, name)
+		g.node = cmp.Or(g.node, p.Spec.NodeName)
+		if u, ok := usage[name]; ok {
+			g.summaries = append(g.summaries, rightsize.PodSummary{Pod: name.String(), Summary: rightsize.SummaryOf(u)})
+		}
+	}
+	out := make([]Result, 0, len(groups))
+	for key, g := range groups {
+		catalog, poolName := catalogFor(g.node, inv, in.Policies)
+		slices.SortFunc(g.pods, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
+		w := rightsize.Workload{Name: key.String(), Requested: g.requested, Pods: g.summaries, ComputeActivity: in.Compute.Of(g.pods)}
+		r := rightsize.Recommend(w, catalog, opts)
+		res := Result{Key: key, Pool: poolName, Pods: g.pods, Recommendation: r, Measured: len(g.summaries),
+			Requested: cmp.Or(r.Requested, g.requested, WholeGPU), FreedSlices: r.FreedMemorySlices * len(g.pods)}
+		if r.Verdict == rightsize.CannotTell {
+			res.Profile, res.ProfileMiB = "", 0
+		}
+		for _, s := range g.summaries {
+			res.P95MiB, res.PeakMiB = max(res.P95MiB, s.P95MiB), max(res.PeakMiB, s.PeakMiB)
+			res.RequestedMiB += s.CeilingMiB
+			res.UsedMiB += s.P95MiB
+		}
+		out = append(out, res)
+	}
+	slices.SortFunc(out, func(a, b Result) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// ownerOf is the workload a pod belongs to: its controller (a ReplicaSet's own controller when
+// it has one, as a Deployment's ReplicaSets do), or the pod itself.
+func ownerOf(pod *corev1.Pod, replicaSets map[types.NamespacedName]*appsv1.ReplicaSet) Key {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil {
+		return Key{pod.Namespace, "Pod", pod.Name}
+	}
+	if ref.Kind == "ReplicaSet" {
+		if rs := replicaSets[types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}]; rs != nil {
+			if up := metav1.GetControllerOf(rs); up != nil {
+				return Key{pod.Namespace, up.Kind, up.Name}
+			}
+		}
+	}
+	return Key{pod.Namespace, ref.Kind, ref.Name}
+}
+
+// RequestedDevice is the device a pod asks for: a MIG profile's resource or a whole GPU
+// (requested ""); ok is false for pods without one, or with a shared one, whose memory NVML
+// cannot tell apart from their neighbours'.
+func RequestedDevice(pod *corev1.Pod) (requested string, ok bool) {
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		for _, r := range slices.Concat(slices.Collect(maps.Keys(c.Resources.Limits)), slices.Collect(maps.Keys(c.Resources.Requests))) {
+			name := string(r)
+			if profile, isMIG := mig.ProfileFromResource(name); isMIG && !strings.HasSuffix(name, nvidia.SharedSuffix) {
+				return profile, true
+			}
+			if name == nvidia.ResourceGPU {
+				ok = true
+			}
+		}
+	}
+	return "", ok
+}
+
+// catalogFor is the catalog of the pool holding node: the GPU product the agent reports there,
+// narrowed to the catalog entry of the one policy selecting the node (pool.CatalogEntry, as the
+// planner applies it). A node no policy, or several, select gets the product's profiles
+// without extras.
+func catalogFor(node string, inv *inventory.Snapshot, policies []v1alpha1.GPUPoolPolicy) (rightsize.Catalog, string) {
+	i := slices.IndexFunc(inv.Nodes, func(n *inventory.Node) bool { return n.Name == node })
+	if i < 0 {
+		return rightsize.Catalog{}, ""
+	}
+	n := inv.Nodes[i]
+	j := slices.IndexFunc(n.GPUs, func(g *inventory.GPU) bool { return g.Product != nil })
+	if j < 0 {
+		return rightsize.Catalog{}, ""
+	}
+	gpu := n.GPUs[j]
+	catalog := rightsize.Catalog{Product: gpu.Product}
+	var selecting []*v1alpha1.GPUPoolPolicy
+	for k := range policies {
+		sel, err := policies[k].Spec.NodeSelector.Selector()
+		if err == nil && n.Object != nil && sel.Matches(labels.Set(n.Object.Labels)) {
+			selecting = append(selecting, &policies[k])
+		}
+	}
+	if len(selecting) != 1 {
+		return catalog, ""
+	}
+	if _, entry := gpupoolpool.CatalogEntry(selecting[0].Spec.Catalog, n, gpu); entry != nil {
+		for _, p := range entry.MIGProfiles {
+			catalog.Allowed = append(catalog.Allowed, string(p))
+		}
+	}
+	return catalog, selecting[0].Name
+}
