@@ -16,6 +16,7 @@ lint=${GOLANGCI_LINT:-hack/tools/bin/golangci-lint}
 # package dir | import | what depguard must say (its desc in .golangci.yml)
 probes=(
 	"internal/planner|k8s.io/client-go/kubernetes|pure decision packages take objects in"
+	"internal/planner/placement|sigs.k8s.io/controller-runtime/pkg/client|pure decision packages take objects in"
 	"internal/rollout|k8s.io/utils/clock|pure decision packages take the time as an argument"
 	"internal/triage|sigs.k8s.io/controller-runtime/pkg/client|pure decision packages take objects in"
 	"internal/rightsize|k8s.io/utils/clock|pure decision packages take the time as an argument"
