@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -122,11 +123,21 @@ func TestInstallPageRuns(t *testing.T) {
 		},
 		"uninstall": func() { must(t, cluster.Kill(managerProcess)) },
 	}
+	// What each block's output must show, as the page's comments say it does: a block that
+	// exits 0 while printing the wrong thing is not a step that worked.
+	shows := map[string][]*regexp.Regexp{
+		"verify": {
+			regexp.MustCompile(`(?m)^` + pagePolicy + `\s.*\sTrue\s+\S+$`), // kubectl get gpp: READY True
+			regexp.MustCompile(`GPUOperatorConfigured=True\s+\(Configured\)`),
+		},
+		"pause": {regexp.MustCompile(`(?m)^` + pagePolicy + `\s.*\sFalse\s+\S+$`)}, // READY False
+	}
 	after := map[string]func(){
 		"verify": func() {
-			eventually(ctx, t, "GPUOperatorConfigured=True on "+pagePolicy, func() error {
-				return condition(ctx, dyn, pagePolicy, "GPUOperatorConfigured", "True", "")
-			})
+			// The block's kubectl wait already held it; this reads it from the API, not the CLI.
+			if err := condition(ctx, dyn, pagePolicy, "GPUOperatorConfigured", "True", "Configured"); err != nil {
+				t.Errorf("after the verify block: %v", err)
+			}
 		},
 		"pause": func() {
 			eventually(ctx, t, pagePolicy+" Ready=False for Paused", func() error {
@@ -147,6 +158,11 @@ func TestInstallPageRuns(t *testing.T) {
 		}
 		out := sh(fmt.Sprintf("docs/install.md block %q (line %d)", b.Name, b.Line), script)
 		t.Logf("block %q ran after %s:\n%s", b.Name, since(started), out)
+		for _, want := range shows[b.Name] {
+			if !want.MatchString(out) {
+				t.Errorf("docs/install.md block %q (line %d): its output does not show %s", b.Name, b.Line, want)
+			}
+		}
 		if f := after[b.Name]; f != nil {
 			f()
 		}
