@@ -5,6 +5,7 @@ package placement
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/gpupool/gpupool/internal/mig"
@@ -117,6 +118,20 @@ func (p *planner) landsOn(cand *candidate, lg *gpuState, t *tentative, part Part
 	var skip []int
 	if lg == cand.gpu {
 		skip = cand.inWay
+		// The claim must still fit the counters the moved claims give back once the landings
+		// on its own GPU take theirs.
+		use := maps.Clone(t.counters)
+		addCounters(use, part.Counters)
+		for name, v := range use {
+			cand.freed[name] -= v
+		}
+		ok := lg.countersAfterMoves(cand.part.Counters, cand.freed)
+		for name, v := range use {
+			cand.freed[name] += v
+		}
+		if !ok {
+			return false
+		}
 	}
 	return lg.valid(lg.instances(skip, append(slices.Clone(t.instances), in)))
 }

@@ -87,6 +87,7 @@ type candidate struct {
 	gpu      *gpuState
 	part     Partition
 	inWay    []int
+	freed    map[string]int64 // what the claims in the way give back of the GPU's counters
 	landings []landingAt
 	cost     cost
 }
@@ -219,6 +220,7 @@ func (p *planner) try(s *gpuState, part Partition, m *miss) *candidate {
 	for _, i := range cand.inWay {
 		addCounters(freed, s.holderCounters(s.holders[i]))
 	}
+	cand.freed = freed
 	if !s.valid(opened) || !s.countersAfterMoves(part.Counters, freed) {
 		m.note(WhyNoLanding, "%s would free the slices, but the GPU's limits or engines would still not take %s", where, part.Profile)
 		return nil
