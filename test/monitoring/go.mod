@@ -8,6 +8,7 @@ go 1.26.0
 replace github.com/gpupool/gpupool => ../..
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/gpupool/gpupool v0.0.0
 	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/prometheus/common v0.71.0
@@ -77,7 +78,6 @@ require (
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/golang/snappy v1.0.0 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
-	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/s2a-go v0.1.9 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/googleapis/enterprise-certificate-proxy v0.3.20 // indirect
