@@ -95,6 +95,10 @@ type Pod struct {
 	// pod after its eviction; a pod without one is gone for good, so it is never moved
 	// unless Options.MoveUncontrolled says so.
 	Controlled bool
+	// Blocker, when set, says why the pod may never be evicted beside DoNotDisrupt and
+	// Controlled (an emptyDir whose data would be lost, a claim shared with pods elsewhere,
+	// ...), in words for the Unplanned message.
+	Blocker string
 	// PDBs name the PodDisruptionBudgets selecting the pod (any stable key, e.g.
 	// "namespace/name"), each consuming one of Budget.PDBAllowed per pod evicted.
 	PDBs []string

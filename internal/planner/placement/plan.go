@@ -267,6 +267,8 @@ func (p *planner) unmovable(h Holder, pdbNeed map[string]int) string {
 		switch {
 		case pod.DoNotDisrupt:
 			return fmt.Sprintf("pod %s is marked do-not-disrupt", pod.Name)
+		case pod.Blocker != "":
+			return fmt.Sprintf("pod %s may not be evicted: %s", pod.Name, pod.Blocker)
 		case !pod.Controlled && !p.opts.MoveUncontrolled:
 			return fmt.Sprintf("pod %s has no controller to recreate it", pod.Name)
 		}

@@ -70,6 +70,8 @@ func TestPlanTable(t *testing.T) {
 	guarded.PDBs = []string{"team/pdb"}
 	guarded2 := pod("guarded2")
 	guarded2.PDBs = []string{"team/pdb"}
+	blocked := pod("blocked")
+	blocked.Blocker = "uses emptyDir volume scratch"
 	hi := pod("hi")
 	hi.Priority = 1000
 	blocked933 := func(pods ...Pod) []Holder { // 1g at 0, 1 and 5; the one at 5 carries pods
@@ -103,6 +105,9 @@ func TestPlanTable(t *testing.T) {
 		{name: "the benchmark may move pods without a controller",
 			gpus:    []GPU{{Node: "n1", Product: p, Holders: []Holder{holder("a", "1g.18gb", 0, 1, bare), holder("c", "1g.18gb", 5, 1, bare)}}},
 			pending: []Claim{claim3g()}, budget: unlimited(), opts: Options{MoveUncontrolled: true}, openings: []string{"n1/0@0 team/a"}},
+		{name: "a pod with a blocker does not move",
+			gpus:    []GPU{{Node: "n1", Product: p, Holders: []Holder{holder("a", "1g.18gb", 0, 1, blocked), holder("c", "1g.18gb", 5, 1, blocked)}}},
+			pending: []Claim{claim3g()}, budget: unlimited(), opts: Options{MoveUncontrolled: true}, why: WhyProtected},
 		{name: "a PDB without allowance",
 			gpus:    []GPU{{Node: "n1", Product: p, Holders: []Holder{holder("a", "1g.18gb", 0, 1, guarded), holder("c", "1g.18gb", 5, 1, guarded2)}}},
 			pending: []Claim{claim3g()}, budget: Budget{MaxNodes: Unlimited, MaxEvictions: Unlimited, PDBAllowed: map[string]int{"team/pdb": 0}},

@@ -62,7 +62,7 @@ func check(in Input, res Result) error {
 			got = append(got, m.Holder.Claim)
 			moved[key+" "+m.Holder.Claim] = true
 			for _, p := range m.Holder.Pods {
-				if p.DoNotDisrupt || (!p.Controlled && !in.Options.MoveUncontrolled) {
+				if p.DoNotDisrupt || p.Blocker != "" || (!p.Controlled && !in.Options.MoveUncontrolled) {
 					return fmt.Errorf("pod %s may not move", p.Name)
 				}
 				evictions++
