@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/gpupool/gpupool/internal/rightsize"
 	"github.com/gpupool/gpupool/internal/sim"
 )
 
@@ -62,6 +63,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 		"authentication.kubernetes.io/node-name, as the agent DaemonSet's pods do (e.g. system:serviceaccount:gpupool-agent:gpupool-agent, "+
 		"with config/agent's RBAC and admission policies installed); empty acts with gpusim's own credentials")
 	agentLeases := fs.String("agent-lease-namespace", "", "namespace where the in-process agents renew their heartbeat Leases, as the agent DaemonSet does; empty rewrites GPUNode status each refresh instead")
+	usageWindow := fs.Duration("agent-usage-min-window", rightsize.DefaultMinWindow, "the in-process agents rewrite a pod's usage summary "+
+		"(GPUNode status.usage) the pass its window reaches this; give the recommender's --min-window when it is shortened for a demo")
+	usageSamples := fs.Int64("agent-usage-min-samples", rightsize.DefaultMinSamples, "the in-process agents rewrite a pod's usage summary "+
+		"the pass its samples reach this; give the recommender's --min-samples when it is shortened for a demo")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -87,6 +92,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 		fmt.Fprintf(stderr, "gpusim: --agent-refresh-period must be positive, got %s\n", *agentPeriod)
 		return exitUsage
 	}
+	if *usageWindow <= 0 || *usageSamples <= 0 {
+		fmt.Fprintf(stderr, "gpusim: --agent-usage-min-window and --agent-usage-min-samples must be positive, got %s and %d\n", *usageWindow, *usageSamples)
+		return exitUsage
+	}
 
 	// The agents log through controller-runtime's global logger, which only its first setting
 	// fulfils; the simulator gets the logger explicitly.
@@ -106,6 +115,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, restConfig func(s
 		SeedDevicePluginConfig: *seedDevicePluginConfig,
 		DisableAgents:          !*agents,
 		AgentRefreshPeriod:     *agentPeriod,
+		AgentUsageRule:         rightsize.PublishRule{MinWindow: *usageWindow, MinSamples: *usageSamples},
 		AgentLeaseNamespace:    *agentLeases,
 		AgentUser:              *agentUser,
 		Logger:                 logger,

@@ -53,6 +53,8 @@ func TestCommandLine(t *testing.T) {
 		{"--nodes", "h200:1", "--configmap", "ns/name"}, // gone: the ClusterPolicy names the ConfigMaps
 		{"--nodes", "h200:1", "--cluster-policy", "Not_A_Name"},
 		{"--nodes", "h200:1", "--agent-refresh-period", "0s"},
+		{"--nodes", "h200:1", "--agent-usage-min-window", "0s"},
+		{"--nodes", "h200:1", "--agent-usage-min-samples", "0"},
 		{"--nodes", "h200:1", "extra"},
 		{"--no-such-flag"},
 	} {

@@ -19,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/rightsize"
 )
 
 // ManagerOptions configure the agent's controller-runtime manager.
@@ -31,6 +32,8 @@ type ManagerOptions struct {
 	Owners OwnersFunc
 	// Usage reads the memory in use per device, for status.usage; nil publishes no usage.
 	Usage UsageFunc
+	// UsageRule is the Publisher's: when a pod's usage summary is worth a write.
+	UsageRule rightsize.PublishRule
 	// RefreshPeriod between NVML reads and heartbeats; 0 means DefaultRefreshPeriod.
 	RefreshPeriod time.Duration
 	// Heartbeat and LeaseNamespace are the Publisher's: how the manager learns the agent is
@@ -81,13 +84,14 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("creating the agent's manager: %w", err)
 	}
 	p := &Publisher{
-		Client:   mgr.GetClient(),
-		NodeName: o.NodeName,
-		Read:     o.Read,
-		Owners:   o.Owners,
-		Usage:    o.Usage,
-		Clock:    o.Clock,
-		Period:   o.RefreshPeriod,
+		Client:    mgr.GetClient(),
+		NodeName:  o.NodeName,
+		Read:      o.Read,
+		Owners:    o.Owners,
+		Usage:     o.Usage,
+		UsageRule: o.UsageRule,
+		Clock:     o.Clock,
+		Period:    o.RefreshPeriod,
 
 		Heartbeat:      o.Heartbeat,
 		LeaseNamespace: o.LeaseNamespace,

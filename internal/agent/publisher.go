@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/rightsize"
 )
 
 // FieldManager is the server-side-apply field manager the agent writes as; it
@@ -133,6 +134,10 @@ type Publisher struct {
 	// device alone get a decaying histogram each, summarised in status.usage whenever a
 	// summary changes materially (rightsize.PublishRule). Nil publishes no usage.
 	Usage UsageFunc
+	// UsageRule says when a pod's summary is worth a write; the zero value is the defaults. Its
+	// MinWindow and MinSamples should match the recommender's (a summary is written the pass
+	// it crosses them), which tests and demos shorten from a day.
+	UsageRule rightsize.PublishRule
 
 	mu        sync.Mutex // serialises reconciles: NVML reads and the failure count
 	failures  int

@@ -146,6 +146,7 @@ func (p *Publisher) sampleUsage(ctx context.Context, published []v1alpha1.PodUsa
 			return published
 		}
 	}
+	p.usage.rule = p.UsageRule
 	usage, changed := p.usage.sample(now, devicePods(gpus, owners), mem, published)
 	if len(changed) > 0 {
 		log.V(1).Info("usage summaries changed", "pods", changed)

@@ -32,6 +32,7 @@ import (
 
 	"github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/agent"
+	"github.com/gpupool/gpupool/internal/rightsize"
 )
 
 // Labels and annotations of a created node that the GPU Operator, GPU Feature Discovery and
@@ -93,6 +94,10 @@ type Options struct {
 	DisableAgents bool
 	// AgentRefreshPeriod is the agents' NVML read period; 0 means DefaultAgentRefreshPeriod.
 	AgentRefreshPeriod time.Duration
+	// AgentUsageRule is the agents' rightsize.PublishRule, when a pod's usage summary is
+	// rewritten; the zero value is the defaults. A demo or test that recommends within minutes
+	// shortens its MinWindow and MinSamples to the recommender's.
+	AgentUsageRule rightsize.PublishRule
 	// AgentLeaseNamespace, when set, makes the agents renew heartbeat Leases there, as the
 	// agent DaemonSet does in its own namespace; empty keeps the observedTime heartbeat.
 	AgentLeaseNamespace string
@@ -205,6 +210,7 @@ func New(cfg *rest.Config, o Options) (*Sim, error) {
 				Read:                   agent.NVMLReader(n.NVML()),
 				Owners:                 func(context.Context) (map[string][]v1alpha1.PodReference, error) { return n.Owners(), nil },
 				Usage:                  n.ReadUsage,
+				UsageRule:              o.AgentUsageRule,
 				RefreshPeriod:          o.AgentRefreshPeriod,
 				LeaseNamespace:         o.AgentLeaseNamespace,
 				HealthProbeBindAddress: "0",
