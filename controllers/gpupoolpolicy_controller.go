@@ -242,18 +242,21 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		}
 		took.lap("planner")
 	}
-	proposal, err := r.propose(ctx, policy, pass.Own, res, pass.Pending, now)
+	// DynamicMIG nodes: claim pods moved out of the way of a pending claim (policy_placement.go).
+	pp := planPlacements(pass, cluster, res)
+	shown := servedWith(res, pp)
+	proposal, err := r.propose(ctx, policy, pass.Own, res, pp, pass.Pending, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	current := proposal.Current
 	took.lap("propose")
-	r.tellPods(pass, res, proposal)
+	r.tellPods(pass, shown, pp, proposal)
 	r.state.remember(policy, current, res, frozenKey(pass.Frozen), pass.Pending)
 	if err := r.collectPlans(ctx, policy, pass.Own, now); err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.report(ctx, pass, cluster, current, res, problems); err != nil {
+	if err := r.report(ctx, pass, cluster, current, shown, problems); err != nil {
 		return reconcile.Result{}, err
 	}
 	took.lap("report")

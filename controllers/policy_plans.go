@@ -31,7 +31,7 @@ import (
 // tellPods writes an Event on each pending pod of the pool whose story changed: which plan
 // serves it and where that plan stands, or why gpupool cannot help (pool.PodNotes). The pod's
 // owner, often confined to a namespace, reads it with kubectl describe pod.
-func (r *PolicyReconciler) tellPods(pass *pool.Pass, res *planner.Result, proposal pool.Proposal) {
+func (r *PolicyReconciler) tellPods(pass *pool.Pass, res *planner.Result, pp *placementPlan, proposal pool.Proposal) {
 	policy, now, current := pass.Policy, pass.Now, proposal.Current
 	phase := v1alpha1.PlanPhase("")
 	var wanted *v1alpha1.RepartitionPlan
@@ -39,7 +39,7 @@ func (r *PolicyReconciler) tellPods(pass *pool.Pass, res *planner.Result, propos
 		phase = rollout.Gate(current, policy, now).Phase
 	}
 	if proposal.Refused != nil {
-		wanted = res.RepartitionPlan(policy, now)
+		wanted = withPlacements(res, pp, policy, now)
 	}
 	notes := pool.PodNotes(pass.Pending, res, current, phase, proposal.Refused, wanted)
 	told := make(map[types.UID]string, len(notes))
@@ -68,12 +68,12 @@ func (r *PolicyReconciler) tellPods(pass *pool.Pass, res *planner.Result, propos
 // plan so that at most one plan of a policy is live, and returns the decision (Current is the
 // policy's plan afterwards).
 func (r *PolicyReconciler) propose(ctx context.Context, policy *v1alpha1.GPUPoolPolicy,
-	plans []v1alpha1.RepartitionPlan, res *planner.Result, pending []demand.Request, now time.Time) (pool.Proposal, error) {
+	plans []v1alpha1.RepartitionPlan, res *planner.Result, pp *placementPlan, pending []demand.Request, now time.Time) (pool.Proposal, error) {
 	plans, err := r.withJustCreated(ctx, policy, plans)
 	if err != nil {
 		return pool.Proposal{}, err
 	}
-	d := pool.Decide(policy, plans, func() *v1alpha1.RepartitionPlan { return res.RepartitionPlan(policy, now) }, pending, now)
+	d := pool.Decide(policy, plans, func() *v1alpha1.RepartitionPlan { return withPlacements(res, pp, policy, now) }, pending, now)
 	for _, s := range d.Supersede {
 		if err := r.supersede(ctx, s.Plan, s.Why); err != nil {
 			return pool.Proposal{}, err
@@ -139,7 +139,9 @@ func (r *PolicyReconciler) create(ctx context.Context, plan *v1alpha1.Repartitio
 		// new entry, or the node would never be relabelled and the stale "failed" state would be
 		// read as this plan's result.
 		for i := range plan.Spec.Steps {
-			plan.Spec.Steps[i].MIGConfigName = nvidia.PlanEntryName(layoutNames[i], plan.Name)
+			if plan.Spec.Steps[i].Placement == nil { // a placement step writes no MIG config
+				plan.Spec.Steps[i].MIGConfigName = nvidia.PlanEntryName(layoutNames[i], plan.Name)
+			}
 		}
 		plan.Spec.Hash = v1alpha1.HashSteps(plan.Spec.Steps)
 		err := r.Client.Create(ctx, plan)

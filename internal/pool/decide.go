@@ -116,7 +116,9 @@ func Decide(policy *v1alpha1.GPUPoolPolicy, plans []v1alpha1.RepartitionPlan, wa
 func HashAs(want *v1alpha1.RepartitionPlan, name string) string {
 	steps := slices.Clone(want.Spec.Steps)
 	for i := range steps {
-		steps[i].MIGConfigName = nvidia.PlanEntryName(steps[i].MIGConfigName, name)
+		if steps[i].Placement == nil { // a DynamicMIG placement step writes no MIG config
+			steps[i].MIGConfigName = nvidia.PlanEntryName(steps[i].MIGConfigName, name)
+		}
 	}
 	return v1alpha1.HashSteps(steps)
 }

@@ -109,18 +109,22 @@ func (a cost) compare(b cost) int {
 		cmp.Compare(a.maxPriority, b.maxPriority), cmp.Compare(a.sumPriority, b.sumPriority), cmp.Compare(a.away, b.away))
 }
 
-// miss keeps the reason of the failed candidate that came closest.
+// miss keeps the reason of the failed candidate that came closest: the furthest step it
+// reached, then the fewest claims in its way.
 type miss struct {
-	why  Why
-	msg  string
-	rank int
+	why         Why
+	msg         string
+	rank, inWay int
 }
 
 var whyRank = map[Why]int{WhyNoProfile: 0, WhyNodeTaken: 1, WhyProtected: 2, WhyNoLanding: 3, WhyBudget: 4}
 
-func (m *miss) note(why Why, format string, args ...any) {
-	if r := whyRank[why]; m.why == "" || r > m.rank {
-		m.why, m.rank, m.msg = why, r, fmt.Sprintf(format, args...)
+func (m *miss) note(why Why, format string, args ...any) { m.noteAt(why, 0, format, args...) }
+
+// noteAt notes a candidate with inWay claims in the way.
+func (m *miss) noteAt(why Why, inWay int, format string, args ...any) {
+	if r := whyRank[why]; m.why == "" || r > m.rank || (r == m.rank && inWay < m.inWay) {
+		m.why, m.rank, m.inWay, m.msg = why, r, inWay, fmt.Sprintf(format, args...)
 	}
 }
 
@@ -182,14 +186,19 @@ func (p *planner) try(s *gpuState, part Partition, m *miss) *candidate {
 		return nil
 	}
 	cand := &candidate{gpu: s, part: part}
-	pods := 0
+	pods, inWay := 0, 0
+	for i, h := range s.holders {
+		if !s.moved[i] && maskOf(h.Placement)&pm != 0 {
+			inWay++
+		}
+	}
 	pdbNeed := map[string]int{}
 	for i, h := range s.holders {
 		if s.moved[i] || maskOf(h.Placement)&pm == 0 {
 			continue
 		}
 		if why := p.unmovable(h, pdbNeed); why != "" {
-			m.note(WhyProtected, "%s holds %s: %s", h.what(), where, why)
+			m.noteAt(WhyProtected, inWay, "%s holds %s: %s", h.what(), where, why)
 			return nil
 		}
 		cand.inWay = append(cand.inWay, i)
