@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -68,6 +69,14 @@ func (r *CordonReconciler) SetupWithManager(mgr manager.Manager) error {
 	}
 	r.held = map[string]string{}
 	r.Metrics.SetCordoned(nil)
+	// The same janitor's work for the device taints of placement steps, where the API server
+	// serves DeviceTaintRules (resource.k8s.io/v1, Kubernetes 1.37).
+	if _, err := mgr.GetRESTMapper().RESTMapping(resourcev1.SchemeGroupVersion.WithKind("DeviceTaintRule").GroupKind(),
+		resourcev1.SchemeGroupVersion.Version); err == nil {
+		if err := (&DeviceTaintJanitor{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder}).SetupWithManager(mgr); err != nil {
+			return err
+		}
+	}
 	annotated := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		_, ok := o.GetAnnotations()[v1alpha1.AnnotationCordonedBy]
 		return ok

@@ -136,11 +136,18 @@ func (r *PlanReconciler) advance(ctx context.Context, plan *v1alpha1.Repartition
 	if cur.State == v1alpha1.NodeDone || cur.State == v1alpha1.NodeFailed {
 		return 0, false, nil
 	}
-	targets, obs, err := r.observeStep(ctx, plan, policy, step, cur)
+	var targets []mig.GPUTarget
+	var obs rollout.Observation
+	if step.Placement != nil {
+		// A DynamicMIG placement: taints and evictions only (placement_step.go).
+		obs, err = r.observePlacement(ctx, plan, policy, step, cur)
+	} else {
+		targets, obs, err = r.observeStep(ctx, plan, policy, step, cur)
+	}
 	if err != nil {
 		return 0, false, err
 	}
-	res := rollout.Step(plan.Name, step, cur, obs, timeouts, now)
+	res := rollout.StepFor(step).Step(plan.Name, step, cur, obs, timeouts, now)
 	if stale, err := r.perform(ctx, plan, policy, step, cur, targets, &res); err != nil || stale {
 		return 0, stale, err
 	}
@@ -273,6 +280,10 @@ func (r *PlanReconciler) act(ctx context.Context, plan *v1alpha1.RepartitionPlan
 			return "", nil
 		}
 		return res.Message(), nil
+	case rollout.ActionTaint:
+		return r.taintDevices(ctx, plan, step)
+	case rollout.ActionUntaint:
+		return "", r.untaintDevices(ctx, plan, step)
 	case rollout.ActionExpectLayout:
 		gpuNode := &v1alpha1.GPUNode{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: step.Node}, gpuNode); err != nil {

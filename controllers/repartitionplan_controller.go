@@ -97,6 +97,8 @@ func (r *PlanReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			}
 			return r.plansOnNode(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: *s.Spec.NodeName}})
 		}))
+		// A placement step ends when its pending claim is allocated: the allocation wakes it.
+		b = b.Watches(&resourcev1.ResourceClaim{}, handler.EnqueueRequestsFromMapFunc(r.plansOfClaim))
 	}
 	return b.Named("repartitionplan").Complete(quietConflicts{r})
 }

@@ -147,7 +147,10 @@ func NodeUnavailable(node *corev1.Node) string {
 //     disruption.
 func Revalidate(plan *v1alpha1.RepartitionPlan, f Facts) string {
 	for _, step := range plan.Spec.Steps {
-		if len(step.GPUs) == 0 {
+		if len(step.GPUs) == 0 || step.Placement != nil {
+			// A placement step carves nothing: its GPU keeps its other instances and their pods,
+			// and the Placement protocol checks it against the driver's devices and claims
+			// (CheckPlacement) before it touches anything.
 			continue
 		}
 		gpus, ok := f.GPUs[step.Node]

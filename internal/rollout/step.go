@@ -106,6 +106,8 @@ type Observation struct {
 	// GPUsAtFrom and GPUsAtTarget are true when every GPU the step changes has its old layout,
 	// or its new one: nvidia.com/mig.config names what the GPUs have only in one of these.
 	GPUsAtFrom, GPUsAtTarget bool
+	// Placement is what a placement step (the Placement protocol) reads besides the above.
+	Placement PlacementObservation
 }
 
 // Timeouts bound each wait of a step.

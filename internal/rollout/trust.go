@@ -67,7 +67,8 @@ func Authenticate(plan *v1alpha1.RepartitionPlan, policy *v1alpha1.GPUPoolPolicy
 			return Refusal{ReasonMissingPodUID, fmt.Sprintf("the eviction of pod %s/%s on node %s names no pod UID, so it "+
 				"could evict a pod the planner never saw", e.Namespace, e.Name, step.Node)}
 		}
-		if !ownConfigName(step.MIGConfigName) || (step.SharingConfigName != "" && !ownConfigName(step.SharingConfigName)) {
+		// A placement step writes no config at all (the API refuses one that names any).
+		if (step.Placement == nil && !ownConfigName(step.MIGConfigName)) || (step.SharingConfigName != "" && !ownConfigName(step.SharingConfigName)) {
 			return Refusal{ReasonForeignConfigName, fmt.Sprintf("the step on node %s names config %q/%q, which is not one of "+
 				"gpupool's own entries", step.Node, step.MIGConfigName, step.SharingConfigName)}
 		}
