@@ -476,7 +476,7 @@ func TestApprovedPlanIsNeverSuperseded(t *testing.T) {
 	}).WithTimeout(5 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
 }
 
-// TestTwoPoliciesSelectingOneNodeConflictAndLeaveItAlone guards design.md section 3: both
+// TestTwoPoliciesSelectingOneNodeConflictAndLeaveItAlone guards docs/operate.md (the Conflict condition): both
 // policies report Conflict and neither plans a change on the shared node.
 func TestTwoPoliciesSelectingOneNodeConflictAndLeaveItAlone(t *testing.T) {
 	g := NewWithT(t)

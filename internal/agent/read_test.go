@@ -41,7 +41,7 @@ func mustRead(t *testing.T, lib agent.NVML) []v1alpha1.GPUStatus {
 }
 
 // The eight-memory-slice table every A100/H100/H200/B200 reports, by NVML
-// profile constant (design.md section 6).
+// profile constant (docs/architecture.md, "MIG geometry").
 var eightSliceTable = map[int32][]v1alpha1.SlicePlacement{
 	nvml.GPU_INSTANCE_PROFILE_1_SLICE:      pls(1, 0, 1, 2, 3, 4, 5, 6),
 	nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1: pls(1, 0, 1, 2, 3, 4, 5, 6),
@@ -163,7 +163,7 @@ func TestReadMIGInstances(t *testing.T) {
 	}
 }
 
-// H100, H200 and B200 mocks with design.md's corrections read back the
+// H100, H200 and B200 mocks with the corrections docs/architecture.md ("MIG geometry") names read back the
 // real eight-slice table, their names agree with internal/mig's, and instances
 // at the corrected placements read back with the right sizes.
 func TestReadCorrectedHopperAndBlackwell(t *testing.T) {
@@ -218,7 +218,7 @@ func TestReadCorrectedHopperAndBlackwell(t *testing.T) {
 }
 
 // go-nvml's own Hopper/Blackwell tables disagree with internal/mig exactly
-// where design.md says: 3g, 7g and the double-memory 1g. The comparison the
+// where docs/architecture.md ("MIG geometry") says: 3g, 7g and the double-memory 1g. The comparison the
 // probe prints must flag those and nothing else.
 func TestCompareFlagsUncorrectedMockTables(t *testing.T) {
 	s, _ := newServer(t, gpus.H100_SXM5_80GB, gpus.H200_SXM5_141GB, gpus.B200_SXM5_180GB)

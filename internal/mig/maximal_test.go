@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// The lists below are derived from the placement rules of design.md section
-// 6, not copied from NVIDIA: the MIG user guide draws its supported
+// The lists below are derived from the placement rules of docs/architecture.md ("MIG
+// geometry"), not copied from NVIDIA: the MIG user guide draws its supported
 // combinations as a figure whose text the search tools could not read.
 // The derivation, for the six profiles without media extensions (7g, 4g, 3g,
 // 2g, 1g with two memory slices "d", 1g "s"), in halves H0..H3 of the eight
@@ -23,7 +23,7 @@ import (
 //
 // Total 28. For comparison, nebuly-ai/nos's hand-transcribed A100-40GB list
 // (without 1g.10gb) omits 4g+3g and 3g+4x1g and keeps two non-maximal rows;
-// design.md allows 4g+3g, and it runs on A800 80GB in the wild.
+// NVIDIA's placement rules allow 4g+3g, and it runs on A800 80GB in the wild.
 var a100x40Maximal = []string{
 	"7g.40gb:1",
 	"4g.20gb:1,3g.20gb:1",

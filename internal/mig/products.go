@@ -106,7 +106,7 @@ var builtin = []*Product{
 		Names:         []string{"NVIDIA A30"},
 		MemorySlices:  4,
 		ComputeSlices: 4,
-		// Memory from go-nvml's A30 mock, which design.md says matches real devices.
+		// Memory from go-nvml's A30 mock, which docs/architecture.md says matches real devices.
 		Profiles: []Profile{
 			{ID: GIProfile4Slice, Name: "4g.24gb", ComputeSlices: 4, MemorySlices: 4, MemoryMiB: 23344, MaxCount: 1, Placements: placements(4, 0)},
 			{ID: GIProfile2Slice, Name: "2g.12gb", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 11672, MaxCount: 2, Placements: placements(2, 0, 2)},

@@ -1,7 +1,7 @@
 package planner_test
 
-// An independent model of what a node offers pending pods, written from design.md sections 5
-// and 6 and the inventory and demand packages rather than from the planner's code, so that
+// An independent model of what a node offers pending pods, written from docs/architecture.md
+// ("The planner's objectives", "MIG geometry") and the inventory and demand packages rather than from the planner's code, so that
 // property and optimality tests check the planner against a second opinion.
 
 import (

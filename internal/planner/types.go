@@ -3,7 +3,8 @@
 // no clock reads and no globals, so that the controller, the offline CLI and the trace-driven
 // benchmark all call the same function.
 //
-// Objectives, in order (design.md section 5): safety (every target layout has a valid slot
+// Objectives, in order (docs/architecture.md, "The planner's objectives"):
+// safety (every target layout has a valid slot
 // placement; no GPU with a pod changes unless that pod may be evicted; budgets and PDBs hold),
 // most pending demand served (higher priority first, whole-pod fit), standby shapes, least
 // disruption (pods evicted, then GPUs changed, then nodes touched), least stranded capacity.

@@ -8,7 +8,7 @@ import (
 	"github.com/gpupool/gpupool/internal/mig"
 )
 
-// h200Slots is an H200's profile table as the corrected mock reports it (design.md section 6).
+// h200Slots is an H200's profile table as the corrected mock reports it (docs/architecture.md, "MIG geometry").
 var h200Slots = []SlotProfile{
 	{Name: "1g.18gb", ComputeSlices: 1, MemorySlices: 1, MaxCount: 7, Starts: []int{0, 1, 2, 3, 4, 5, 6}},
 	{Name: "1g.18gb+me", ComputeSlices: 1, MemorySlices: 1, MaxCount: 1, Starts: []int{0, 1, 2, 3, 4, 5, 6}, JPEGs: 1, OFAs: 1},

@@ -352,7 +352,7 @@ func TestSamplesRead(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
-			// The samples' placements follow the MIG rules (design.md section 6): no warning.
+			// The samples' placements follow the MIG rules (docs/architecture.md, "MIG geometry"): no warning.
 			if len(snap.Warnings) > 0 {
 				t.Errorf("warnings: %q", snap.Warnings)
 			}

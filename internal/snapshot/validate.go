@@ -330,7 +330,7 @@ func validatePodRef(path string, ref *v1alpha1.PodReference) *fieldError {
 
 // placementWarnings checks each GPU's instances against the built-in geometry of its product.
 // They are warnings, not errors: the agent reads NVML, which is the authority on placements,
-// and the built-in tables for some products are inferred (design.md section 6).
+// and the built-in tables for some products are inferred (docs/architecture.md, "MIG geometry").
 func placementWarnings(g *v1alpha1.GPUNode, where string) []string {
 	var out []string
 	for i, gpu := range g.Status.GPUs {

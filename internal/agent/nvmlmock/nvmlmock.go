@@ -20,7 +20,7 @@ import (
 
 // eightSlicePlacements are the placements real 8-memory-slice GPUs (A100,
 // H100, and by the same profile IDs H200 and B200) report for the profiles
-// go-nvml's H100/H200/B200 mocks get wrong (design.md section 6).
+// go-nvml's H100/H200/B200 mocks get wrong (docs/architecture.md, "MIG geometry").
 var eightSlicePlacements = map[int][]nvml.GpuInstancePlacement{
 	nvml.GPU_INSTANCE_PROFILE_3_SLICE:      {{Start: 0, Size: 4}, {Start: 4, Size: 4}},
 	nvml.GPU_INSTANCE_PROFILE_7_SLICE:      {{Start: 0, Size: 8}},
