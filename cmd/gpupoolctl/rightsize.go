@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
+	"github.com/gpupool/gpupool/internal/podrecord"
 	"github.com/gpupool/gpupool/internal/rightsize"
 	"github.com/gpupool/gpupool/internal/rightsize/workloads"
 )
@@ -32,6 +33,9 @@ type rightsizeOutput struct {
 	Workloads []workloadOutput `json:"workloads"`
 	// Unreadable lists what the user may not read, with the right that would show it.
 	Unreadable []gap `json:"unreadable,omitempty"`
+	// ComputeMeasured is true when compute activity was read (--prometheus-url): then it
+	// narrows the recommendations too.
+	ComputeMeasured bool `json:"computeMeasured,omitempty"`
 }
 
 // workloadOutput is one workload's recommendation.
@@ -98,7 +102,7 @@ func (c *cli) rightsizeCommand() *cobra.Command {
 		if f.all {
 			ns = ""
 		}
-		doc, err := readRightsize(sess.ctx, sess.client, ns, opts)
+		doc, err := readRightsize(sess.ctx, sess.client, ns, opts, nil)
 		if err != nil {
 			return err
 		}
@@ -126,8 +130,9 @@ func (f *rightsizeFlags) options() (rightsize.Options, error) {
 }
 
 // readRightsize reads the pods of ns ("" for all), their owners, the GPUNodes' usage, the nodes
-// and the policies, and recommends per workload.
-func readRightsize(ctx context.Context, kc client.Client, ns string, opts rightsize.Options) (*rightsizeOutput, error) {
+// and the policies, and recommends per workload; compute is each pod's measured activity, nil
+// when not measured.
+func readRightsize(ctx context.Context, kc client.Client, ns string, opts rightsize.Options, compute rightsize.ComputeActivity) (*rightsizeOutput, error) {
 	doc := &rightsizeOutput{Workloads: []workloadOutput{}}
 	var pods corev1.PodList
 	if err := kc.List(ctx, &pods, client.InNamespace(ns)); err != nil {
@@ -163,19 +168,29 @@ func readRightsize(ctx context.Context, kc client.Client, ns string, opts rights
 			return nil, failure(fmt.Errorf("listing %s: %w", l.what, err))
 		}
 	}
-	doc.Workloads = recommendAll(pods.Items, replicaSets.Items, gpuNodes.Items, nodes.Items, policies.Items, opts)
+	doc.Workloads = recommendAll(workloads.Input{Pods: podrecord.FromPods(podPointers(pods.Items)), ReplicaSets: replicaSets.Items,
+		GPUNodes: gpuNodes.Items, Nodes: nodes.Items, Policies: policies.Items, Compute: compute}, opts)
+	doc.ComputeMeasured = compute != nil
 	return doc, nil
 }
 
 // recommendAll groups the GPU pods by workload and recommends for each (workloads.Recommend).
-func recommendAll(pods []corev1.Pod, replicaSets []appsv1.ReplicaSet, gpuNodes []v1alpha1.GPUNode, nodes []corev1.Node,
-	policies []v1alpha1.GPUPoolPolicy, opts rightsize.Options) []workloadOutput {
-	results := workloads.Recommend(workloads.Input{Pods: pods, ReplicaSets: replicaSets, GPUNodes: gpuNodes, Nodes: nodes, Policies: policies}, opts)
+func recommendAll(in workloads.Input, opts rightsize.Options) []workloadOutput {
+	results := workloads.Recommend(in, opts)
 	out := make([]workloadOutput, 0, len(results))
 	for _, r := range results {
 		out = append(out, workloadOutput{Namespace: r.Namespace, Kind: r.Kind, Name: r.Name, Pool: r.Pool, Pods: len(r.Pods),
 			Requested: r.Requested, P95MiB: r.P95MiB, PeakMiB: r.PeakMiB, Verdict: r.Verdict, Reason: r.Reason,
 			Recommended: r.Profile, Message: r.Message, Fix: r.Fix, FreedSlices: r.FreedSlices, Compute: r.ComputeNote})
+	}
+	return out
+}
+
+// podPointers points at pods, as podrecord.FromPods takes them.
+func podPointers(pods []corev1.Pod) []*corev1.Pod {
+	out := make([]*corev1.Pod, len(pods))
+	for i := range pods {
+		out[i] = &pods[i]
 	}
 	return out
 }

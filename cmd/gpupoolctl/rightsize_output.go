@@ -90,7 +90,11 @@ func writeRightsize(w io.Writer, doc *rightsizeOutput, allNamespaces, wide bool)
 		for _, wl := range doc.Workloads {
 			freed += wl.FreedSlices
 		}
-		ew.printf("\nApplied, the recommendations free %s (memory only: compute is not measured).\n", plural(freed, "memory slice"))
+		basis := "memory only: compute is not measured"
+		if doc.ComputeMeasured {
+			basis = "memory and measured compute"
+		}
+		ew.printf("\nApplied, the recommendations free %s (%s).\n", plural(freed, "memory slice"), basis)
 	}
 	for _, g := range doc.Unreadable {
 		ew.wrap("Not seen: ", "  ", g.String())

@@ -77,7 +77,7 @@ func rightsizeCluster() []client.Object {
 func TestRightsizeGroupsAndRecommends(t *testing.T) {
 	kc := fake.NewClientBuilder().WithScheme(scheme).WithObjects(rightsizeCluster()...).Build()
 	opts := rightsize.Options{MinWindow: 24 * time.Hour, MinSamples: 100}
-	doc, err := readRightsize(context.Background(), kc, "team-a", opts)
+	doc, err := readRightsize(context.Background(), kc, "team-a", opts, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestRightsizeGroupsAndRecommends(t *testing.T) {
 	}
 
 	// -A lists team-b's Deployment too; the window and samples are flags.
-	doc, err = readRightsize(context.Background(), kc, "", rightsize.Options{MinWindow: time.Minute, MinSamples: 5})
+	doc, err = readRightsize(context.Background(), kc, "", rightsize.Options{MinWindow: time.Minute, MinSamples: 5}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestRightsizeGroupsAndRecommends(t *testing.T) {
 // rewrites it.
 func TestRightsizeTable(t *testing.T) {
 	kc := fake.NewClientBuilder().WithScheme(scheme).WithObjects(rightsizeCluster()...).Build()
-	doc, err := readRightsize(context.Background(), kc, "", rightsize.Options{MinWindow: 24 * time.Hour, MinSamples: 100})
+	doc, err := readRightsize(context.Background(), kc, "", rightsize.Options{MinWindow: 24 * time.Hour, MinSamples: 100}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/gpupool/gpupool/internal/inventory"
 	"github.com/gpupool/gpupool/internal/mig"
 	"github.com/gpupool/gpupool/internal/nvidia"
+	"github.com/gpupool/gpupool/internal/podrecord"
 	gpupoolpool "github.com/gpupool/gpupool/internal/pool"
 	"github.com/gpupool/gpupool/internal/rightsize"
 )
@@ -35,11 +36,13 @@ import (
 const WholeGPU = "whole GPU"
 
 // Input is what Recommend reads. Only Pods and GPUNodes are required: without ReplicaSets a
-// Deployment's pods are grouped by their ReplicaSet; without Nodes no pool's catalog is found
-// (every workload is then CannotTell, UnknownCatalog); without Policies each node's product's
-// profiles without extras are allowed.
+// Deployment's pods are grouped by the Deployment their pod-template-hash label names, else by
+// their ReplicaSet; without Nodes no pool's catalog is found (every workload is then
+// CannotTell, UnknownCatalog); without Policies each node's product's profiles without extras
+// are allowed.
 type Input struct {
-	Pods        []corev1.Pod
+	// Pods as the manager's cache keeps them (podrecord.FromPods makes them of Pods).
+	Pods        []*podrecord.Record
 	ReplicaSets []appsv1.ReplicaSet
 	GPUNodes    []v1alpha1.GPUNode
 	Nodes       []corev1.Node
@@ -102,10 +105,9 @@ func Recommend(in Input, opts rightsize.Options) []Result {
 		pods      []types.NamespacedName
 	}
 	groups := map[Key]*group{}
-	for i := range in.Pods {
-		p := &in.Pods[i]
-		requested, ok := RequestedDevice(p)
-		if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+	for _, p := range in.Pods {
+		requested, ok := RequestedDevice(p.Requests)
+		if !ok || p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed {
 			continue
 		}
 		key := ownerOf(p, rsByName)
@@ -116,7 +118,7 @@ func Recommend(in Input, opts rightsize.Options) []Result {
 		}
 		name := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 		g.pods = append(g.pods, name)
-		g.node = cmp.Or(g.node, p.Spec.NodeName)
+		g.node = cmp.Or(g.node, p.NodeName)
 		if u, ok := usage[name]; ok {
 			g.summaries = append(g.summaries, rightsize.PodSummary{Pod: name.String(), Summary: rightsize.SummaryOf(u)})
 		}
@@ -147,34 +149,44 @@ func Recommend(in Input, opts rightsize.Options) []Result {
 
 // ownerOf is the workload a pod belongs to: its controller (a ReplicaSet's own controller when
 // it has one, as a Deployment's ReplicaSets do), or the pod itself.
-func ownerOf(pod *corev1.Pod, replicaSets map[types.NamespacedName]*appsv1.ReplicaSet) Key {
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil {
+func ownerOf(pod *podrecord.Record, replicaSets map[types.NamespacedName]*appsv1.ReplicaSet) Key {
+	if pod.Controller == "" {
 		return Key{pod.Namespace, "Pod", pod.Name}
 	}
-	if ref.Kind == "ReplicaSet" {
-		if rs := replicaSets[types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}]; rs != nil {
+	if pod.Controller == "ReplicaSet" && pod.ControllerGroup == appsv1.GroupName {
+		if rs := replicaSets[types.NamespacedName{Namespace: pod.Namespace, Name: pod.ControllerName}]; rs != nil {
 			if up := metav1.GetControllerOf(rs); up != nil {
 				return Key{pod.Namespace, up.Kind, up.Name}
 			}
+			return Key{pod.Namespace, "ReplicaSet", rs.Name}
+		}
+		// The manager caches no ReplicaSets, and a snapshot holds none: the Deployment
+		// controller names each of its ReplicaSets <deployment>-<pod-template-hash> and labels
+		// its pods with the hash (kubernetes pkg/controller/deployment/sync.go,
+		// getNewReplicaSet), a label only it sets.
+		if hash := pod.Labels[appsv1.DefaultDeploymentUniqueLabelKey]; hash != "" {
+			if d, ok := strings.CutSuffix(pod.ControllerName, "-"+hash); ok && d != "" {
+				return Key{pod.Namespace, "Deployment", d}
+			}
 		}
 	}
-	return Key{pod.Namespace, ref.Kind, ref.Name}
+	return Key{pod.Namespace, pod.Controller, pod.ControllerName}
 }
 
-// RequestedDevice is the device a pod asks for: a MIG profile's resource or a whole GPU
-// (requested ""); ok is false for pods without one, or with a shared one, whose memory NVML
-// cannot tell apart from their neighbours'.
-func RequestedDevice(pod *corev1.Pod) (requested string, ok bool) {
-	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
-		for _, r := range slices.Concat(slices.Collect(maps.Keys(c.Resources.Limits)), slices.Collect(maps.Keys(c.Resources.Requests))) {
-			name := string(r)
-			if profile, isMIG := mig.ProfileFromResource(name); isMIG && !strings.HasSuffix(name, nvidia.SharedSuffix) {
-				return profile, true
-			}
-			if name == nvidia.ResourceGPU {
-				ok = true
-			}
+// RequestedDevice is the device a pod's requests (podrecord.Record.Requests) ask for: a MIG
+// profile's resource or a whole GPU (requested ""); ok is false for pods without one, or with a
+// shared one, whose memory NVML cannot tell apart from their neighbours'.
+func RequestedDevice(requests corev1.ResourceList) (requested string, ok bool) {
+	for _, r := range slices.Sorted(maps.Keys(requests)) {
+		name := string(r)
+		if q := requests[r]; q.Sign() <= 0 {
+			continue
+		}
+		if profile, isMIG := mig.ProfileFromResource(name); isMIG && strings.HasPrefix(name, mig.ResourcePrefix) && !strings.HasSuffix(name, nvidia.SharedSuffix) {
+			return profile, true
+		}
+		if name == nvidia.ResourceGPU {
+			ok = true
 		}
 	}
 	return "", ok

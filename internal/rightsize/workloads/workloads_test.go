@@ -14,6 +14,7 @@ import (
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/fixture"
+	"github.com/gpupool/gpupool/internal/podrecord"
 	"github.com/gpupool/gpupool/internal/rightsize"
 	"github.com/gpupool/gpupool/internal/rightsize/workloads"
 )
@@ -43,17 +44,32 @@ func pod(key string, opts ...fixture.PodOption) corev1.Pod {
 }
 
 // base is one H200 node of pool-a, whose policy allows 1g.18gb, 2g.35gb and 3g.71gb.
-func base() workloads.Input {
+func base() *input {
 	node := fixture.GPUHost("gpu-0", "NVIDIA-H200", nil, "pool", "a")
 	policy := v1alpha1.GPUPoolPolicy{ObjectMeta: metav1.ObjectMeta{Name: "pool-a"}, Spec: v1alpha1.GPUPoolPolicySpec{
 		NodeSelector: v1alpha1.PoolSelector{MatchLabels: map[string]string{"pool": "a"}},
 		Catalog:      []v1alpha1.CatalogEntry{{Product: "H200", MIGProfiles: []v1alpha1.MIGProfileName{"1g.18gb", "2g.35gb", "3g.71gb"}}},
 	}}
-	return workloads.Input{
+	return &input{Input: workloads.Input{
 		Nodes:    []corev1.Node{node},
 		GPUNodes: []v1alpha1.GPUNode{fixture.Report("gpu-0", fixture.MIGGPU(0, "NVIDIA H200"))},
 		Policies: []v1alpha1.GPUPoolPolicy{policy},
+	}}
+}
+
+// input is workloads.Input with the pods as objects, made records by recommend.
+type input struct {
+	workloads.Input
+	pods []corev1.Pod
+}
+
+func (in *input) recommend() []workloads.Result {
+	ptrs := make([]*corev1.Pod, len(in.pods))
+	for i := range in.pods {
+		ptrs[i] = &in.pods[i]
 	}
+	in.Pods = podrecord.FromPods(ptrs)
+	return workloads.Recommend(in.Input, opts)
 }
 
 // row is a Result in one line: key pool pods requested->profile verdict/reason freed req/used.
@@ -65,13 +81,13 @@ func row(r workloads.Result) string {
 func TestRecommend(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		edit func(*workloads.Input)
+		edit func(*input)
 		want []string
 	}{{
 		name: "a Deployment's pods are one workload, through their ReplicaSet",
-		edit: func(in *workloads.Input) {
+		edit: func(in *input) {
 			in.ReplicaSets = []appsv1.ReplicaSet{rs("server-5d8f", "server")}
-			in.Pods = []corev1.Pod{
+			in.pods = []corev1.Pod{
 				pod("server-b", fixture.OwnedBy("apps/v1", "ReplicaSet", "server-5d8f")),
 				pod("server-a", fixture.OwnedBy("apps/v1", "ReplicaSet", "server-5d8f")),
 			}
@@ -80,58 +96,70 @@ func TestRecommend(t *testing.T) {
 		want: []string{"Deployment team/server pool-a 2 3g.71gb->1g.18gb Shrink/SmallerProfileFits freed=6 held=142Gi used=18Gi"},
 	}, {
 		name: "without its ReplicaSet, a Deployment's pods are grouped by the ReplicaSet",
-		edit: func(in *workloads.Input) {
-			in.Pods = []corev1.Pod{pod("server-a", fixture.OwnedBy("apps/v1", "ReplicaSet", "server-5d8f"))}
+		edit: func(in *input) {
+			in.pods = []corev1.Pod{pod("server-a", fixture.OwnedBy("apps/v1", "ReplicaSet", "server-5d8f"))}
 			in.GPUNodes[0].Status.Usage = []v1alpha1.PodUsage{use("server-a", 9*gib, 9*gib)}
 		},
 		want: []string{"ReplicaSet team/server-5d8f pool-a 1 3g.71gb->1g.18gb Shrink/SmallerProfileFits freed=3 held=71Gi used=9Gi"},
 	}, {
+		name: "without its ReplicaSet, the pod-template-hash label names the Deployment",
+		edit: func(in *input) {
+			in.pods = []corev1.Pod{
+				pod("server-a", fixture.OwnedBy("apps/v1", "ReplicaSet", "server-5d8f"), fixture.Labelled("pod-template-hash", "5d8f")),
+				pod("server-b", fixture.OwnedBy("apps/v1", "ReplicaSet", "server-77aa"), fixture.Labelled("pod-template-hash", "77aa")),
+			}
+			in.GPUNodes[0].Status.Usage = []v1alpha1.PodUsage{use("server-a", 9*gib, 9*gib), use("server-b", 9*gib, 9*gib)}
+		},
+		want: []string{"Deployment team/server pool-a 2 3g.71gb->1g.18gb Shrink/SmallerProfileFits freed=6 held=142Gi used=18Gi"},
+	}, {
 		name: "finished pods, shared devices and pods without a GPU are no workload",
-		edit: func(in *workloads.Input) {
+		edit: func(in *input) {
 			done := pod("done", fixture.OwnedBy("batch/v1", "Job", "done"))
 			done.Status.Phase = corev1.PodSucceeded
-			in.Pods = []corev1.Pod{done,
+			in.pods = []corev1.Pod{done,
 				fixture.Pod("shared", fixture.Running("gpu-0"), fixture.Requests("nvidia.com/mig-1g.18gb.shared", "1")),
+				fixture.Pod("shared-gpu", fixture.Running("gpu-0"), fixture.Requests("nvidia.com/gpu.shared", "1")),
+				fixture.Pod("other-vendor", fixture.Running("gpu-0"), fixture.Requests("example.com/1g.18gb", "1")),
 				fixture.Pod("web", fixture.Running("gpu-0"), fixture.Requests("cpu", "1")),
 				fixture.Pod("notebook", fixture.Running("gpu-0"), fixture.Requests("nvidia.com/gpu", "1"), fixture.Unowned())}
 		},
 		want: []string{"Pod team/notebook pool-a 1 whole GPU-> CannotTell/NoPods freed=0 held=0Gi used=0Gi"},
 	}, {
 		name: "a node no policy selects offers every profile without extras",
-		edit: func(in *workloads.Input) {
+		edit: func(in *input) {
 			in.Policies = nil
-			in.Pods = []corev1.Pod{pod("db-0", fixture.OwnedBy("apps/v1", "StatefulSet", "db"))}
+			in.pods = []corev1.Pod{pod("db-0", fixture.OwnedBy("apps/v1", "StatefulSet", "db"))}
 			in.GPUNodes[0].Status.Usage = []v1alpha1.PodUsage{use("db-0", 20*gib, 22*gib)}
 		},
 		// 24 GiB with headroom: 1g.35gb (outside pool-a's catalog) holds it.
 		want: []string{"StatefulSet team/db  1 3g.71gb->1g.35gb Shrink/SmallerProfileFits freed=2 held=71Gi used=20Gi"},
 	}, {
 		name: "the pool's catalog narrows the choice",
-		edit: func(in *workloads.Input) {
-			in.Pods = []corev1.Pod{pod("db-0", fixture.OwnedBy("apps/v1", "StatefulSet", "db"))}
+		edit: func(in *input) {
+			in.pods = []corev1.Pod{pod("db-0", fixture.OwnedBy("apps/v1", "StatefulSet", "db"))}
 			in.GPUNodes[0].Status.Usage = []v1alpha1.PodUsage{use("db-0", 20*gib, 22*gib)}
 		},
 		want: []string{"StatefulSet team/db pool-a 1 3g.71gb->2g.35gb Shrink/SmallerProfileFits freed=2 held=71Gi used=20Gi"},
 	}, {
 		name: "measured compute keeps a busy workload's compute slices",
-		edit: func(in *workloads.Input) {
-			in.Pods = []corev1.Pod{pod("train-x", fixture.OwnedBy("batch/v1", "Job", "train")), pod("train-y", fixture.OwnedBy("batch/v1", "Job", "train"))}
+		edit: func(in *input) {
+			in.pods = []corev1.Pod{pod("train-x", fixture.OwnedBy("batch/v1", "Job", "train")), pod("train-y", fixture.OwnedBy("batch/v1", "Job", "train"))}
 			in.GPUNodes[0].Status.Usage = []v1alpha1.PodUsage{use("train-x", 9*gib, 9*gib), use("train-y", 9*gib, 9*gib)}
 			in.Compute = rightsize.ComputeActivity{{Namespace: "team", Name: "train-x"}: 0.2, {Namespace: "team", Name: "train-y"}: 0.9}
 		},
 		want: []string{"Job team/train pool-a 2 3g.71gb->3g.71gb Keep/RequestIsSmallest freed=0 held=142Gi used=18Gi"},
 	}, {
 		name: "a pod on a node without a report has no catalog",
-		edit: func(in *workloads.Input) {
-			in.Pods = []corev1.Pod{fixture.Pod("lost", fixture.Running("gpu-9"), mig3g, fixture.Unowned())}
+		edit: func(in *input) {
+			in.pods = []corev1.Pod{fixture.Pod("lost", fixture.Running("gpu-9"), mig3g, fixture.Unowned())}
 		},
 		want: []string{"Pod team/lost  1 3g.71gb-> CannotTell/UnknownCatalog freed=0 held=0Gi used=0Gi"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := base()
-			tc.edit(&in)
+			tc.edit(in)
 			var got []string
-			for _, r := range workloads.Recommend(in, opts) {
+			for _, r := range in.recommend() {
 				got = append(got, row(r))
 			}
 			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
@@ -143,14 +171,14 @@ func TestRecommend(t *testing.T) {
 
 func TestRecommendComputeNote(t *testing.T) {
 	in := base()
-	in.Pods = []corev1.Pod{pod("a", fixture.Unowned())}
+	in.pods = []corev1.Pod{pod("a", fixture.Unowned())}
 	in.GPUNodes[0].Status.Usage = []v1alpha1.PodUsage{use("a", 9*gib, 9*gib)}
-	r := workloads.Recommend(in, opts)[0]
+	r := in.recommend()[0]
 	if r.ComputeMeasured || !strings.Contains(r.ComputeNote, "not measured") {
 		t.Errorf("without compute: measured %v, note %q", r.ComputeMeasured, r.ComputeNote)
 	}
 	in.Compute = rightsize.ComputeActivity{types.NamespacedName{Namespace: "team", Name: "a"}: 0.1}
-	r = workloads.Recommend(in, opts)[0]
+	r = in.recommend()[0]
 	if !r.ComputeMeasured || r.Profile != "1g.18gb" {
 		t.Errorf("with 10%% compute: measured %v, profile %s (%s)", r.ComputeMeasured, r.Profile, r.ComputeNote)
 	}
