@@ -57,6 +57,7 @@ type options struct {
 	enableHTTP2             bool
 	configPropagation       time.Duration
 	eventCoalescing         time.Duration
+	rightsizeInterval       time.Duration
 }
 
 func main() {
@@ -94,6 +95,8 @@ func main() {
 		"Wait between writing the mig-parted ConfigMap and relabelling a node, so the kubelet can refresh mig-manager's mounted copy.")
 	flag.DurationVar(&opts.eventCoalescing, "event-coalescing", controllers.DefaultEventCoalescing,
 		"How long the cluster's events (pods, nodes, GPU reports) gather before the policy pass they start, so that a burst makes one pass; 0 passes at once.")
+	flag.DurationVar(&opts.rightsizeInterval, "rightsize-interval", controllers.DefaultRightsizeInterval,
+		"How often the leader recommends a MIG profile per GPU workload from the usage the agents publish, for the gpupool_rightsize_* metrics (nothing is changed); 0 turns it off.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -273,6 +276,11 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 	}
 	if err := controllers.AddPodWait(mgr, m, clock.RealClock{}); err != nil {
 		return err
+	}
+	if opts.rightsizeInterval > 0 {
+		if err := controllers.AddRightsizePass(mgr, &controllers.RightsizePass{Metrics: m, Interval: opts.rightsizeInterval}); err != nil {
+			return err
+		}
 	}
 	log.Info("starting manager", "controllers", []string{"gpupoolpolicy", "repartitionplan", "cordon", "operatorconfig"}, "leaderElection", opts.leaderElect,
 		"metrics", opts.metricsAddr, "probes", opts.probeAddr)

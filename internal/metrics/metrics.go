@@ -46,6 +46,10 @@ const (
 	FreeSlices               = "gpupool_free_slices"
 	PlanAwaitingSince        = "gpupool_plan_awaiting_approval_since_timestamp_seconds"
 	PodPendingSeconds        = "gpupool_pod_pending_seconds"
+	RightsizeRequestedBytes  = "gpupool_rightsize_requested_memory_bytes"
+	RightsizeUsedBytes       = "gpupool_rightsize_used_memory_bytes"
+	RightsizeSlicesAway      = "gpupool_rightsize_slices_recommended_away"
+	RightsizeWorkloads       = "gpupool_rightsize_workloads"
 )
 
 // Metrics holds gpupool's collectors. The zero value is not usable; a nil *Metrics records
@@ -74,6 +78,7 @@ type Metrics struct {
 	freeSlices         *prometheus.GaugeVec
 	planAwaitingSince  *prometheus.GaugeVec
 	podPending         *prometheus.HistogramVec
+	rightsize          rightsizeCollectors
 }
 
 // Series is one exported metric: its name, its type (gauge, counter, histogram), the labels its
@@ -126,6 +131,9 @@ var (
 	policyTypeStatus  = []string{"policy", "type", "status"}
 	policyPlan        = []string{"policy", "plan"}
 	shapeOnly         = []string{"shape"}
+	namespaceOnly     = []string{"namespace"}
+	namespaceProfile  = []string{"namespace", "profile"}
+	namespaceVerdict  = []string{"namespace", "verdict"}
 )
 
 // newCollectors makes the collectors that exported describes, taking each one's name, labels
@@ -171,6 +179,8 @@ func newCollectors() *Metrics {
 		freeSlices:        gauge(FreeSlices),
 		planAwaitingSince: gauge(PlanAwaitingSince),
 		podPending:        histogram(PodPendingSeconds, podPendingBuckets),
+		rightsize: rightsizeCollectors{requested: gauge(RightsizeRequestedBytes), used: gauge(RightsizeUsedBytes),
+			slicesAway: gauge(RightsizeSlicesAway), workloads: gauge(RightsizeWorkloads)},
 	}
 }
 
@@ -178,7 +188,8 @@ func (m *Metrics) all() []prometheus.Collector {
 	return []prometheus.Collector{m.pendingPods, m.unservedPods, m.strandedSlices, m.feasibleNodes, m.eligibleNodes,
 		m.feasibleNodesRatio, m.unreportedNodes, m.policyTimeout, m.planPhase, m.planDuration, m.stepStarted,
 		m.stepState, m.evictions, m.reconfigureSeconds, m.policyPasses, m.policyPassSeconds, m.cordonedNodes,
-		m.policyCondition, m.configuredSlices, m.usedSlices, m.freeSlices, m.planAwaitingSince, m.podPending}
+		m.policyCondition, m.configuredSlices, m.usedSlices, m.freeSlices, m.planAwaitingSince, m.podPending,
+		m.rightsize.requested, m.rightsize.used, m.rightsize.slicesAway, m.rightsize.workloads}
 }
 
 // describe returns exported's entry for a collector newCollectors makes. A name missing there,
@@ -251,6 +262,16 @@ var exported = []Series{
 	{PodPendingSeconds, "histogram", shapeOnly,
 		"Time from a GPU pod's creation to its binding to a node, per GPU resource it asks for (shape); " +
 			"observed once per pod, by the leading manager, when it sees the binding."},
+	{RightsizeRequestedBytes, "gauge", namespaceOnly,
+		"GPU memory of the devices (MIG instances or whole GPUs) that a namespace's pods with usage reported hold, " +
+			"from the node agents' GPUNode status.usage; the leading manager's right-sizing pass."},
+	{RightsizeUsedBytes, "gauge", namespaceOnly,
+		"GPU memory those pods use: the sum of each pod's p95 over its measured window."},
+	{RightsizeSlicesAway, "gauge", namespaceProfile,
+		"MIG memory slices the right-sizing recommendations would give back, per namespace and the profile asked for " +
+			"(whole-gpu for a whole GPU): Shrink recommendations only, over all the workload's pods."},
+	{RightsizeWorkloads, "gauge", namespaceVerdict,
+		"GPU workloads (Deployments, StatefulSets, Jobs, bare pods, ...) per right-sizing verdict: Shrink, Keep, Grow, CannotTell."},
 }
 
 // PolicyObservation is what one pass of the policy controller saw of a pool.

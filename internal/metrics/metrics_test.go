@@ -366,6 +366,9 @@ func TestExportedDescribesEveryCollector(t *testing.T) {
 	m.CountPass("p", true)
 	m.ObservePass("p", 2*time.Second)
 	m.SetCordoned(map[string]int{metrics.CordonFailedStep: 1})
+	m.ObserveRightsize(metrics.RightsizeObservation{RequestedMiB: map[string]int64{"ns": 1}, UsedMiB: map[string]int64{"ns": 1},
+		SlicesAway: map[metrics.NamespaceProfile]int{{Namespace: "ns", Profile: "3g.71gb"}: 1},
+		Workloads:  map[metrics.NamespaceVerdict]int{{Namespace: "ns", Verdict: "Shrink"}: 1}})
 
 	labels, types := gathered(t, reg)
 	want := map[string][]string{}

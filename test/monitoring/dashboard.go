@@ -168,6 +168,17 @@ func Dashboard() (dashboard.Dashboard, error) { //nolint:staticcheck // the clas
 			target{"sum by (profile) (gpupool_used_slices" + sel + ")", "{{profile}} used"},
 			target{"sum by (profile) (gpupool_free_slices" + sel + ")", "{{profile}} free"},
 			target{"sum by (profile) (gpupool_configured_slices" + sel + ")", "{{profile}} configured"})).
+		WithRow(dashboard.NewRowBuilder("Right-sizing")).
+		WithPanel(panel("GPU memory requested and used, per namespace",
+			"Of the pods whose usage the node agents report (GPUNode status.usage): the memory of the MIG instances or whole GPUs they hold, and what they use (the sum of each pod's p95). The gap is what right-sizing could give back; kubectl gpupool rightsize -A lists the workloads. All pools (a namespace's pods may run in several).", "bytes", false,
+			target{"sum by (namespace) (gpupool_rightsize_requested_memory_bytes)", "{{namespace}} requested"},
+			target{"sum by (namespace) (gpupool_rightsize_used_memory_bytes)", "{{namespace}} used"})).
+		WithPanel(panel("Slices recommended away",
+			"MIG memory slices the Shrink recommendations would give back, per namespace and the profile its workloads ask for (nothing is changed: a team applies a recommendation by editing its request). kubectl gpupool what-if --live --rightsized says how many GPUs and nodes that frees.", "short", true,
+			target{"sum by (namespace, profile) (gpupool_rightsize_slices_recommended_away)", "{{namespace}} {{profile}}"})).
+		WithPanel(panel("Workloads by right-sizing verdict",
+			"GPU workloads (Deployments, StatefulSets, Jobs, bare pods) per verdict: Shrink (a smaller profile holds their use), Keep, Grow (their peak reached the instance), CannotTell (too little data, a framework that preallocates, or pods that disagree: kubectl gpupool rightsize says which and what to do).", "short", true,
+			target{"sum by (verdict) (gpupool_rightsize_workloads)", "{{verdict}}"})).
 		WithRow(dashboard.NewRowBuilder("Plans")).
 		WithPanel(panel("Plans by phase",
 			"RepartitionPlans that exist, by the phase they are in.", "short", true,
