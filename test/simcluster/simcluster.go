@@ -67,6 +67,15 @@ const (
 	DevicePluginDefault   = "gpupool-none"
 )
 
+// UsageMinWindow and UsageMinSamples are the evidence at which the simulated agents publish a
+// pod's usage summary (gpusim --agent-usage-min-window/-samples): half a minute of the agents'
+// 2s refresh instead of production's day, so that kubectl gpupool rightsize --min-window and
+// --min-samples with these values recommends within a scenario or a demo.
+const (
+	UsageMinWindow  = 30 * time.Second
+	UsageMinSamples = 15
+)
+
 // Process names, for logs (Cluster.LogPath) and for killing one.
 const (
 	ManagerProcess = "manager"
@@ -165,7 +174,8 @@ func (c *Cluster) start(ctx context.Context) error {
 	fmt.Fprintf(c.progress, "starting the simulated GPU Operator (gpusim --nodes %s)\n", c.opts.Nodes)
 	if err := c.Run(GPUSimProcess, c.opts.GPUSim, "--kubeconfig="+c.Kubeconfig, "--nodes="+c.opts.Nodes,
 		"--create-nodes", "--seed-config", "--cluster-policy="+ClusterPolicyName, "--agent-refresh-period=2s",
-		"--agent-lease-namespace="+AgentNamespace, "--agent-user="+AgentUser); err != nil {
+		"--agent-lease-namespace="+AgentNamespace, "--agent-user="+AgentUser,
+		"--agent-usage-min-window="+UsageMinWindow.String(), fmt.Sprintf("--agent-usage-min-samples=%d", UsageMinSamples)); err != nil {
 		return err
 	}
 	if err := c.waitNodes(ctx); err != nil {
