@@ -3,15 +3,21 @@
 package triage
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/demand"
 	"github.com/gpupool/gpupool/internal/inventory"
+	"github.com/gpupool/gpupool/internal/planner/placement"
 	"github.com/gpupool/gpupool/internal/snapshot"
 )
 
@@ -32,9 +38,6 @@ type SliceMap struct {
 	// Notes are where the claims, the driver's slices and NVML disagree on this GPU.
 	Notes []string `json:"notes,omitempty"`
 }
-
-// noPlanYet is the truth about plans for DynamicMIG nodes: gpupool's planner leaves them alone.
-const noPlanYet = "no gpupool plan proposes this yet: the planner leaves DynamicMIG nodes alone and does not move claims (docs/dra.md)"
 
 // explainDynamicMIG answers for a pod whose claims ask NVIDIA's DRA driver for one MIG profile
 // when nodes the pod may use run the driver's DynamicMIG mode: the allocator places claims
@@ -104,7 +107,8 @@ func explainDynamicMIG(s *snapshot.Snapshot, pod *corev1.Pod, v *Verdict) bool {
 	if len(stranded) > 1 {
 		v.Reason += fmt.Sprintf(" (and so on %d more GPUs)", len(stranded)-1)
 	}
-	v.Next = noPlanYet + "; " + fix[0] + " (delete or move that pod, or wait for it to finish, and the scheduler allocates the claim there)"
+	v.Next = planStory(s, pod, profile, v.Plan) + "; by hand: " + fix[0] +
+		" (delete or move that pod, or wait for it to finish, and the scheduler allocates the claim there)"
 	return true
 }
 
@@ -187,4 +191,170 @@ func holderNames(hs []inventory.SliceHolder) string {
 		}
 	}
 	return strings.Join(names, " and ")
+}
+
+// planStory says which plan opens a placement for the pod, or why none does. A live plan that
+// lists the pod and holds a placement step for its claim is named with the claim pods it
+// moves; otherwise the placement planner (internal/planner/placement) is asked, over the
+// DynamicMIG nodes of the policies' pools, what it would move or why it moves nothing, as the
+// policy controller asks it (controllers/policy_placement.go).
+func planStory(s *snapshot.Snapshot, pod *corev1.Pod, profile string, live *PlanRef) string {
+	claim := podClaim(pod)
+	if live != nil {
+		for i := range s.Plans {
+			if s.Plans[i].Name != live.Name {
+				continue
+			}
+			for _, step := range s.Plans[i].Spec.Steps {
+				if o := step.Placement; o != nil && o.Claim.Namespace == pod.Namespace && o.Claim.Name == claim {
+					var moved []string
+					for _, e := range step.Evictions {
+						moved = append(moved, "pod "+e.Namespace+"/"+e.Name)
+					}
+					what := fmt.Sprintf("plan %s opens memory slices %d-%d of node %s GPU %d for it by moving %s",
+						live.Name, o.Start, o.Start+o.Size-1, step.Node, o.GPU, strings.Join(moved, " and "))
+					if live.Phase == v1alpha1.PlanAwaitingApproval {
+						return fmt.Sprintf("%s, and waits for approval: kubectl gpupool plan %s, then kubectl gpupool approve %s", what, live.Name, live.Name)
+					}
+					return fmt.Sprintf("%s, and is %s", what, live.Phase)
+				}
+			}
+		}
+	}
+	in, policy := placementInput(s, pod, profile, claim)
+	if policy == "" {
+		return "no gpupool plan moves claims for it: no GPUPoolPolicy's pool holds a DynamicMIG node the pod may use"
+	}
+	res := placement.Plan(in)
+	if len(res.Openings) == 1 {
+		o := res.Openings[0]
+		var moved []string
+		for _, m := range o.Moves {
+			for _, p := range m.Holder.Pods {
+				moved = append(moved, "pod "+p.Name.String())
+			}
+		}
+		return fmt.Sprintf("no plan proposes this yet: policy %s's next plan would open memory slices %d-%d of node %s GPU %d by moving %s "+
+			"(plans wait for the policy's minPendingAge, stabilization window and disruption budget)",
+			policy, o.Placement.Start, o.Placement.Start+o.Placement.Size-1, o.Node, o.GPU, strings.Join(moved, " and "))
+	}
+	if len(res.Unplanned) == 1 {
+		return "no gpupool plan can open a placement for it: " + res.Unplanned[0].Message
+	}
+	return "no gpupool plan proposes this"
+}
+
+// podClaim is the name of the pod's one ResourceClaim, "" when it has none or several.
+func podClaim(pod *corev1.Pod) string {
+	if len(pod.Spec.ResourceClaims) != 1 {
+		return ""
+	}
+	pc := pod.Spec.ResourceClaims[0]
+	name := ptr.Deref(pc.ResourceClaimName, "")
+	for _, st := range pod.Status.ResourceClaimStatuses {
+		if name == "" && st.Name == pc.Name {
+			name = ptr.Deref(st.ResourceClaimName, "")
+		}
+	}
+	return name
+}
+
+// placementInput is the placement planner's question for the pod over the DynamicMIG nodes of
+// the first policy whose pool holds one the pod may use, with that policy's eviction rules
+// and the PodDisruptionBudgets' allowances; policy is "" when no pool holds such a node.
+func placementInput(s *snapshot.Snapshot, pod *corev1.Pod, profile, claim string) (placement.Input, string) {
+	in := placement.Input{Budget: placement.Budget{MaxNodes: placement.Unlimited, MaxEvictions: placement.Unlimited, PDBAllowed: map[string]int{}}}
+	dynamic := inventory.DynamicMIGNodes(s.Slices)
+	pools := poolOf(s)
+	var nodes []*corev1.Node
+	policy := ""
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		if !dynamic[n.Name] || len(pools[n.Name]) == 0 || (policy != "" && !slices.Contains(pools[n.Name], policy)) {
+			continue
+		}
+		policy = cmp.Or(policy, pools[n.Name][0])
+		nodes = append(nodes, n)
+	}
+	if policy == "" {
+		return in, ""
+	}
+	var rules inventory.EvictionRules
+	for i := range s.Policies {
+		if p := &s.Policies[i]; p.Name == policy {
+			rules = inventory.EvictionRules{EvictEmptyDir: p.Spec.Disruption.EvictEmptyDir, EvictUnmanaged: p.Spec.Disruption.EvictUnmanaged}
+		}
+	}
+	inv := inventory.Build(s.Nodes, s.GPUNodes, s.PodPointers(), s.PDBs, inventory.Options{})
+	for k, v := range inv.DisruptionsAllowed {
+		in.Budget.PDBAllowed[k] = int(v)
+	}
+	claims := map[string]*resourcev1.ResourceClaim{}
+	for i := range s.Claims {
+		claims[s.Claims[i].Namespace+"/"+s.Claims[i].Name] = &s.Claims[i]
+	}
+	pods := map[types.NamespacedName]*corev1.Pod{}
+	for i := range s.Pods {
+		pods[types.NamespacedName{Namespace: s.Pods[i].Namespace, Name: s.Pods[i].Name}] = &s.Pods[i]
+	}
+	want := placement.Claim{Claim: pod.Namespace + "/" + claim, Pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name},
+		Profile: profile, Nodes: []string{}}
+	for _, n := range nodes {
+		if ok, _ := (demand.Request{NodeSelector: pod.Spec.NodeSelector, Tolerations: pod.Spec.Tolerations,
+			RequiredAffinity: requiredAffinity(pod)}).Matches(n); ok {
+			want.Nodes = append(want.Nodes, n.Name)
+		}
+		supply := inventory.DynamicMIGSupply(n, reportOf(s, n.Name), s.Claims, s.Slices)
+		for _, g := range supply.GPUs {
+			pg := placement.GPU{Node: n.Name, Index: g.Index, Product: g.Product, FreeCounters: g.FreeCounters}
+			for _, p := range g.Partitions() {
+				pg.Partitions = append(pg.Partitions, placement.Partition{Profile: p.Profile, Placement: p.Placement, Device: p.Name, Counters: p.Counters})
+			}
+			for _, h := range g.Holders {
+				ph := placement.Holder{Claim: h.Claim, Profile: h.Profile, Placement: h.Placement, Device: h.Device}
+				c := claims[h.Claim]
+				for _, key := range h.Pods {
+					pp := placement.Pod{Name: key, Controlled: true}
+					running := pods[key]
+					switch {
+					case running == nil:
+						pp.Blocker = "it does not run on node " + n.Name + " yet"
+					case c != nil && !ownedBy(c, running):
+						pp.Blocker = fmt.Sprintf("its ResourceClaim %s is not generated for it from a template, so evicting it frees no device", h.Claim)
+					default:
+						pp.UID, pp.Priority = running.UID, ptr.Deref(running.Spec.Priority, 0)
+						pp.DoNotDisrupt = running.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true"
+						if why := inventory.PodSafetyBlocker(running, rules); why != "" && !pp.DoNotDisrupt {
+							pp.Blocker = why
+						}
+						for _, inode := range inv.Nodes {
+							if ip := inode.Pod(key); inode.Name == n.Name && ip != nil {
+								pp.PDBs = ip.PDBs
+							}
+						}
+					}
+					ph.Pods = append(ph.Pods, pp)
+				}
+				pg.Holders = append(pg.Holders, ph)
+			}
+			in.GPUs = append(in.GPUs, pg)
+		}
+	}
+	in.Pending = []placement.Claim{want}
+	return in, policy
+}
+
+// ownedBy says whether the claim was generated for the pod (the resourceclaim controller owns
+// such a claim by the pod, and deletes it with the pod).
+func ownedBy(c *resourcev1.ResourceClaim, pod *corev1.Pod) bool {
+	ref := metav1.GetControllerOf(c)
+	return ref != nil && ref.Kind == "Pod" && ref.Name == pod.Name && (ref.UID == "" || pod.UID == "" || ref.UID == pod.UID)
+}
+
+// requiredAffinity is the pod's required node affinity, nil when it has none.
+func requiredAffinity(pod *corev1.Pod) *corev1.NodeSelector {
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		return a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	}
+	return nil
 }

@@ -117,6 +117,8 @@ func TestDynamicMIGPlacement(t *testing.T) {
 		profile    string
 		starts     []int
 		noPolicies bool
+		generated  bool // the 1g claims are generated for their pods, so they may move
+		planned    bool // a live plan opens 4-7 for the pod
 		layer      triage.Layer
 		blocking   string
 		fit        inventory.FitKind
@@ -127,7 +129,16 @@ func TestDynamicMIGPlacement(t *testing.T) {
 		layer: triage.LayerPlacement, blocking: "memory-slice placement", fit: inventory.FitStranded,
 		reasonHas: []string{"first fit and never moves it", "GPU 0 has 5 free memory slices, enough for 3g.71gb (4)",
 			"4-7 holds 1g.18gb of pod team/small-2"},
-		nextHas: []string{"no gpupool plan proposes this yet", "moving pod team/small-2 frees memory slices 4-7"},
+		nextHas: []string{"no gpupool plan can open a placement for it", "pod team/small-2 may not be evicted",
+			"not generated for it from a template", "by hand: on dm-node GPU 0, moving pod team/small-2 frees memory slices 4-7"},
+	}, {
+		name: "claims generated for their pods: the next plan moves one", profile: "3g.71gb", starts: []int{0, 1, 5}, generated: true,
+		layer: triage.LayerPlacement, blocking: "memory-slice placement", fit: inventory.FitStranded,
+		nextHas: []string{"no plan proposes this yet: policy h200-pool's next plan would open memory slices 4-7 of node dm-node GPU 0 by moving pod team/small-2"},
+	}, {
+		name: "a plan that opens the placement is named", profile: "3g.71gb", starts: []int{0, 1, 5}, generated: true, planned: true,
+		layer: triage.LayerPlacement, blocking: "memory-slice placement", fit: inventory.FitStranded,
+		nextHas: []string{"plan h200-opening opens memory slices 4-7 of node dm-node GPU 0 for it by moving pod team/small-2, and waits for approval"},
 	}, {
 		name: "the same without any policy", profile: "3g.71gb", starts: []int{0, 1, 5}, noPolicies: true,
 		layer: triage.LayerPlacement, blocking: "memory-slice placement", fit: inventory.FitStranded,
@@ -143,7 +154,15 @@ func TestDynamicMIGPlacement(t *testing.T) {
 			if tc.noPolicies {
 				s.Policies = nil
 			}
-			v := explain(t, s, nil, "team", "big")
+			if tc.generated {
+				generatedClaims(s)
+			}
+			var plans []v1alpha1.RepartitionPlan
+			if tc.planned {
+				plans = []v1alpha1.RepartitionPlan{openingPlan()}
+				s.Plans = plans
+			}
+			v := explain(t, s, plans, "team", "big")
 			if v.Layer != tc.layer || v.Blocking != tc.blocking {
 				t.Fatalf("layer %s blocking %q, want %s %q\nreason: %s\nnext: %s", v.Layer, v.Blocking, tc.layer, tc.blocking, v.Reason, v.Next)
 			}
@@ -157,8 +176,8 @@ func TestDynamicMIGPlacement(t *testing.T) {
 					t.Errorf("next %q lacks %q", v.Next, w)
 				}
 			}
-			if v.Plan != nil {
-				t.Errorf("plan %+v: no plan serves a DynamicMIG pod", v.Plan)
+			if (v.Plan != nil) != tc.planned {
+				t.Errorf("plan %+v, want one: %v", v.Plan, tc.planned)
 			}
 			if len(v.SliceMaps) != 1 || v.SliceMaps[0].Node != dmNode || v.SliceMaps[0].Fit != tc.fit {
 				t.Fatalf("slice maps %+v, want one of %s with fit %s", v.SliceMaps, dmNode, tc.fit)
@@ -197,4 +216,28 @@ func TestDynamicMIGAllocatedClaimIsNotPlacement(t *testing.T) {
 	if v := explain(t, s, nil, "team", "big"); v.Layer == triage.LayerPlacement || len(v.SliceMaps) > 0 {
 		t.Errorf("layer %s with %d slice maps for a pod whose claim is allocated", v.Layer, len(v.SliceMaps))
 	}
+}
+
+// generatedClaims makes every allocated claim one the resourceclaim controller generated for
+// its pod from a template: owned by the pod, deleted with it.
+func generatedClaims(s *snapshot.Snapshot) {
+	for i := range s.Claims {
+		c := &s.Claims[i]
+		if c.Status.Allocation == nil || len(c.Status.ReservedFor) == 0 {
+			continue
+		}
+		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: c.Status.ReservedFor[0].Name, Controller: ptr.To(true)}}
+	}
+}
+
+// openingPlan is a live plan of policy h200-pool whose placement step opens 4-7 of the DynamicMIG
+// GPU for pod big's claim by moving small-2.
+func openingPlan() v1alpha1.RepartitionPlan {
+	return v1alpha1.RepartitionPlan{ObjectMeta: metav1.ObjectMeta{Name: "h200-opening"},
+		Spec: v1alpha1.RepartitionPlanSpec{Policy: "h200-pool", Hash: "0123456789abcdef", Disruptive: true,
+			Expected: v1alpha1.PlanExpectation{Pods: []v1alpha1.PodReference{{Namespace: "team", Name: "big"}}},
+			Steps: []v1alpha1.NodeStep{{Node: dmNode, Disruptive: true,
+				Evictions: []v1alpha1.Eviction{{PodReference: v1alpha1.PodReference{Namespace: "team", Name: "small-2"}, LandingNode: dmNode}},
+				Placement: &v1alpha1.PlacementOpening{Driver: "gpu.nvidia.com", GPU: 0, Profile: "3g.71gb", Start: 4, Size: 4,
+					Device: "gpu-0-mig-3g71gb-2-4", Claim: v1alpha1.PodReference{Namespace: "team", Name: "big-gpu"}}}}}}
 }
