@@ -178,18 +178,30 @@ func ownerOf(pod *podrecord.Record, replicaSets map[types.NamespacedName]*appsv1
 // shared one, whose memory NVML cannot tell apart from their neighbours'.
 func RequestedDevice(requests corev1.ResourceList) (requested string, ok bool) {
 	for _, r := range slices.Sorted(maps.Keys(requests)) {
-		name := string(r)
-		if q := requests[r]; q.Sign() <= 0 {
-			continue
-		}
-		if profile, isMIG := mig.ProfileFromResource(name); isMIG && strings.HasPrefix(name, mig.ResourcePrefix) && !strings.HasSuffix(name, nvidia.SharedSuffix) {
-			return profile, true
-		}
-		if name == nvidia.ResourceGPU {
+		q := requests[r]
+		device, isDevice := deviceOf(r)
+		switch {
+		case !isDevice || q.Sign() <= 0:
+		case device != "":
+			return device, true
+		default:
 			ok = true
 		}
 	}
 	return "", ok
+}
+
+// deviceOf reads a resource name as a device: a MIG profile ("3g.71gb") or a whole GPU ("");
+// ok is false for any other resource, and for a shared device, whose pods hold a share.
+func deviceOf(r corev1.ResourceName) (device string, ok bool) {
+	name := string(r)
+	if name == nvidia.ResourceGPU {
+		return "", true
+	}
+	if profile, isMIG := mig.ProfileFromResource(name); isMIG && strings.HasPrefix(name, mig.ResourcePrefix) && !strings.HasSuffix(name, nvidia.SharedSuffix) {
+		return profile, true
+	}
+	return "", false
 }
 
 // catalogFor is the catalog of the pool holding node: the GPU product the agent reports there,
