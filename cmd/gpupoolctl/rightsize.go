@@ -25,8 +25,10 @@ give back. Nothing is changed: apply a recommendation by editing the workload's 
 
 A workload gets no recommendation ("CannotTell", with the reason and what to do) until one of
 its pods has run --min-window with --min-samples samples, when its use sits flat at the
-instance's size (a framework that preallocates), or when its pods disagree. Compute is not
-measured: recommendations cover memory only.`
+instance's size (a framework that preallocates), or when its pods disagree. With
+--prometheus-url, each pod's compute (DCGM exporter's DCGM_FI_PROF_GR_ENGINE_ACTIVE) is read
+too and a recommendation keeps the compute slices it needs; without it, recommendations cover
+memory only and say so.`
 
 // rightsizeOutput is the -o json/yaml document.
 type rightsizeOutput struct {
@@ -85,11 +87,16 @@ func (c *cli) rightsizeCommand() *cobra.Command {
 	cmd.Flags().Int64Var(&f.minSamples, "min-samples", rightsize.DefaultMinSamples, "How many samples a pod needs before its use counts.")
 	cmd.Flags().StringVar(&f.basis, "basis", string(rightsize.BasisP95), "The statistic a profile must hold: p95, or peak for workloads that must never run out.")
 	cmd.Flags().Float64Var(&f.headroom, "headroom", rightsize.DefaultHeadroom, "The fraction added to the basis before a profile is picked.")
+	compute := addComputeFlags(cmd)
 	cmd.RunE = func(*cobra.Command, []string) error {
 		if err := out.check(); err != nil {
 			return err
 		}
 		opts, err := f.options()
+		if err != nil {
+			return err
+		}
+		src, err := compute.source()
 		if err != nil {
 			return err
 		}
@@ -102,7 +109,11 @@ func (c *cli) rightsizeCommand() *cobra.Command {
 		if f.all {
 			ns = ""
 		}
-		doc, err := readRightsize(sess.ctx, sess.client, ns, opts, nil)
+		measured, err := activity(sess.ctx, src)
+		if err != nil {
+			return err
+		}
+		doc, err := readRightsize(sess.ctx, sess.client, ns, opts, measured)
 		if err != nil {
 			return err
 		}
