@@ -58,6 +58,7 @@ type options struct {
 	configPropagation       time.Duration
 	eventCoalescing         time.Duration
 	rightsizeInterval       time.Duration
+	prometheusURL           string
 }
 
 func main() {
@@ -97,6 +98,8 @@ func main() {
 		"How long the cluster's events (pods, nodes, GPU reports) gather before the policy pass they start, so that a burst makes one pass; 0 passes at once.")
 	flag.DurationVar(&opts.rightsizeInterval, "rightsize-interval", controllers.DefaultRightsizeInterval,
 		"How often the leader recommends a MIG profile per GPU workload from the usage the agents publish, for the gpupool_rightsize_* metrics (nothing is changed); 0 turns it off.")
+	flag.StringVar(&opts.prometheusURL, "prometheus-url", "",
+		"Prometheus's base URL, where DCGM exporter is scraped: the right-sizing pass then reads each pod's compute (the p95 of DCGM_FI_PROF_GR_ENGINE_ACTIVE over a day) and keeps the compute slices it needs; without it, recommendations cover memory only and say so.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -197,6 +200,10 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 	if err != nil {
 		return err
 	}
+	compute, err := computeSource(opts.prometheusURL)
+	if err != nil {
+		return err
+	}
 	configNamespace, err := operatorNamespace(ctx, cfg, scheme, opts.operatorNamespace)
 	if err != nil {
 		return err
@@ -278,7 +285,7 @@ func run(ctx context.Context, cfg *rest.Config, opts options) error {
 		return err
 	}
 	if opts.rightsizeInterval > 0 {
-		if err := controllers.AddRightsizePass(mgr, &controllers.RightsizePass{Metrics: m, Interval: opts.rightsizeInterval}); err != nil {
+		if err := controllers.AddRightsizePass(mgr, &controllers.RightsizePass{Metrics: m, Interval: opts.rightsizeInterval, Compute: compute}); err != nil {
 			return err
 		}
 	}
