@@ -44,7 +44,7 @@ func (s *scenario) rightsizeRows(g Gomega) map[string]rightsizeRow {
 var _ = Describe("right-sizing on a simulated GPU cluster", func() {
 	// Guards the recommender end to end, from a pod's declared use through the simulated NVML,
 	// the node agent's histogram and GPUNode status.usage, to kubectl gpupool rightsize: three
-	// Deployments on 3g.71gb, carved for them on the all-1g node. The one using 9 GiB steadily is
+	// Deployments on 3g.71gb, carved for them on two all-1g nodes. The one using 9 GiB steadily is
 	// recommended 1g.18gb (9 GiB and 20% headroom fit its 18 GB) once the window has passed, and
 	// not before; the bursty one whose 40 GiB peaks need the 3g.71gb keeps it; the preallocating
 	// one gets "cannot tell" with the environment variables that turn preallocation off.
@@ -53,12 +53,13 @@ var _ = Describe("right-sizing on a simulated GPU cluster", func() {
 		s := newScenario("rightsize")
 		s.createPolicy(func(spec *v1alpha1.GPUPoolPolicySpec) { spec.Disruption.Approval = v1alpha1.ApprovalAuto })
 		usage := func(pattern string) map[string]string { return map[string]string{sim.AnnotationUsage: pattern} }
-		s.deploy("steady", 1, s.inPool(), mig3g, 1, usage("steady:9Gi"))
+		s.deploy("steady", 3, s.inPool(), mig3g, 1, usage("steady:9Gi"))
 		s.deploy("bursty", 1, s.inPool(), mig3g, 1, usage("bursty:4Gi-40Gi/20s"))
 		s.deploy("prealloc", 1, s.inPool(), mig3g, 1, usage("preallocate:0.9"))
-		s.unpauseWhenPending(3)
-		s.waitPlan(2*time.Minute, v1alpha1.PlanSucceeded)
-		for _, app := range []string{"steady", "bursty", "prealloc"} {
+		s.unpauseWhenPending(5)
+		s.waitPlan(3*time.Minute, v1alpha1.PlanSucceeded)
+		s.waitRunning("steady", 3, time.Minute)
+		for _, app := range []string{"bursty", "prealloc"} {
 			s.waitRunning(app, 1, time.Minute)
 		}
 		running := time.Now()
@@ -78,7 +79,7 @@ var _ = Describe("right-sizing on a simulated GPU cluster", func() {
 			steady, bursty, prealloc := rows["steady"], rows["bursty"], rows["prealloc"]
 			g.Expect(steady).To(SatisfyAll(HaveField("Kind", "Deployment"), HaveField("Requested", "3g.71gb"),
 				HaveField("Verdict", rightsize.Shrink), HaveField("Reason", rightsize.ReasonSmallerFits),
-				HaveField("Recommended", "1g.18gb"), HaveField("FreedSlices", 3),
+				HaveField("Recommended", "1g.18gb"), HaveField("FreedSlices", 3*3),
 				HaveField("Message", ContainSubstring("20% headroom"))), "%s", steady)
 			g.Expect(bursty).To(SatisfyAll(HaveField("Verdict", rightsize.Keep), HaveField("Reason", rightsize.ReasonRequestFits),
 				HaveField("Recommended", "3g.71gb"), HaveField("PeakMiB", BeNumerically(">=", 40*1024)), HaveField("FreedSlices", 0)), "%s", bursty)

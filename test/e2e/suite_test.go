@@ -54,7 +54,7 @@ var scenarioNodes = []struct {
 	{"tenant", 1},
 	{"window", 1},
 	{"signals", 1},
-	{"rightsize", 1},
+	{"rightsize", 2},
 	// One device-plugin node; the scenario's second node is the DRA node (see BeforeSuite).
 	{"dra", 1},
 	// Last: its second node is the one node that starts all-7g (see BeforeSuite).
