@@ -44,7 +44,9 @@ type placementPlan struct {
 // no free placement takes, within what the static plan res leaves of the budget. Nil when the
 // pool has no DynamicMIG node or no such pod.
 func planPlacements(pass *pool.Pass, cluster *pool.Cluster, res *planner.Result) *placementPlan {
-	if cluster.Slices == nil {
+	// Every placement step evicts: none while planning is paused or the approval mode forbids
+	// evictions (the static planner's evictOK, internal/planner/plan.go).
+	if cluster.Slices == nil || pass.Policy.Spec.Planning.Paused || pass.Policy.Spec.Disruption.Approval == v1alpha1.ApprovalAutoIdle {
 		return nil
 	}
 	dynamic := inventory.DynamicMIGNodes(cluster.Slices)

@@ -10,10 +10,13 @@ import (
 	. "github.com/onsi/gomega"
 	. "github.com/onsi/gomega/gstruct"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/gpupool/gpupool/api/v1alpha1"
 	"github.com/gpupool/gpupool/internal/mig"
@@ -95,7 +98,7 @@ func claimPodOn(t *testing.T, env *testenv.Env, name, node, device string, annot
 	g := NewWithT(t)
 	ctx := context.Background()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: annotations,
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: annotations, Labels: map[string]string{"app": name},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "small", UID: "rs-uid", Controller: ptr.To(true)}}},
 		Spec: corev1.PodSpec{NodeName: node,
 			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("mig-1g")}},
@@ -118,21 +121,17 @@ func claimPodOn(t *testing.T, env *testenv.Env, name, node, device string, annot
 	return pod
 }
 
-// TestAPlacementPlanMovesOneClaimPod: the dra-driver-nvidia-gpu#933 pattern on a DynamicMIG
-// node (1g claims at memory slices 0, 1 and 5, a 3g claim pending with five slices free) gets
-// a plan with one placement step that moves the one claim pod in the way of slices 4-7 to a
-// free slice outside them, keeps the partitions over 4-7 free but the 3g's own, writes no MIG
-// config, and waits for approval. The claim pod at 0 is do-not-disrupt, so 0-3 (which would
-// move two pods) is out either way.
-func TestAPlacementPlanMovesOneClaimPod(t *testing.T) {
+// the933Pattern creates the dra-driver-nvidia-gpu#933 pattern on DynamicMIG node dm-1: 1g
+// claim pods at memory slices 0 (do-not-disrupt), 1 and 5, and pod big pending for a 3g claim
+// with five slices free; it returns the pod at 5.
+func the933Pattern(t *testing.T, env *testenv.Env) *corev1.Pod {
+	t.Helper()
 	g := NewWithT(t)
-	env, _ := startPolicyController(t)
 	ctx := context.Background()
 	dynamicMIGNode(t, env, "dm-1", []int{0, 1, 5})
 	claimPodOn(t, env, "small-0", "dm-1", dmPartition("1g.18gb", 0), map[string]string{v1.AnnotationDoNotDisrupt: "true"})
 	claimPodOn(t, env, "small-1", "dm-1", dmPartition("1g.18gb", 1), nil)
 	moved := claimPodOn(t, env, "small-5", "dm-1", dmPartition("1g.18gb", 5), nil)
-
 	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "big-gpu", Namespace: "default"},
 		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
 			Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "mig.nvidia.com",
@@ -148,7 +147,20 @@ func TestAPlacementPlanMovesOneClaimPod(t *testing.T) {
 	big.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
 		Reason: corev1.PodReasonUnschedulable, LastTransitionTime: metav1.NewTime(time.Now().Add(-10 * time.Minute))}}
 	g.Expect(env.Client.Status().Update(ctx, big)).To(Succeed())
+	return moved
+}
 
+// TestAPlacementPlanMovesOneClaimPod: the dra-driver-nvidia-gpu#933 pattern on a DynamicMIG
+// node (1g claims at memory slices 0, 1 and 5, a 3g claim pending with five slices free) gets
+// a plan with one placement step that moves the one claim pod in the way of slices 4-7 to a
+// free slice outside them, keeps the partitions over 4-7 free but the 3g's own, writes no MIG
+// config, and waits for approval. The claim pod at 0 is do-not-disrupt, so 0-3 (which would
+// move two pods) is out either way.
+func TestAPlacementPlanMovesOneClaimPod(t *testing.T) {
+	g := NewWithT(t)
+	env, _ := startPolicyController(t)
+	ctx := context.Background()
+	moved := the933Pattern(t, env)
 	g.Expect(env.Client.Create(ctx, poolPolicy("pool-a", map[string]string{"pool": "a"}))).To(Succeed())
 	plan := onlyPlan(t, env)
 	g.Expect(plan.Spec.Steps).To(HaveLen(1))
@@ -176,4 +188,33 @@ func TestAPlacementPlanMovesOneClaimPod(t *testing.T) {
 	// Created under its name, the plan hashes as the planner's would (pool.HashAs): the next
 	// passes see the same change and leave it standing instead of superseding it.
 	g.Expect(pool.HashAs(&plan, plan.Name)).To(Equal(plan.Spec.Hash))
+}
+
+// TestAPlacementPlanHonoursPodDisruptionBudgets: with the pod at slice 5 guarded by a
+// PodDisruptionBudget that allows no disruption, and the one at 0 do-not-disrupt, no claim pod
+// may move: no plan is proposed, and the pending pod is told why.
+func TestAPlacementPlanHonoursPodDisruptionBudgets(t *testing.T) {
+	g := NewWithT(t)
+	env, _ := startPolicyController(t)
+	ctx := context.Background()
+	the933Pattern(t, env)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "small-5", Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "small-5"}}}}
+	g.Expect(env.Client.Create(ctx, pdb)).To(Succeed())
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: 0,
+		CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
+	g.Expect(env.Client.Status().Update(ctx, pdb)).To(Succeed())
+	policy := poolPolicy("pool-a", map[string]string{"pool": "a"})
+	g.Expect(env.Client.Create(ctx, policy)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		got := &v1.GPUPoolPolicy{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(policy), got)).To(Succeed())
+		g.Expect(got.Status.PendingPods).To(Equal(int32(1)))
+	}).WithTimeout(30*time.Second).Should(Succeed(), "the pass has seen the pending pod")
+	g.Consistently(func(g Gomega) {
+		var plans v1.RepartitionPlanList
+		g.Expect(env.Client.List(ctx, &plans)).To(Succeed())
+		g.Expect(plans.Items).To(BeEmpty())
+	}).WithTimeout(3 * time.Second).Should(Succeed())
 }
