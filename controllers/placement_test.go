@@ -185,12 +185,19 @@ func keepFree(t *testing.T) []string {
 // small-2 to dm-2, signed as the manager signs plans (createPlan's promises).
 func placementPlan(t *testing.T, env *testenv.Env, name string, threeG mig.Profile, small2 *corev1.Pod, free []string) *v1.RepartitionPlan {
 	t.Helper()
+	return placementPlanLanding(t, env, name, threeG, small2, free, "dm-2")
+}
+
+// placementPlanLanding is placementPlan with small-2 landing on landing.
+func placementPlanLanding(t *testing.T, env *testenv.Env, name string, threeG mig.Profile, small2 *corev1.Pod, free []string,
+	landing string) *v1.RepartitionPlan {
+	t.Helper()
 	plan := &v1.RepartitionPlan{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1.RepartitionPlanSpec{Policy: "pool-a", Disruptive: true, Steps: []v1.NodeStep{{
 			Node: "dm-1", Disruptive: true,
 			GPUs: []v1.GPUChange{{Index: 0, From: v1.ProfileCounts{"1g.18gb": 3}, To: v1.ProfileCounts{"1g.18gb": 2, "3g.71gb": 1}}},
 			Evictions: []v1.Eviction{{PodReference: v1.PodReference{Namespace: "default", Name: "small-2"}, UID: string(small2.UID),
-				Reason: "holds 1g.18gb at slice 5 of GPU 0", LandingNode: "dm-2"}},
+				Reason: "holds 1g.18gb at slice 5 of GPU 0", LandingNode: landing}},
 			Placement: &v1.PlacementOpening{Driver: dmDriver, GPU: 0, Profile: "3g.71gb", Start: 4, Size: 4,
 				Device: dmName(threeG, 4), Claim: v1.PodReference{Namespace: "default", Name: "big-gpu"}, KeepFree: free},
 		}}}}
@@ -238,7 +245,9 @@ func TestAPlacementStepTaintsEvictsAndEndsWhenTheClaimIsAllocated(t *testing.T) 
 	pdbOf(t, env, "guard", "small-2")
 	autoPolicy(t, env)
 	free := keepFree(t)
-	plan := placementPlan(t, env, "pool-a-20261205-placement", threeG, small2, free)
+	// The pod comes back on its own GPU, at slice 2 or 3: the devices kept free (the whole
+	// GPU's among them) rule out only the slices being opened.
+	plan := placementPlanLanding(t, env, "pool-a-20261205-placement", threeG, small2, free, "dm-1")
 
 	g.Eventually(func(g Gomega) {
 		st := stepOf(g, env, plan)

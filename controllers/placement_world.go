@@ -240,7 +240,7 @@ func (r *PlanReconciler) landingGone(ctx context.Context, w placementWorld, step
 		if profile == "" {
 			continue
 		}
-		supply, err := r.landingSupply(ctx, w, step, devices, e.LandingNode, supplies)
+		supply, err := r.landingSupply(ctx, w, step, e.LandingNode, supplies)
 		if err != nil {
 			return "", err
 		}
@@ -266,10 +266,10 @@ func (r *PlanReconciler) landingGone(ctx context.Context, w placementWorld, step
 	return "", nil
 }
 
-// landingSupply reads a landing node as the scheduler's allocator sees it, with the devices
-// the step keeps free and its opening counted as held when the landing is the step's own node;
-// nil when the driver does not run DynamicMIG there.
-func (r *PlanReconciler) landingSupply(ctx context.Context, w placementWorld, step v1alpha1.NodeStep, devices map[string]rollout.PartitionFact,
+// landingSupply reads a landing node as the scheduler's allocator sees it, with the slices the
+// step opens counted as held when the landing is the step's own node; nil when the driver does
+// not run DynamicMIG there.
+func (r *PlanReconciler) landingSupply(ctx context.Context, w placementWorld, step v1alpha1.NodeStep,
 	name string, cache map[string]*inventory.DynamicMIGNode) (*inventory.DynamicMIGNode, error) {
 	if s, ok := cache[name]; ok {
 		return s, nil
@@ -293,12 +293,13 @@ func (r *PlanReconciler) landingSupply(ctx context.Context, w placementWorld, st
 	}
 	supply := inventory.DynamicMIGSupply(node, report, w.claims, pool)
 	if name == step.Node {
-		kept := append(slices.Clone(step.Placement.KeepFree), step.Placement.Device)
+		// The slices being opened are the pending claim's. Every device the step keeps free
+		// overlaps them (CheckPlacement), so holding them rules those devices out too; holding
+		// each kept device's own placement would be wrong, as the whole GPU's spans every slice.
+		p := step.Placement
 		for _, g := range supply.GPUs {
-			for _, d := range kept {
-				if dev, ok := devices[d]; ok && dev.GPU == g.Index {
-					hold(g, mig.Placement{Start: dev.Start, Size: dev.Size}, "kept free by plan")
-				}
+			if g.Index == int(p.GPU) {
+				hold(g, mig.Placement{Start: int(p.Start), Size: int(p.Size)}, "opened by the plan")
 			}
 		}
 	}
