@@ -68,7 +68,7 @@ var Strategies = []Strategy{GpupoolIdle, GpupoolEvict, GpupoolIdleAll, GpupoolEv
 // Dynamic says whether the strategy changes the cluster at planner intervals while pods pend.
 func (st Strategy) Dynamic() bool {
 	switch st {
-	case CountsOnly, CountsOnlyIdle, FluidMigrate:
+	case CountsOnly, CountsOnlyIdle, FluidMigrate, DMReserve, DMMoves:
 		return true
 	}
 	return st.Gpupool()
@@ -107,6 +107,8 @@ func (st Strategy) Label(budget, reconfigure string) string {
 		return name[:len(name)-1] + ", maxDisruptedNodes " + budget + ", maxReconfiguringNodes " + reconfiguring(reconfigure) + ")"
 	case GpupoolIdleAll, GpupoolEvictAll, GpupoolEvictAllNoMoves:
 		return name[:len(name)-1] + ", maxReconfiguringNodes 100%)"
+	case DMMoves:
+		return name + " (maxDisruptedNodes " + budget + ")"
 	}
 	return name
 }
@@ -142,6 +144,12 @@ func (st Strategy) Short(budget, reconfigure string) string {
 		return "fluid, no migration"
 	case FluidMigrate:
 		return "fluid with migration"
+	case DMFirstFit:
+		return "DynamicMIG first-fit"
+	case DMReserve:
+		return "DynamicMIG reserve"
+	case DMMoves:
+		return "DynamicMIG moves " + budget
 	}
 	return string(st)
 }
@@ -205,10 +213,14 @@ type Result struct {
 	// their node; and the part on nodes whose free CPU and memory no pending pod fits (both
 	// zero while nothing pends).
 	FreePct, StrandedPct, StrandedCPUPct float64
-	Evictions                            int
-	PlannerCalls                         int
-	PlannerMean                          time.Duration
-	PlannerP95                           time.Duration
+	// StrandedPlacementPct is, in the DynamicMIG mode, the part of StrandedPct on GPUs where some
+	// pending claim's profile has enough free memory and compute slices in count but no free
+	// allowed placement (dra-driver-nvidia-gpu#933); zero elsewhere.
+	StrandedPlacementPct float64
+	Evictions            int
+	PlannerCalls         int
+	PlannerMean          time.Duration
+	PlannerP95           time.Duration
 	// Proposed and Invalid count GPU layouts a planner proposed and those it could not apply
 	// (the hardware cannot place them, or mig.Product.Place refused them).
 	Proposed, Invalid int
@@ -256,6 +268,10 @@ type simGPU struct {
 	// replicas is the GPU's MPS replica count when its node shares, else 0; sharedPods
 	// counts the replicas held.
 	replicas, sharedPods int
+	// DynamicMIG only: taints are the partitions tainted NoSchedule, and fit has bit c set when
+	// the canonical profile of c compute slices has a free partition no taint covers.
+	taints []partitionKey
+	fit    uint8
 }
 
 func (g *simGPU) idle() bool {
@@ -368,16 +384,20 @@ type sim struct {
 	strandedSum float64
 	// strandedCPUSum adds up free slices on nodes no pending pod's CPU and memory fit.
 	strandedCPUSum float64
-	samples        int
-	evictions      int
-	plannerDur     []time.Duration
-	proposed       int
-	invalid        int
-	violations     int
-	skipped        int
-	migrations     int
-	series         []Point
-	gp             *gpupoolPlanner
+	// strandedPlacementSum adds up, in the DynamicMIG mode, the stranded slices a pending
+	// claim's profile fits by count but at no free placement.
+	strandedPlacementSum float64
+	samples              int
+	evictions            int
+	plannerDur           []time.Duration
+	proposed             int
+	invalid              int
+	violations           int
+	skipped              int
+	migrations           int
+	series               []Point
+	gp                   *gpupoolPlanner
+	dm                   *dmState
 }
 
 func (s *sim) migKind() bool {
@@ -425,7 +445,10 @@ func newSim(cfg Config, nodes []NodeSpec, pods []PodSpec) (*sim, error) {
 		n := &simNode{spec: ns, cpuFree: ns.CPU, memFree: ns.MemMiB, gpus: make([]simGPU, ns.GPUs)}
 		for g := range n.gpus {
 			n.gpus[g].wholePod = -1
-			if s.migKind() {
+			if s.dmig() {
+				// The DynamicMIG driver starts with no instance: it destroys those no claim holds.
+				n.gpus[g].mig = true
+			} else if s.migKind() {
 				n.gpus[g].mig = true
 				n.gpus[g].insts = s.instances(placed)
 			}
@@ -450,6 +473,18 @@ func newSim(cfg Config, nodes []NodeSpec, pods []PodSpec) (*sim, error) {
 	})
 	if cfg.Strategy.Gpupool() {
 		s.gp = newGpupoolPlanner(s)
+	}
+	if s.dmig() {
+		s.dm = newDMState(s)
+		for _, n := range s.nodes {
+			for g := range n.gpus {
+				s.dmRefit(&n.gpus[g])
+			}
+			n.dmRecount()
+		}
+		if cfg.Strategy == DMMoves {
+			s.dm.mv = newDMMoves(s)
+		}
 	}
 	return s, nil
 }
@@ -537,6 +572,9 @@ func (s *sim) loop() error {
 		s.queue = append(s.queue, arrived...)
 		for _, p := range arrived {
 			s.st[p].queued = true
+			if s.dm != nil {
+				s.dm.arrive(s.pods[p].Shape)
+			}
 		}
 		if full {
 			s.schedule(s.queue)
@@ -634,7 +672,11 @@ func (s *sim) placeOn(p int32, ni int) bool {
 		return false
 	}
 	var gpus []int32
-	if s.sharedShape(shape) {
+	if s.dmig() {
+		if gpus = s.dmAllocate(p, n, shape); gpus == nil {
+			return false
+		}
+	} else if s.sharedShape(shape) {
 		for g := range n.gpus {
 			gp := &n.gpus[g]
 			if gp.replicas > 0 && gp.sharedPods < gp.replicas && gp.used+shape.Slices <= 7 {
@@ -733,6 +775,10 @@ func (s *sim) release(p int32) {
 	n := s.nodes[st.node]
 	for _, g := range st.gpus {
 		gp := &n.gpus[g]
+		if s.dmig() {
+			s.dmRelease(n, g, p)
+			continue
+		}
 		if gp.wholePod == p {
 			gp.wholePod = -1
 			if s.fluid() {
@@ -843,7 +889,7 @@ func (f *pendingFrontier) hosts(n *simNode) (out [kinds]bool, any bool) {
 // help), and slices on the other nodes that the layout keeps from every pending pod the node's
 // CPU and memory could take (the part a GPU partitioner answers for).
 func (s *sim) sample() {
-	var free, byLayout, byCPU int64
+	var free, byLayout, byCPU, byPlacement int64
 	pending := len(s.queue) > 0
 	var front *pendingFrontier
 	if pending {
@@ -865,11 +911,15 @@ func (s *sim) sample() {
 			}
 		}
 		wantWhole := want[kindWhole]
-		var nodeFree, nodeStranded int64
+		var nodeFree, nodeStranded, nodePlacement int64
 		for g := range n.gpus {
 			gp := &n.gpus[g]
 			var f, st int64
 			switch {
+			case s.dmig():
+				var sp int64
+				f, st, sp = s.dmStranded(gp, &want)
+				nodePlacement += sp
 			case gp.wholePod >= 0:
 			case gp.replicas > 0:
 				f = int64(7 - gp.used)
@@ -913,12 +963,14 @@ func (s *sim) sample() {
 			byCPU += nodeFree
 		default:
 			byLayout += nodeStranded
+			byPlacement += nodePlacement
 		}
 	}
 	total := float64(s.totalSlices)
 	s.freeSum += float64(free) / total
 	s.strandedSum += float64(byLayout) / total
 	s.strandedCPUSum += float64(byCPU) / total
+	s.strandedPlacementSum += float64(byPlacement) / total
 	s.samples++
 }
 
@@ -936,6 +988,11 @@ func (s *sim) plan() (bool, error) {
 		changed := s.migrate()
 		s.plannerDur = append(s.plannerDur, time.Since(start))
 		return changed, nil
+	case s.dmig():
+		start := time.Now()
+		changed, err := s.dmPlan()
+		s.plannerDur = append(s.plannerDur, time.Since(start))
+		return changed, err
 	}
 	return false, nil
 }
@@ -976,6 +1033,7 @@ func (s *sim) result() *Result {
 		r.FreePct = 100 * s.freeSum / float64(s.samples)
 		r.StrandedPct = 100 * s.strandedSum / float64(s.samples)
 		r.StrandedCPUPct = 100 * s.strandedCPUSum / float64(s.samples)
+		r.StrandedPlacementPct = 100 * s.strandedPlacementSum / float64(s.samples)
 	}
 	if n := len(s.plannerDur); n > 0 {
 		d := slices.Clone(s.plannerDur)

@@ -47,6 +47,8 @@ type options struct {
 	// unset, so the API default applies).
 	budget, reconfigure string
 	workers             int
+	// dynamicMIG is the DynamicMIG mode: its tables, goal and notes.
+	dynamicMIG bool
 }
 
 func run() error {
@@ -72,9 +74,22 @@ func run() error {
 	strategies := flag.String("strategies", "", fmt.Sprintf("comma-separated subset of strategies by index 0-%d, in report order (empty: all)", len(frag.Strategies)-1))
 	write := flag.String("write", "", "also write the report to this Markdown file, and its plots next to it (X.md: X/*.svg)")
 	workers := flag.Int("workers", runtime.NumCPU(), "replays run in parallel")
+	mode := flag.String("mode", "static", "static: the strategies -strategies picks; dynamicmig: NVIDIA's DRA driver in its DynamicMIG mode "+
+		"(first-fit alone, with gpupool's reserve taints, with gpupool's moves at -budget) beside the static strategies -strategies "+
+		"picks (default in this mode: 1, gpupool Auto; none for no static row)")
 	flag.Parse()
 	started := time.Now()
 	opt := options{interval: *interval, sample: *sample, budget: *budget, reconfigure: *reconfigure, workers: *workers}
+	switch *mode {
+	case "static":
+	case "dynamicmig":
+		opt.dynamicMIG = true
+		if *strategies == "" {
+			*strategies = "1"
+		}
+	default:
+		return fmt.Errorf("-mode %q: want static or dynamicmig", *mode)
+	}
 
 	nodes, err := frag.LoadNodes(*dir)
 	if err != nil {
@@ -96,9 +111,14 @@ func run() error {
 		}
 		prods = append(prods, p)
 	}
-	chosen, err := pickStrategies(*strategies)
-	if err != nil {
-		return err
+	var chosen []frag.Strategy
+	if *strategies != "none" {
+		if chosen, err = pickStrategies(*strategies); err != nil {
+			return err
+		}
+	}
+	if opt.dynamicMIG {
+		chosen = append(slices.Clone(frag.DynamicMIGStrategies), chosen...)
 	}
 	var timeRef *frag.PodList
 	loadList := func(name string) (*frag.PodList, int, error) {
@@ -283,7 +303,14 @@ func run() error {
 
 	var doc strings.Builder
 	doc.WriteString(intro.String())
-	if len(rows) > 1 {
+	switch {
+	case opt.dynamicMIG:
+		doc.WriteString("## All lists, DynamicMIG\n\nServed GPU demand % per strategy (mean over seeds), stranded by placement % for " +
+			"the DynamicMIG strategies, evictions per 1,000 pods for the strategies that evict, and the goal (moves serve more than " +
+			"first-fit on the default list and at least as much on the others, stranded by placement at most half of first-fit's); " +
+			"each list's section below has the full table.\n\n")
+		doc.WriteString(frag.DynamicMIGListsSummary(rows, chosen, *budget, *reconfigure, frag.ListFile("default")))
+	case len(rows) > 1:
 		doc.WriteString("## All lists\n\nServed GPU demand % per strategy (mean over seeds) and evictions per 1,000 pods for the gpupool " +
 			"strategies that evict; each list's section below has the full table.\n\n")
 		doc.WriteString(frag.ListsSummary(rows, chosen, *budget, *reconfigure))
@@ -292,6 +319,9 @@ func run() error {
 	doc.WriteString(out.String())
 	elapsed := time.Since(started).Round(time.Second)
 	fmt.Fprintf(&doc, "Total wall time: %s.\n\n%s", elapsed, frag.MethodNotes)
+	if opt.dynamicMIG {
+		doc.WriteString("\n" + frag.DynamicMIGNotes)
+	}
 	fmt.Print(doc.String())
 	if *write != "" {
 		if err := os.WriteFile(*write, []byte(header(cmdline())+doc.String()), 0o644); err != nil {
@@ -437,7 +467,10 @@ func (j job) key(w workload) replayKey {
 	case frag.GpupoolEvictAll:
 		st = frag.GpupoolEvict
 	}
-	if !st.Gpupool() {
+	switch {
+	case st == frag.DMMoves:
+		r = ""
+	case !st.Gpupool():
 		b, r = "", ""
 	}
 	return replayKey{w.id, w.product.Name, st, b, r, j.seed}
@@ -509,8 +542,14 @@ func runWorkload(out *strings.Builder, w workload, nodes []frag.NodeSpec, chosen
 	for si, st := range chosen {
 		sums = append(sums, frag.Summary{Strategy: st, Budget: opt.budget, Reconfigure: opt.reconfigure, Runs: results[si*w.seeds : (si+1)*w.seeds]})
 	}
-	out.WriteString(frag.Table(fmt.Sprintf("%s (%d GPU pods replayed, %d in the measured window, offered %.0f%%%s, %d seeds)",
-		w.title, len(w.w.Pods), sums[0].Runs[0].GPUPods, 100*w.w.Offered, cappedNote(w.w), w.seeds), sums))
+	title := fmt.Sprintf("%s (%d GPU pods replayed, %d in the measured window, offered %.0f%%%s, %d seeds)",
+		w.title, len(w.w.Pods), sums[0].Runs[0].GPUPods, 100*w.w.Offered, cappedNote(w.w), w.seeds)
+	if opt.dynamicMIG {
+		out.WriteString(frag.DynamicMIGTable(title, sums))
+		out.WriteString(frag.DynamicMIGGoals(w.title, sums, w.id == "list:default"))
+		return sums, nil
+	}
+	out.WriteString(frag.Table(title, sums))
 	out.WriteString(frag.Goals(w.title, sums))
 	return sums, nil
 }
