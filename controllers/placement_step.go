@@ -60,9 +60,14 @@ func (r *PlanReconciler) observePlacement(ctx context.Context, plan *v1alpha1.Re
 	if err != nil {
 		return obs, err
 	}
-	if !r.readSlices {
+	switch {
+	case !r.readSlices:
 		obs.Placement.Refused = "the API server does not serve resource.k8s.io/v1, so no DRA driver runs on node " + step.Node
-	} else {
+	case !r.taintRules:
+		obs.Placement.Refused = "the API server does not serve DeviceTaintRules (resource.k8s.io/v1, Kubernetes 1.37 and later), " +
+			"so gpupool cannot keep the opened slices free while claims move"
+		return obs, nil
+	default:
 		obs.Placement.Refused = rollout.CheckPlacement(judged, facts)
 	}
 	if obs.Placement.TaintsHeld, obs.Placement.TaintForeign, err = r.taintsHeld(ctx, plan, step); err != nil {

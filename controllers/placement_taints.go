@@ -112,6 +112,9 @@ func (r *PlanReconciler) taintDevices(ctx context.Context, plan *v1alpha1.Repart
 
 // untaintDevices deletes the step's rules that are gpupool's; gone ones are fine.
 func (r *PlanReconciler) untaintDevices(ctx context.Context, plan *v1alpha1.RepartitionPlan, step v1alpha1.NodeStep) error {
+	if !r.taintRules {
+		return nil // nothing was ever tainted where the API server serves no DeviceTaintRules
+	}
 	for _, device := range step.Placement.KeepFree {
 		want := deviceTaintRule(plan, step, device)
 		have := &resourcev1.DeviceTaintRule{}

@@ -55,6 +55,9 @@ type PlanReconciler struct {
 	// readSlices is set when the API server serves resource.k8s.io/v1: a step on a node whose
 	// GPUs NVIDIA's DRA driver serves then waits for the driver's ResourceSlices.
 	readSlices bool
+	// taintRules is set when the API server serves DeviceTaintRules (resource.k8s.io/v1,
+	// Kubernetes 1.37): a placement step keeps devices free with them, and runs only then.
+	taintRules bool
 	// pods reads the informer's pod records.
 	pods *PodStore
 }
@@ -99,6 +102,8 @@ func (r *PlanReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}))
 		// A placement step ends when its pending claim is allocated: the allocation wakes it.
 		b = b.Watches(&resourcev1.ResourceClaim{}, handler.EnqueueRequestsFromMapFunc(r.plansOfClaim))
+		_, err := mgr.GetRESTMapper().RESTMapping(resourcev1.SchemeGroupVersion.WithKind("DeviceTaintRule").GroupKind(), resourcev1.SchemeGroupVersion.Version)
+		r.taintRules = err == nil
 	}
 	return b.Named("repartitionplan").Complete(quietConflicts{r})
 }
