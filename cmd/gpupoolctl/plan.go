@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -38,6 +39,13 @@ Output: a table by default; -o json (or yaml, jsonpath...) prints one object
    "stranded": {"before": {profile: count}, "after": {profile: count}}}
 and -o name the plans.
 
+With --rightsized, the output also says, per pool, how many GPUs and nodes the running GPU pods
+would free if every Shrink and Grow recommendation of "kubectl gpupool rightsize" were applied:
+the pods' devices packed afresh onto the pool's GPUs as they ask and as recommended (the
+difference is the recommendations', not a better packing's), and "rightsized" in -o json. It
+needs the usage the node agents publish in GPUNode status.usage, which a snapshot carries only
+if it was taken where the agents publish it; without usage it says so and recommends nothing.
+
 Exit status: 0 on success, also when nothing needs to change; 2 when the input is unreadable
 or invalid, with one line naming the object ("item N" is .items[N]) and the field.`
 
@@ -46,6 +54,8 @@ type whatIfFlags struct {
 	file, nowText, policy string
 	live                  bool
 	agents                liveFlags
+	// rightsized adds the right-sized packing (whatif_rightsized.go); what-if only.
+	rightsized bool
 }
 
 func addWhatIfFlags(cmd *cobra.Command) *whatIfFlags {
@@ -72,6 +82,7 @@ func (c *cli) whatIfCommand() *cobra.Command {
 	out := addOutputFlags(cmd)
 	wf := addWhatIfFlags(cmd)
 	addLiveFlags(cmd, wf)
+	addRightsizedFlag(cmd, wf)
 	cmd.RunE = func(_ *cobra.Command, _ []string) error {
 		switch {
 		case wf.file == "" && !wf.live:
@@ -121,8 +132,17 @@ func (c *cli) whatIf(wf *whatIfFlags, out *outputFlags) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
+	var rs *rightsizedOutput
+	if wf.rightsized {
+		var replicaSets []appsv1.ReplicaSet
+		if wf.live {
+			replicaSets = c.liveReplicaSets()
+		}
+		rs = rightsized(snap, replicaSets, wf.live)
+	}
 	if !out.table() {
 		doc := document(rep)
+		doc.Rightsized = rs
 		names := make([]runtime.Object, 0, len(doc.Plans))
 		for _, p := range doc.Plans {
 			names = append(names, p)
@@ -130,6 +150,11 @@ func (c *cli) whatIf(wf *whatIfFlags, out *outputFlags) error {
 		err = out.printDocument(doc, names, c.stdout)
 	} else {
 		err = writeTable(c.stdout, rep, snap, override.IsZero())
+		if err == nil && rs != nil {
+			ew := &errWriter{w: c.stdout}
+			writeRightsized(ew, rs)
+			err = ew.err
+		}
 	}
 	if err != nil {
 		return failure(fmt.Errorf("writing the plan: %w", err))

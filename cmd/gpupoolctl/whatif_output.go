@@ -18,6 +18,8 @@ type planOutput struct {
 	Proposals []proposalOutput `json:"proposals"`
 	Unserved  []unservedOutput `json:"unserved"`
 	Stranded  strandedOutput   `json:"stranded"`
+	// Rightsized is what right-sizing frees per pool, with --rightsized.
+	Rightsized *rightsizedOutput `json:"rightsized,omitempty"`
 }
 
 // What the controller does about a policy's plans in its pass.
