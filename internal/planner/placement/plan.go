@@ -152,7 +152,7 @@ func (p *planner) serve(c Claim) (*Opening, Unplanned) {
 			continue
 		}
 		for _, part := range s.parts[pr.Name] {
-			cand := p.try(s, part, &m)
+			cand := p.try(s, part, &m, best)
 			if cand != nil && (best == nil || cand.cost.compare(best.cost) < 0) {
 				best = cand
 			}
@@ -178,7 +178,7 @@ func (s *gpuState) fitsFree(part Partition) bool {
 }
 
 // try builds the candidate that opens part on s for c, or notes why it cannot.
-func (p *planner) try(s *gpuState, part Partition, m *miss) *candidate {
+func (p *planner) try(s *gpuState, part Partition, m *miss, best *candidate) *candidate {
 	pm := maskOf(part.Placement)
 	where := fmt.Sprintf("%s on node %s GPU %d", slicesText(part.Placement), s.g.Node, s.g.Index)
 	if pm&s.reserved != 0 {
@@ -222,6 +222,13 @@ func (p *planner) try(s *gpuState, part Partition, m *miss) *candidate {
 	case p.evictLeft != Unlimited && pods > p.evictLeft:
 		m.note(WhyBudget, "opening %s evicts %d pods, the budget allows %d more", where, pods, p.evictLeft)
 		return nil
+	}
+	if best != nil {
+		// The landings only add to the cost: a candidate that cannot beat the best one even
+		// with every landing on its node is not searched (on large pools most are not).
+		if c := cand.cost.compare(best.cost); c > 0 || (c == 0 && best.cost.away == 0) {
+			return nil
+		}
 	}
 	// The opening itself: the claim at part beside what stays, within the GPU's counters.
 	opened := s.instances(cand.inWay, []mig.Instance{{Profile: part.Profile, Placement: part.Placement}})

@@ -318,3 +318,19 @@ func TestPlanProperty(t *testing.T) {
 	}
 	t.Logf("cases: %v", seen)
 }
+
+// BenchmarkPlanLargePool plans 50 pending claims over 200 nodes of 8 fragmented H200s, the
+// scale the fragmentation benchmark runs at.
+func BenchmarkPlanLargePool(b *testing.B) {
+	p := h200(b)
+	r := rand.New(rand.NewPCG(38, 4))
+	gpus := randomGPUs(r, p, 200, 8)
+	var pending []Claim
+	for k := range 50 {
+		pending = append(pending, Claim{Claim: fmt.Sprint("t/pending-", k), Profile: []string{"3g.71gb", "4g.71gb", "7g.141gb"}[k%3]})
+	}
+	in := Input{GPUs: gpus, Pending: pending, Budget: Budget{MaxNodes: Unlimited, MaxEvictions: Unlimited, PDBAllowed: map[string]int{"pdb": 3}}}
+	for b.Loop() {
+		Plan(in)
+	}
+}
