@@ -176,13 +176,17 @@ const DynamicMIGNotes = `How the DynamicMIG mode works:
   claims of it pend plus claims of it that arrived since the last call (whole-GPU claims count
   toward 7g); the small partitions over the holds are tainted NoSchedule until the next call.
   No evictions. The rule was fixed before any replay and is the same on every list.
-- moves: at each planner interval while pods pend, placement.Plan with every pending MIG
-  claim (restricted to nodes whose free CPU and memory fit its pod), every running claim
+- moves: at each planner interval while pods pend, placement.Plan with every running claim
   movable (a controller recreates its pod, no PodDisruptionBudget) and the run's
   maxDisruptedNodes as the plan's node budget (rounded up, as the static planner reads it);
   each opening's KeepFree partitions are tainted, the claims in its way are evicted and
   requeued, the queue is scheduled first-fit with the taints in place, and the taints are
   removed. A moved claim lands where first-fit puts it, not necessarily on the plan's landing.
+  To keep a call under a second on 6,212 GPUs at saturation (a call given every GPU and every
+  pending claim ran for minutes), the plan is given the GPUs with a free memory slice, and per
+  pending MIG claim the nodes whose free CPU and memory fit its pod and where a GPU has the
+  profile's memory and compute slices free in count (the claims stranded by placement), at most
+  as many claims of one profile as the budget has nodes, oldest first.
 - stranded by placement: on the nodes whose free CPU and memory fit some pending pod, the free
   compute slices of GPUs where no pending claim such a node could host fits at a free
   placement, but one of their profiles has enough free memory and compute slices in count
