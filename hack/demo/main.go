@@ -51,8 +51,9 @@ type demo struct {
 }
 
 // The simulated cluster: four H200 and two A100-80GB nodes with two GPUs each, every GPU cut
-// into seven 1g slices, as many clusters start out.
-const demoNodes = "4xh200:2:all-1g,2xa100-80gb:2:all-1g"
+// into seven 1g slices, as many clusters start out; and one H200 node that NVIDIA's DRA driver
+// serves in its DynamicMIG mode, carving instances as claims are allocated.
+const demoNodes = "4xh200:2:all-1g,2xa100-80gb:2:all-1g,1xh200:1:all-disabled:dynamicmig"
 
 func main() {
 	var d demo
@@ -234,6 +235,10 @@ func (d *demo) run(ctx context.Context, keep bool) error {
 		return err
 	}
 	d.table(before, after, countEvictions(final), approved.Sub(submitted), time.Since(approved))
+
+	if err := d.dynamicMIG(ctx); err != nil {
+		return err
+	}
 	fmt.Printf("\n   the whole demo took %s\n", time.Since(began).Round(time.Second))
 
 	if keep {
