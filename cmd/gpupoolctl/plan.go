@@ -56,6 +56,7 @@ type whatIfFlags struct {
 	agents                liveFlags
 	// rightsized adds the right-sized packing (whatif_rightsized.go); what-if only.
 	rightsized bool
+	evidence   rightsizedEvidence
 }
 
 func addWhatIfFlags(cmd *cobra.Command) *whatIfFlags {
@@ -83,6 +84,7 @@ func (c *cli) whatIfCommand() *cobra.Command {
 	wf := addWhatIfFlags(cmd)
 	addLiveFlags(cmd, wf)
 	addRightsizedFlag(cmd, wf)
+	addRightsizedEvidenceFlags(cmd, &wf.evidence)
 	cmd.RunE = func(_ *cobra.Command, _ []string) error {
 		switch {
 		case wf.file == "" && !wf.live:
@@ -134,11 +136,15 @@ func (c *cli) whatIf(wf *whatIfFlags, out *outputFlags) error {
 	}
 	var rs *rightsizedOutput
 	if wf.rightsized {
+		ro, err := wf.evidence.options()
+		if err != nil {
+			return err
+		}
 		var replicaSets []appsv1.ReplicaSet
 		if wf.live {
 			replicaSets = c.liveReplicaSets()
 		}
-		rs = rightsized(snap, replicaSets, wf.live)
+		rs = rightsized(snap, replicaSets, wf.live, ro)
 	}
 	if !out.table() {
 		doc := document(rep)

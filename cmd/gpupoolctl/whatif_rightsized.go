@@ -60,11 +60,11 @@ func addRightsizedFlag(cmd *cobra.Command, wf *whatIfFlags) {
 	cmd.Flags().BoolVar(&wf.rightsized, "rightsized", false, rightsizedHelp)
 }
 
-// rightsized recommends per workload of snap, as kubectl gpupool rightsize -A does with its
-// defaults, and packs each pool's running pods as they ask and as recommended. replicaSets
+// rightsized recommends per workload of snap, as kubectl gpupool rightsize -A does with opts,
+// and packs each pool's running pods as they ask and as recommended. replicaSets
 // name Deployments (the live cluster's; a snapshot has none, and pods' pod-template-hash
 // names them then).
-func rightsized(snap *snapshot.Snapshot, replicaSets []appsv1.ReplicaSet, live bool) *rightsizedOutput {
+func rightsized(snap *snapshot.Snapshot, replicaSets []appsv1.ReplicaSet, live bool, opts rightsize.Options) *rightsizedOutput {
 	out := &rightsizedOutput{Pools: []rightsizedPoolOutput{}}
 	if !workloads.UsageReported(snap.GPUNodes) {
 		out.Note = "the snapshot carries no usage (GPUNode status.usage), so nothing is recommended: take it again from a " +
@@ -76,7 +76,7 @@ func rightsized(snap *snapshot.Snapshot, replicaSets []appsv1.ReplicaSet, live b
 	}
 	in := workloads.Input{Pods: podrecord.FromPods(snap.PodPointers()), ReplicaSets: replicaSets, GPUNodes: snap.GPUNodes,
 		Nodes: snap.Nodes, Policies: snap.Policies}
-	for _, g := range workloads.Gains(in, workloads.Recommend(in, rightsize.Options{})) {
+	for _, g := range workloads.Gains(in, workloads.Recommend(in, opts)) {
 		p := rightsizedPoolOutput{Policy: g.Policy, Pods: g.Pods, NowGPUs: g.NowGPUs, NowNodes: g.NowNodes,
 			AsAsked:    packingOutput{GPUs: g.Before.GPUs, Nodes: g.Before.Nodes, Unplaced: g.Before.Unplaced},
 			Rightsized: packingOutput{GPUs: g.After.GPUs, Nodes: g.After.Nodes, Unplaced: g.After.Unplaced},
