@@ -22,7 +22,8 @@ func TestWhySliceMap(t *testing.T) {
 		Blocking: "memory-slice placement",
 		Reason: "NVIDIA's DRA driver (DynamicMIG) places each claim first fit and never moves it: on dm-node, GPU 0 has 5 free memory " +
 			"slices, enough for 3g.71gb (4), but none of its placements (memory slices 0-3, 4-7) is free",
-		Next: "no gpupool plan proposes this yet: the planner leaves DynamicMIG nodes alone and does not move claims (docs/dra.md)",
+		Next: "plan pool-a-20261205-3ed3ba9b opens memory slices 4-7 of node dm-node GPU 0 for it by moving pod team/small-2, " +
+			"and waits for approval",
 		SliceMaps: []triage.SliceMap{{Node: "dm-node", GPU: 0, Map: "[A B . . . C . .]", Fit: inventory.FitStranded,
 			Legend: []string{
 				"A = 1g.18gb at slice 0: pod team/small-0 (claim team/small-0-gpu)",
@@ -39,8 +40,8 @@ func TestWhySliceMap(t *testing.T) {
   Why:       NVIDIA's DRA driver (DynamicMIG) places each claim first fit and never moves it: on
              dm-node, GPU 0 has 5 free memory slices, enough for 3g.71gb (4), but none of its
              placements (memory slices 0-3, 4-7) is free
-  Next:      no gpupool plan proposes this yet: the planner leaves DynamicMIG nodes alone and
-             does not move claims (docs/dra.md)
+  Next:      plan pool-a-20261205-3ed3ba9b opens memory slices 4-7 of node dm-node GPU 0 for it
+             by moving pod team/small-2, and waits for approval
   Slices:    dm-node gpu 0: [A B . . . C . .]  StrandedByPlacement
                A = 1g.18gb at slice 0: pod team/small-0 (claim team/small-0-gpu)
                B = 1g.18gb at slice 1: pod team/small-1 (claim team/small-1-gpu)
