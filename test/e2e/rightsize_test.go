@@ -41,6 +41,42 @@ func (s *scenario) rightsizeRows(g Gomega) map[string]rightsizeRow {
 	return rows
 }
 
+// whatIfApplied and whatIfPool are the parts of what-if --rightsized -o json the scenario reads.
+type whatIfApplied struct {
+	Workload string
+	Pods     int
+	From, To string
+}
+
+type whatIfPool struct {
+	Policy              string
+	Pods, FreedGPUs     int
+	AsAsked, Rightsized struct{ GPUs, Nodes int }
+	Applied             []whatIfApplied
+}
+
+// whatIfRightsized runs kubectl gpupool what-if --live --rightsized -o json with the simulated
+// agents' evidence thresholds and returns the scenario's pool.
+func (s *scenario) whatIfRightsized() whatIfPool {
+	out := kubectlGpupool(Default, "what-if", "--live", "--rightsized", "-o", "json",
+		"--min-window="+simcluster.UsageMinWindow.String(), fmt.Sprintf("--min-samples=%d", simcluster.UsageMinSamples))
+	var doc struct {
+		Rightsized struct {
+			Note  string
+			Pools []whatIfPool
+		}
+	}
+	Expect(json.Unmarshal([]byte(out), &doc)).To(Succeed(), out)
+	Expect(doc.Rightsized.Note).To(BeEmpty())
+	for _, p := range doc.Rightsized.Pools {
+		if p.Policy == s.policy {
+			return p
+		}
+	}
+	Fail(fmt.Sprintf("what-if --rightsized has no pool %s: %s", s.policy, out))
+	return whatIfPool{}
+}
+
 var _ = Describe("right-sizing on a simulated GPU cluster", func() {
 	// Guards the recommender end to end, from a pod's declared use through the simulated NVML,
 	// the node agent's histogram and GPUNode status.usage, to kubectl gpupool rightsize: three
@@ -48,8 +84,9 @@ var _ = Describe("right-sizing on a simulated GPU cluster", func() {
 	// recommended 1g.18gb (9 GiB and 20% headroom fit its 18 GB) once the window has passed, and
 	// not before; the bursty one whose 40 GiB peaks need the 3g.71gb keeps it; the preallocating
 	// one gets "cannot tell" with the environment variables that turn preallocation off.
-	// Without --prometheus-url, every recommendation says compute was not measured.
-	It("recommends 1g.18gb for a 3g.71gb Deployment using 9 GiB once the window has passed, keeps a bursty one and cannot tell a preallocating one", func() {
+	// Without --prometheus-url, every recommendation says compute was not measured. what-if
+	// --rightsized then frees the GPU the steady one's three replicas waste.
+	It("recommends 1g.18gb for a 3g.71gb Deployment using 9 GiB once the window has passed, keeps a bursty one, cannot tell a preallocating one, and what-if --rightsized frees a GPU", func() {
 		s := newScenario("rightsize")
 		s.createPolicy(func(spec *v1alpha1.GPUPoolPolicySpec) { spec.Disruption.Approval = v1alpha1.ApprovalAuto })
 		usage := func(pattern string) map[string]string { return map[string]string{sim.AnnotationUsage: pattern} }
@@ -89,6 +126,14 @@ var _ = Describe("right-sizing on a simulated GPU cluster", func() {
 		for _, app := range []string{"steady", "bursty"} {
 			Expect(rows[app].Compute).To(ContainSubstring("compute not measured"), "%s", rows[app])
 		}
+
+		By("what-if --rightsized: the GPU the steady Deployment's three 3g.71gb waste is freed")
+		// Packed as they ask, five 3g.71gb take three GPUs (two to a GPU); right-sized, the
+		// bursty and preallocating 3g.71gb fill one GPU and the three 1g.18gb a second.
+		pool := s.whatIfRightsized()
+		Expect(pool).To(SatisfyAll(HaveField("Pods", 5), HaveField("AsAsked.GPUs", 3), HaveField("Rightsized.GPUs", 2),
+			HaveField("FreedGPUs", 1)), "%+v", pool)
+		Expect(pool.Applied).To(ConsistOf(whatIfApplied{Workload: "Deployment " + s.ns + "/steady", Pods: 3, From: "3g.71gb", To: "1g.18gb"}))
 		AddReportEntry("rightsize: pods Running to a recommendation", time.Since(running).Round(time.Second).String())
 	})
 })
