@@ -56,6 +56,7 @@ func (p *planner) land(cand *candidate) bool {
 				tent[lg] = t
 			}
 			for _, part := range lg.parts[pr.Name] {
+				p.work++
 				if tries++; tries > maxSearch {
 					return false
 				}
@@ -139,6 +140,7 @@ func (p *planner) landsOn(cand *candidate, lg *gpuState, t *tentative, part Part
 // commit records cand in the plan: the opening, the claims moved and their landings reserved,
 // the budgets spent.
 func (p *planner) commit(c Claim, cand *candidate) *Opening {
+	clear(p.landableMemo)
 	s := cand.gpu
 	o := &Opening{Node: s.g.Node, GPU: s.g.Index, Profile: cand.part.Profile, Placement: cand.part.Placement,
 		Device: cand.part.Device, Claim: c}

@@ -139,6 +139,10 @@ type Options struct {
 	SameNodeOnly bool
 	// MaxMovesPerOpening bounds the claims moved for one opening; 0 means 4.
 	MaxMovesPerOpening int
+	// MaxWork bounds the landing tries and candidate openings of one call, so that a pass
+	// over a large pool takes bounded time; 0 means defaultMaxWork. Claims left when it is
+	// spent are answered with WhyBudget.
+	MaxWork int
 }
 
 // Result is the plan.

@@ -22,6 +22,12 @@ const maxSearch = 20000
 // plan goes; do-not-disrupt pods, pods without a controller, and PodDisruptionBudgets without
 // allowance left are never moved.
 func Plan(in Input) Result {
+	res, _ := plan(in)
+	return res
+}
+
+// plan is Plan, also returning the work it took (bounds.go).
+func plan(in Input) (Result, int) {
 	p := newPlanner(in)
 	pending := slices.Clone(in.Pending)
 	slices.SortStableFunc(pending, func(a, b Claim) int {
@@ -38,7 +44,7 @@ func Plan(in Input) Result {
 		res.Openings = append(res.Openings, *o)
 	}
 	slices.SortFunc(res.Openings, func(a, b Opening) int { return strings.Compare(a.Node, b.Node) })
-	return res
+	return res, p.work
 }
 
 type planner struct {
@@ -48,6 +54,9 @@ type planner struct {
 	nodesLeft int
 	evictLeft int
 	pdbLeft   map[string]int
+	// work counts landing tries and candidates (bounds.go); landableMemo caches landable.
+	work         int
+	landableMemo map[string]bool
 }
 
 func newPlanner(in Input) *planner {
@@ -123,16 +132,42 @@ func (m *miss) note(why Why, format string, args ...any) { m.noteAt(why, 0, form
 
 // noteAt notes a candidate with inWay claims in the way.
 func (m *miss) noteAt(why Why, inWay int, format string, args ...any) {
-	if r := whyRank[why]; m.why == "" || r > m.rank || (r == m.rank && inWay < m.inWay) {
-		m.why, m.rank, m.inWay, m.msg = why, r, inWay, fmt.Sprintf(format, args...)
+	if m.wants(why, inWay) {
+		m.why, m.rank, m.inWay, m.msg = why, whyRank[why], inWay, fmt.Sprintf(format, args...)
 	}
+}
+
+// wants says whether a note would replace the one kept: on a large pool most candidates fail
+// alike, and spelling each reason would cost more than the search.
+func (m *miss) wants(why Why, inWay int) bool {
+	r := whyRank[why]
+	return m.why == "" || r > m.rank || (r == m.rank && inWay < m.inWay)
 }
 
 // serve finds the cheapest opening for c and commits it, or says why there is none.
 func (p *planner) serve(c Claim) (*Opening, Unplanned) {
 	var m miss
 	var best *candidate
+	// A claim that fits somewhere as the pool is needs no opening: looked for on every GPU
+	// before any candidate is built, which costs far more.
 	for _, s := range p.gpus {
+		if !allowed(c.Nodes, s.g.Node) {
+			continue
+		}
+		if pr, ok := s.g.Product.Profile(c.Profile); ok {
+			for _, part := range s.parts[pr.Name] {
+				if s.fitsFree(part) {
+					return nil, Unplanned{Claim: c, Why: WhyFitsNow, Message: fmt.Sprintf(
+						"%s fits node %s GPU %d at %s as it is: the allocator places it", pr.Name, s.g.Node, s.g.Index, slicesText(part.Placement))}
+				}
+			}
+		}
+	}
+	for _, s := range p.gpus {
+		if p.outOfWork() {
+			m.note(WhyBudget, "the search for this pass is spent (%d tries); the next pass tries again", p.work)
+			break
+		}
 		if !allowed(c.Nodes, s.g.Node) {
 			continue
 		}
@@ -140,12 +175,6 @@ func (p *planner) serve(c Claim) (*Opening, Unplanned) {
 		if !ok || len(s.parts[pr.Name]) == 0 {
 			m.note(WhyNoProfile, "no GPU the pod may use has a %s partition", c.Profile)
 			continue
-		}
-		for _, part := range s.parts[pr.Name] {
-			if s.fitsFree(part) {
-				return nil, Unplanned{Claim: c, Why: WhyFitsNow, Message: fmt.Sprintf(
-					"%s fits node %s GPU %d at %s as it is: the allocator places it", pr.Name, s.g.Node, s.g.Index, slicesText(part.Placement))}
-			}
 		}
 		if p.opened[s.g.Node] {
 			m.note(WhyNodeTaken, "the plan already opens a placement on node %s", s.g.Node)
@@ -180,11 +209,17 @@ func (s *gpuState) fitsFree(part Partition) bool {
 // try builds the candidate that opens part on s for c, or notes why it cannot.
 func (p *planner) try(s *gpuState, part Partition, m *miss, best *candidate) *candidate {
 	pm := maskOf(part.Placement)
-	where := fmt.Sprintf("%s on node %s GPU %d", slicesText(part.Placement), s.g.Node, s.g.Index)
+	// Spelled only when a reason is noted: most candidates of a large pool never need it.
+	where := func() string {
+		return fmt.Sprintf("%s on node %s GPU %d", slicesText(part.Placement), s.g.Node, s.g.Index)
+	}
 	if pm&s.reserved != 0 {
-		m.note(WhyNodeTaken, "%s is a landing or an opening of the plan already", where)
+		if m.wants(WhyNodeTaken, 0) {
+			m.note(WhyNodeTaken, "%s is a landing or an opening of the plan already", where())
+		}
 		return nil
 	}
+	p.work++
 	cand := &candidate{gpu: s, part: part}
 	pods, inWay := 0, 0
 	for i, h := range s.holders {
@@ -198,7 +233,9 @@ func (p *planner) try(s *gpuState, part Partition, m *miss, best *candidate) *ca
 			continue
 		}
 		if why := p.unmovable(h, pdbNeed); why != "" {
-			m.noteAt(WhyProtected, inWay, "%s holds %s: %s", h.what(), where, why)
+			if m.wants(WhyProtected, inWay) {
+				m.noteAt(WhyProtected, inWay, "%s holds %s: %s", h.what(), where(), why)
+			}
 			return nil
 		}
 		cand.inWay = append(cand.inWay, i)
@@ -211,17 +248,33 @@ func (p *planner) try(s *gpuState, part Partition, m *miss, best *candidate) *ca
 	cand.cost.pods, cand.cost.claims = pods, len(cand.inWay)
 	switch {
 	case len(cand.inWay) == 0:
-		m.note(WhyNoLanding, "%s is free, but the GPU's engines or limits leave no room for %s", where, part.Profile)
+		if m.wants(WhyNoLanding, 0) {
+			m.note(WhyNoLanding, "%s is free, but the GPU's engines or limits leave no room for %s", where(), part.Profile)
+		}
 		return nil
 	case len(cand.inWay) > p.opts.MaxMovesPerOpening:
-		m.note(WhyBudget, "%s is held by %d claims, more than the %d one opening may move", where, len(cand.inWay), p.opts.MaxMovesPerOpening)
+		if m.wants(WhyBudget, 0) {
+			m.note(WhyBudget, "%s is held by %d claims, more than the %d one opening may move", where(), len(cand.inWay), p.opts.MaxMovesPerOpening)
+		}
 		return nil
 	case p.nodesLeft != Unlimited && p.nodesLeft < 1:
-		m.note(WhyBudget, "the disruption budget has no node left for %s", where)
+		if m.wants(WhyBudget, 0) {
+			m.note(WhyBudget, "the disruption budget has no node left for %s", where())
+		}
 		return nil
 	case p.evictLeft != Unlimited && pods > p.evictLeft:
-		m.note(WhyBudget, "opening %s evicts %d pods, the budget allows %d more", where, pods, p.evictLeft)
+		if m.wants(WhyBudget, 0) {
+			m.note(WhyBudget, "opening %s evicts %d pods, the budget allows %d more", where(), pods, p.evictLeft)
+		}
 		return nil
+	}
+	for _, i := range cand.inWay {
+		if h := s.holders[i]; !p.landable(h.Profile) {
+			if m.wants(WhyNoLanding, 0) {
+				m.note(WhyNoLanding, "%s holds %s and no GPU of the pool has a %s free", h.what(), where(), h.Profile)
+			}
+			return nil
+		}
 	}
 	if best != nil {
 		// The landings only add to the cost: a candidate that cannot beat the best one even
@@ -238,7 +291,9 @@ func (p *planner) try(s *gpuState, part Partition, m *miss, best *candidate) *ca
 	}
 	cand.freed = freed
 	if !s.valid(opened) || !s.countersAfterMoves(part.Counters, freed) {
-		m.note(WhyNoLanding, "%s would free the slices, but the GPU's limits or engines would still not take %s", where, part.Profile)
+		if m.wants(WhyNoLanding, 0) {
+			m.note(WhyNoLanding, "%s would free the slices, but the GPU's limits or engines would still not take %s", where(), part.Profile)
+		}
 		return nil
 	}
 	if !p.land(cand) {
@@ -246,7 +301,9 @@ func (p *planner) try(s *gpuState, part Partition, m *miss, best *candidate) *ca
 		for _, i := range cand.inWay {
 			what = append(what, s.holders[i].what())
 		}
-		m.note(WhyNoLanding, "%s holds %s and has nowhere free to go", strings.Join(what, " and "), where)
+		if m.wants(WhyNoLanding, 0) {
+			m.note(WhyNoLanding, "%s holds %s and has nowhere free to go", strings.Join(what, " and "), where())
+		}
 		return nil
 	}
 	for _, l := range cand.landings {
