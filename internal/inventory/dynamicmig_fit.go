@@ -84,8 +84,15 @@ func (g *DynamicMIGGPU) Fit(profile string) PlacementFit {
 		}
 	}
 	published := map[mig.Placement]partitionDevice{}
+	tainted, taintedAt := 0, map[mig.Placement]string{}
 	for _, p := range g.partitions {
 		if p.profile != "" && canon(p.profile) == f.Profile {
+			if p.taint != "" {
+				// The allocator gives a tainted partition to no claim that does not tolerate it.
+				tainted++
+				taintedAt[p.placement] = p.taint
+				continue
+			}
 			published[p.placement] = p
 			if g.Product == nil {
 				legal = append(legal, p.placement)
@@ -101,6 +108,11 @@ func (g *DynamicMIGGPU) Fit(profile string) PlacementFit {
 		f.Reason = fmt.Sprintf("neither a MIG table for GPU %d (%s) nor the driver's slices give %s a placement", g.Index, g.ProductName, profile)
 		return f
 	}
+	if len(published) == 0 && tainted > 0 {
+		f.Kind = FitNoProfile
+		f.Reason = fmt.Sprintf("every %s partition on GPU %d is tainted NoSchedule or NoExecute", f.Profile, g.Index)
+		return f
+	}
 	if len(g.partitions) > 0 && len(published) == 0 {
 		f.Kind = FitNoProfile
 		f.Reason = fmt.Sprintf("NVIDIA's DRA driver publishes no %s partition on GPU %d", f.Profile, g.Index)
@@ -113,9 +125,12 @@ func (g *DynamicMIGGPU) Fit(profile string) PlacementFit {
 		candidates, _ = g.Product.FreePlacements(f.Profile, g.occupied()) // the profile resolved above
 	}
 	var free []mig.Placement
+	closed := "" // a free placement whose partition is tainted
 	for _, pl := range candidates {
 		if _, ok := published[pl]; ok || len(g.partitions) == 0 {
 			free = append(free, pl)
+		} else if who := taintedAt[pl]; who != "" && closed == "" {
+			closed = fmt.Sprintf("; %s is free but %s taints its partition", slicesText(pl), who)
 		}
 	}
 	var short []string
@@ -140,7 +155,7 @@ func (g *DynamicMIGGPU) Fit(profile string) PlacementFit {
 			starts[i] = rangeOf(pl)
 		}
 		f.Reason = fmt.Sprintf("GPU %d has %d free memory slices, enough for %s (%d), but none of its placements (memory slices %s) is free: %s",
-			g.Index, f.FreeSlices, f.Profile, f.NeedSlices, strings.Join(starts, ", "), g.blockers(legal))
+			g.Index, f.FreeSlices, f.Profile, f.NeedSlices, strings.Join(starts, ", "), g.blockers(legal)) + closed
 		for _, pl := range legal {
 			if _, ok := published[pl]; !ok && len(g.partitions) > 0 {
 				continue

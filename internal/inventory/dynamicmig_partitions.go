@@ -21,6 +21,9 @@ type DynamicMIGPartition struct {
 	Placement mig.Placement
 	// Counters are what the device consumes besides memory slices (multiprocessors, engines).
 	Counters map[string]int64
+	// Taint says who taints the device NoSchedule or NoExecute (its slice, or a
+	// DeviceTaintRule that ApplyDeviceTaints was given); "" when nothing keeps a claim off it.
+	Taint string
 }
 
 // Partitions lists the GPU's partition devices by name; the whole GPU spans every memory
@@ -32,7 +35,7 @@ func (g *DynamicMIGGPU) Partitions() []DynamicMIGPartition {
 		if p.profile == "" && pl.Size == 0 {
 			pl = mig.Placement{Start: 0, Size: len(g.Slices)}
 		}
-		out = append(out, DynamicMIGPartition{Name: p.name, Profile: p.profile, Placement: pl, Counters: maps.Clone(p.counters)})
+		out = append(out, DynamicMIGPartition{Name: p.name, Profile: p.profile, Placement: pl, Counters: maps.Clone(p.counters), Taint: p.taint})
 	}
 	slices.SortFunc(out, func(a, b DynamicMIGPartition) int { return strings.Compare(a.Name, b.Name) })
 	return out

@@ -83,6 +83,9 @@ type partitionDevice struct {
 	name, gpu, set, profile string // profile "" for the whole GPU
 	placement               mig.Placement
 	counters                map[string]int64 // every counter but memory slices
+	// taint says who taints the device NoSchedule or NoExecute, "" when nothing does: the
+	// allocator gives it to no claim that does not tolerate the taint.
+	taint string
 }
 
 // memorySliceCounter prefixes a memory slice's counter (partitions.go memsliceCounterName).
@@ -102,9 +105,9 @@ func readPartition(d *resourcev1.Device) (partitionDevice, bool) {
 		if str("type") != "gpu" || str("uuid") == "" {
 			return partitionDevice{}, false
 		}
-		return partitionDevice{name: d.Name, gpu: str("uuid")}, true
+		return partitionDevice{name: d.Name, gpu: str("uuid"), taint: taintOf(d)}, true
 	}
-	p := partitionDevice{name: d.Name, set: d.ConsumesCounters[0].CounterSet, counters: map[string]int64{}}
+	p := partitionDevice{name: d.Name, set: d.ConsumesCounters[0].CounterSet, counters: map[string]int64{}, taint: taintOf(d)}
 	if str("type") == "mig" {
 		p.profile, p.gpu = str("profile"), str("parentUUID")
 	} else {
