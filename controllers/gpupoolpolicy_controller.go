@@ -242,8 +242,18 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		}
 		took.lap("planner")
 	}
-	// DynamicMIG nodes: claim pods moved out of the way of a pending claim (policy_placement.go).
-	pp := planPlacements(pass, cluster, res)
+	// DynamicMIG nodes: claim pods moved out of the way of a pending claim (policy_placement.go),
+	// and headroom held for large profiles with device taints (policy_reserve.go).
+	taintRules, taintRulesServed, err := r.deviceTaintRules(ctx, cluster)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	pp := planPlacements(pass, cluster, res, taintRules)
+	if taintRulesServed {
+		if err := r.reconcileReserve(ctx, pass, cluster, pp, taintRules); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	shown := servedWith(res, pp)
 	proposal, err := r.propose(ctx, policy, pass.Own, res, pp, pass.Pending, now)
 	if err != nil {

@@ -43,7 +43,9 @@ type placementPlan struct {
 // planPlacements plans openings on the pool's DynamicMIG nodes for pending claim pods that
 // no free placement takes, within what the static plan res leaves of the budget. Nil when the
 // pool has no DynamicMIG node or no such pod.
-func planPlacements(pass *pool.Pass, cluster *pool.Cluster, res *planner.Result) *placementPlan {
+// Partitions tainted NoSchedule or NoExecute (rules, by anyone, or the slices themselves) are
+// not free for an opening or a landing.
+func planPlacements(pass *pool.Pass, cluster *pool.Cluster, res *planner.Result, taints []resourcev1.DeviceTaintRule) *placementPlan {
 	// Every placement step evicts: none while planning is paused or the approval mode forbids
 	// evictions (the static planner's evictOK, internal/planner/plan.go).
 	if cluster.Slices == nil || pass.Policy.Spec.Planning.Paused || pass.Policy.Spec.Disruption.Approval == v1alpha1.ApprovalAutoIdle {
@@ -80,11 +82,10 @@ func planPlacements(pass *pool.Pass, cluster *pool.Cluster, res *planner.Result)
 	rules := evictionRules(pass.Policy)
 	for _, n := range nodes {
 		supply := inventory.DynamicMIGSupply(n.Object, reports[n.Name], cluster.Claims, cluster.Slices)
+		supply.ApplyDeviceTaints(taints)
 		for _, g := range supply.GPUs {
-			pg := placement.GPU{Node: n.Name, Index: g.Index, Product: g.Product, FreeCounters: g.FreeCounters}
-			for _, p := range g.Partitions() {
-				pg.Partitions = append(pg.Partitions, placement.Partition{Profile: p.Profile, Placement: p.Placement, Device: p.Name, Counters: p.Counters})
-			}
+			pg := placement.GPU{Node: n.Name, Index: g.Index, Product: g.Product, FreeCounters: g.FreeCounters,
+				Partitions: placementPartitions(g, true)}
 			for _, h := range g.Holders {
 				pg.Holders = append(pg.Holders, holderOf(h, n, nodes, records, claims[h.Claim], rules))
 			}
