@@ -169,12 +169,12 @@ func DynamicMIGNodes(slices []resourcev1.ResourceSlice) map[string]bool {
 
 // draHolderBlocker is why gpupool does not evict a pod holding a device NVIDIA's DRA driver
 // allocated: its replacement would ask through a new claim, which the planner cannot yet
-// re-land elsewhere (docs/dra.md).
+// re-land elsewhere (docs/design/dra.md).
 const draHolderBlocker = "it holds a device NVIDIA's DRA driver allocated to its ResourceClaim, and gpupool does not move claim pods yet"
 
 // dynamicMIGBlocker is the reason a DynamicMIG node is left alone.
 const dynamicMIGBlocker = "NVIDIA's DRA driver runs DynamicMIG here: it carves MIG instances itself and destroys any it did not make " +
-	"when it restarts, so gpupool leaves the node alone (see docs/dra.md)"
+	"when it restarts, so gpupool leaves the node alone (see docs/design/dra.md)"
 
 // DRAPublished lists, per node (the driver's pool), the UUIDs of the MIG devices NVIDIA's DRA
 // driver publishes there; nodes without its slices are absent. Only the pool's newest

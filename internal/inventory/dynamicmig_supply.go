@@ -25,7 +25,7 @@ import (
 // there or free. The driver publishes every (profile, placement) of a GPU as a device
 // consuming that GPU's shared counters, one per memory slice and one per engine kind, and the
 // allocator takes the first device whose counters are free (cmd/gpu-kubelet-plugin/
-// partitions.go, docs/dra.md): a live instance is an allocated claim at its placement, and
+// partitions.go, docs/design/dra.md): a live instance is an allocated claim at its placement, and
 // nothing ever moves it.
 type DynamicMIGNode struct {
 	// Node is the node's name, which is also the driver's pool.

@@ -12,7 +12,7 @@ import (
 // memory slice, plus engines), creates the instance when a claim is allocated and destroys it
 // when the claim goes (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/
 // partitions.go, nvlib.go inspectMigProfilesAndPlacements, device_state.go prepareDevices;
-// docs/dra.md "DynamicMIG: what the driver publishes and does"). The kube-scheduler's DRA
+// docs/design/dra.md "DynamicMIG: what the driver publishes and does"). The kube-scheduler's DRA
 // allocator takes the first device that fits and never moves a claim
 // (k8s.io/dynamic-resource-allocation v0.37.2 structured/internal/*/pools_*.go sorts a pool's
 // slices by name, and the allocator walks each slice's devices in order). So a GPU's live

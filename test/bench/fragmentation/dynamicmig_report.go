@@ -155,7 +155,7 @@ func DynamicMIGListsSummary(rows []ListRow, strategies []Strategy, budget, recon
 const DynamicMIGNotes = `How the DynamicMIG mode works:
 
 - The driver: NVIDIA's DRA driver with its DynamicMIG gate (dra-driver-nvidia-gpu
-  cmd/gpu-kubelet-plugin/partitions.go, nvlib.go, device_state.go; docs/dra.md). Every GPU
+  cmd/gpu-kubelet-plugin/partitions.go, nvlib.go, device_state.go; docs/design/dra.md). Every GPU
   starts with no instance; a claim's instance is created at the partition the allocator gives
   it and destroyed when the claim goes, so a GPU's live instances are its claims where
   first-fit put them. A whole-GPU claim (the trace's multi-GPU pods) takes gpu-<minor>, which
