@@ -80,17 +80,36 @@ func planPlacements(pass *pool.Pass, cluster *pool.Cluster, res *planner.Result,
 		claims[cluster.Claims[i].Namespace+"/"+cluster.Claims[i].Name] = &cluster.Claims[i]
 	}
 	rules := evictionRules(pass.Policy)
+	// unreserved is the pool as it would be without the policy's own reserve taints.
+	var unreserved []placement.GPU
+	var others []resourcev1.DeviceTaintRule
+	for _, rule := range taints {
+		if !ownReserveRule(&rule, pass.Policy.UID) {
+			others = append(others, rule)
+		}
+	}
 	for _, n := range nodes {
 		supply := inventory.DynamicMIGSupply(n.Object, reports[n.Name], cluster.Claims, cluster.Slices)
-		supply.ApplyDeviceTaints(taints)
-		for _, g := range supply.GPUs {
+		supply.ApplyDeviceTaints(others)
+		open := make([][]placement.Partition, len(supply.GPUs))
+		for k, g := range supply.GPUs {
+			open[k] = placementPartitions(g, true)
+		}
+		supply.ApplyDeviceTaints(taints) // adds the reserve's own taints to the others'
+		for k, g := range supply.GPUs {
 			pg := placement.GPU{Node: n.Name, Index: g.Index, Product: g.Product, FreeCounters: g.FreeCounters,
 				Partitions: placementPartitions(g, true)}
 			for _, h := range g.Holders {
 				pg.Holders = append(pg.Holders, holderOf(h, n, nodes, records, claims[h.Claim], rules))
 			}
 			in.GPUs = append(in.GPUs, pg)
+			pg.Partitions = open[k]
+			unreserved = append(unreserved, pg)
 		}
+	}
+	in.Pending = heldBackByReserve(in.Pending, unreserved)
+	if len(in.Pending) == 0 {
+		return nil
 	}
 	out := &placementPlan{Result: placement.Plan(in)}
 	for _, o := range out.Result.Openings {
@@ -98,6 +117,25 @@ func planPlacements(pass *pool.Pass, cluster *pool.Cluster, res *planner.Result,
 		out.Served = append(out.Served, o.Claim.Pod)
 	}
 	return out
+}
+
+// heldBackByReserve drops the claims that would fit as the pool is but for the policy's own
+// reserve taints: waiting while a held placement stays free is the price of the headroom the
+// policy asked for (docs/design/dra.md), and evicting another claim to make room for one would
+// turn prevention into disruption. The probe has no budget, so it costs no landing search: a
+// claim either fits a free partition (FitsNow) or is answered at once.
+func heldBackByReserve(pending []placement.Claim, unreserved []placement.GPU) []placement.Claim {
+	if len(pending) == 0 || len(unreserved) == 0 {
+		return pending
+	}
+	probe := placement.Plan(placement.Input{GPUs: unreserved, Pending: pending, Budget: placement.Budget{}})
+	held := map[string]bool{}
+	for _, u := range probe.Unplanned {
+		if u.Why == placement.WhyFitsNow {
+			held[u.Claim.Claim] = true
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(pending), func(c placement.Claim) bool { return held[c.Claim] })
 }
 
 // placementBudget is what the static plan leaves: the nodes with evictions it may still
