@@ -137,7 +137,9 @@ type Options struct {
 	MoveUncontrolled bool
 	// SameNodeOnly keeps every landing on the node of its opening.
 	SameNodeOnly bool
-	// MaxMovesPerOpening bounds the claims moved for one opening; 0 means 4.
+	// MaxMovesPerOpening bounds the claims moved for one opening; 0 means 7, every instance
+	// an 8-slice GPU can hold, so that a whole-GPU claim can be opened on a GPU of small
+	// ones when the budgets allow it (the budgets, not this bound, limit the disruption).
 	MaxMovesPerOpening int
 	// MaxWork bounds the landing tries and candidate openings of one call, so that a pass
 	// over a large pool takes bounded time; 0 means defaultMaxWork. Claims left when it is

@@ -74,7 +74,7 @@ func newPlanner(in Input) *planner {
 		return cmp.Or(strings.Compare(a.g.Node, b.g.Node), cmp.Compare(a.g.Index, b.g.Index))
 	})
 	if p.opts.MaxMovesPerOpening <= 0 {
-		p.opts.MaxMovesPerOpening = 4
+		p.opts.MaxMovesPerOpening = 7
 	}
 	return p
 }

@@ -88,3 +88,29 @@ func BenchmarkPlanSaturatedPool(b *testing.B) {
 		Plan(in)
 	}
 }
+
+// TestAWholeGPUClaimCanMoveEveryInstanceOfAGPU: a 7g claim on a pool whose one busy GPU holds
+// five 1g claims, beside a GPU with room for all five whose own claim may not move, is served
+// by moving the five: the budgets allow it, and no bound below a GPU's seven instances stands
+// in the way.
+func TestAWholeGPUClaimCanMoveEveryInstanceOfAGPU(t *testing.T) {
+	gpus := saturatedPool(t, 1)[:2]
+	gpus[0].Holders = gpus[0].Holders[:5] // slices 0-4
+	gpus[1].Holders = gpus[1].Holders[:1] // slice 0: six 1g placements free, and no 7g
+	gpus[1].Holders[0].Pods[0].DoNotDisrupt = true
+	in := Input{GPUs: gpus, Pending: []Claim{{Claim: "t/whole", Profile: "7g.141gb"}},
+		Budget: Budget{MaxNodes: Unlimited, MaxEvictions: Unlimited}}
+	res := Plan(in)
+	if len(res.Openings) != 1 {
+		t.Fatalf("no opening: %+v", res.Unplanned)
+	}
+	o := res.Openings[0]
+	if o.GPU != 0 || len(o.Moves) != 5 {
+		t.Fatalf("opening on GPU %d moving %d claims, want GPU 0 moving its 5", o.GPU, len(o.Moves))
+	}
+	for _, m := range o.Moves {
+		if m.Landing.GPU != 1 {
+			t.Fatalf("claim %s lands on GPU %d, want GPU 1", m.Holder.Claim, m.Landing.GPU)
+		}
+	}
+}
