@@ -228,7 +228,7 @@ func TestReadVisible(t *testing.T) {
 		got = append(got, g.What)
 	}
 	want := []string{"nodes", "pods in other namespaces than team-a", "poddisruptionbudgets in other namespaces than team-a",
-		"resourceclaims in other namespaces than team-a", "resourceslices"}
+		"resourceclaims in other namespaces than team-a", "resourceslices", "devicetaintrules"}
 	if !slices.Equal(got, want) {
 		t.Errorf("gaps %q, want %q", got, want)
 	}

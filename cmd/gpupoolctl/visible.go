@@ -38,6 +38,7 @@ const (
 	rightNodes   = "ask for get/list on nodes, bound with a ClusterRoleBinding"
 	rightAllPods = "ask for list on pods in all namespaces (e.g. the view ClusterRole bound with a ClusterRoleBinding)"
 	rightAllPDBs = "ask for list on poddisruptionbudgets in all namespaces"
+	rightTaints  = "ask for list on devicetaintrules (resource.k8s.io), bound with a ClusterRoleBinding"
 )
 
 // visible is what a user's reads gave: the cluster as far as they may see it, and what they
@@ -52,10 +53,11 @@ type visible struct {
 }
 
 // complete is true when the planner saw everything it plans on, so its answer stands; a
-// missing RepartitionPlan list only hides the plan that serves a pod.
+// missing RepartitionPlan list only hides the plan that serves a pod, a missing DeviceTaintRule
+// list only a taint on a DynamicMIG partition.
 func (v *visible) complete() bool {
 	for _, g := range v.gaps {
-		if g.What != "repartitionplans" && g.What != "resourceslices" {
+		if g.What != "repartitionplans" && g.What != "resourceslices" && g.What != "devicetaintrules" {
 			return false
 		}
 	}
@@ -63,8 +65,9 @@ func (v *visible) complete() bool {
 }
 
 // readVisible reads what the planner reads, as `kubectl get nodes,pods,pdb,gpunodes,
-// gpupoolpolicies,resourceclaims -A` would, plus the RepartitionPlans, and keeps going where the
-// user may not read: a forbidden list is recorded as a gap with the right that would show it.
+// gpupoolpolicies,resourceclaims,resourceslices,devicetaintrules -A` would, plus the
+// RepartitionPlans, and keeps going where the user may not read: a forbidden list is recorded
+// as a gap with the right that would show it.
 // Pods, PodDisruptionBudgets and ResourceClaims of all namespaces fall back to namespace ns
 // (none when ns is ""), as a user confined to it may still read those.
 func readVisible(ctx context.Context, c client.Client, ns string) (*visible, error) {
@@ -77,6 +80,7 @@ func readVisible(ctx context.Context, c client.Client, ns string) (*visible, err
 		plans    v1alpha1.RepartitionPlanList
 		claims   resourcev1.ResourceClaimList
 		rslices  resourcev1.ResourceSliceList
+		taints   resourcev1.DeviceTaintRuleList
 	)
 	v := &visible{}
 	for _, l := range []struct {
@@ -95,6 +99,9 @@ func readVisible(ctx context.Context, c client.Client, ns string) (*visible, err
 		{"repartitionplans", &plans, rightViewer, false, false},
 		{"resourceclaims", &claims, "ask for list on resourceclaims in all namespaces", true, true},
 		{"resourceslices", &rslices, "ask for list on resourceslices", false, true},
+		// DeviceTaintRules keep claims off tainted DynamicMIG partitions (gpupool's reserve and
+		// keep-free rules among them); API servers without resource.k8s.io/v1's serve none.
+		{"devicetaintrules", &taints, rightTaints, false, true},
 	} {
 		err := c.List(ctx, l.list)
 		if l.optional && (meta.IsNoMatchError(err) || apierrors.IsNotFound(err)) {
@@ -122,7 +129,7 @@ func readVisible(ctx context.Context, c client.Client, ns string) (*visible, err
 	}
 	v.plans = plans.Items
 	v.snap = &snapshot.Snapshot{Nodes: nodes.Items, Pods: pods.Items, PDBs: pdbs.Items, GPUNodes: gpuNodes.Items,
-		Policies: policies.Items, Plans: plans.Items, Claims: claims.Items, Slices: rslices.Items, Ignored: map[string]int{}}
+		Policies: policies.Items, Plans: plans.Items, Claims: claims.Items, Slices: rslices.Items, TaintRules: taints.Items, Ignored: map[string]int{}}
 	return v, nil
 }
 
@@ -149,6 +156,8 @@ func readCluster(ctx context.Context, c client.Client) (*snapshot.Snapshot, erro
 		case "resourceclaims", "resourceslices":
 			// As before: pods that use DRA claims are not seen, the rest plans.
 			v.snap.Warnings = append(v.snap.Warnings, "cannot list "+g.What+" ("+g.Error+"): pods that use DRA claims are not seen")
+		case "devicetaintrules":
+			v.snap.Warnings = append(v.snap.Warnings, "cannot list "+g.What+" ("+g.Error+"): a tainted DynamicMIG partition reads as free")
 		default:
 			missing = append(missing, g.String())
 		}

@@ -46,6 +46,11 @@ type Snapshot struct {
 	Claims []resourcev1.ResourceClaim
 	// Slices are the ResourceSlices DRA drivers publish (resource.k8s.io/v1).
 	Slices []resourcev1.ResourceSlice
+	// TaintRules are the DeviceTaintRules (resource.k8s.io/v1), gpupool's reserve and keep-free
+	// rules and anyone's: a partition one taints NoSchedule or NoExecute is not free for a
+	// claim. Triage applies them to the DynamicMIG supply; the controller lists its own, so
+	// Cluster does not carry them.
+	TaintRules []resourcev1.DeviceTaintRule
 	// Plans are the RepartitionPlans, whose executing steps and failures freeze nodes and count
 	// against the budgets as the controller counts them. Read leaves it empty (a saved file's
 	// plans are history, not work in flight); the CLI fills it from the live cluster.
@@ -143,7 +148,8 @@ var (
 	kindPolicy   = v1alpha1.GroupVersion.WithKind("GPUPoolPolicy")
 	kindClaim    = resourcev1.SchemeGroupVersion.WithKind("ResourceClaim")
 	kindSlice    = resourcev1.SchemeGroupVersion.WithKind("ResourceSlice")
-	plannedKinds = []schema.GroupVersionKind{kindNode, kindPod, kindPDB, kindGPUNode, kindPolicy, kindClaim, kindSlice}
+	kindTaint    = resourcev1.SchemeGroupVersion.WithKind("DeviceTaintRule")
+	plannedKinds = []schema.GroupVersionKind{kindNode, kindPod, kindPDB, kindGPUNode, kindPolicy, kindClaim, kindSlice, kindTaint}
 )
 
 // Read reads a snapshot from r: a List (kubectl get -o yaml or -o json), a stream of YAML
@@ -320,6 +326,9 @@ func (r *reader) object(data []byte, h *header, where string) error {
 		return add(r, data, h, where, false, &r.snap.Slices,
 			func(o *resourcev1.ResourceSlice) *fieldError { return validateName(o.Name) },
 			func(o *resourcev1.ResourceSlice) []metav1.Time { return []metav1.Time{o.CreationTimestamp} })
+	case kindTaint:
+		return add(r, data, h, where, false, &r.snap.TaintRules,
+			func(o *resourcev1.DeviceTaintRule) *fieldError { return validateName(o.Name) }, taintRuleTimes)
 	}
 	return nil
 }
@@ -399,6 +408,17 @@ func nodeTimes(n *corev1.Node) []metav1.Time {
 	out := []metav1.Time{n.CreationTimestamp}
 	for _, c := range n.Status.Conditions {
 		out = append(out, c.LastHeartbeatTime, c.LastTransitionTime)
+	}
+	return out
+}
+
+func taintRuleTimes(t *resourcev1.DeviceTaintRule) []metav1.Time {
+	out := []metav1.Time{t.CreationTimestamp}
+	if t.Spec.Taint.TimeAdded != nil {
+		out = append(out, *t.Spec.Taint.TimeAdded)
+	}
+	for _, c := range t.Status.Conditions {
+		out = append(out, c.LastTransitionTime)
 	}
 	return out
 }
