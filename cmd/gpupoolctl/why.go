@@ -27,7 +27,9 @@ The answer names the layer that holds the pod and the dimension that blocks it:
   NotInPool         no GPUPoolPolicy's pool has a node the pod may run on (nodeSelector, affinity, taints)
   Placement         nodes whose GPUs could host it lack CPU, memory or other resources; or, on GPUs
                     NVIDIA's DRA driver serves in DynamicMIG mode, enough memory slices are free but at no
-                    placement its MIG profile allows (shown as each GPU's slice map)
+                    placement its MIG profile allows (shown as each GPU's slice map), or a DeviceTaintRule
+                    taints the free one; "reserve headroom" when the policy's standby shapes hold it,
+                    for which gpupool moves no claim
   PartitionShape    capacity exists under other MIG profiles; a plan re-carves it (or the catalog forbids the shape)
   Capacity          every suitable GPU is taken
   DisruptionBudget  serving it needs a disruption a PodDisruptionBudget or the policy's budgets forbid now

@@ -79,6 +79,7 @@ func explainDynamicMIG(s *snapshot.Snapshot, pod *corev1.Pod, v *Verdict) bool {
 			continue
 		}
 		supply := inventory.DynamicMIGSupply(node, reportOf(s, node.Name), s.Claims, s.Slices)
+		supply.ApplyDeviceTaints(s.TaintRules)
 		for k, f := range supply.Fit(profile) {
 			m := sliceMap(node.Name, supply.GPUs[k], f)
 			maps = append(maps, m)
@@ -87,8 +88,22 @@ func explainDynamicMIG(s *snapshot.Snapshot, pod *corev1.Pod, v *Verdict) bool {
 				fits = append(fits, m)
 			case inventory.FitStranded:
 				stranded = append(stranded, m)
-				fix = append(fix, fmt.Sprintf("on %s GPU %d, moving %s frees memory slices %d-%d",
-					node.Name, f.GPU, holderNames(f.InTheWay), f.Cheapest.Start, f.Cheapest.Start+f.Cheapest.Size-1))
+				fix = append(fix, fmt.Sprintf("on %s GPU %d, moving %s frees %s",
+					node.Name, f.GPU, holderNames(f.InTheWay), slicesText(f.Cheapest)))
+			}
+		}
+	}
+	if len(fits) == 0 {
+		// The reserve taints only partitions of smaller profiles over a held placement; a claim
+		// that would fit but for it waits by the policy's choice, and no plan moves a claim for it.
+		for i := range s.Nodes {
+			node := &s.Nodes[i]
+			if !dynamic[node.Name] || !mayRun[node.Name] {
+				continue
+			}
+			if g, f, ok := heldByReserve(s, node, profile); ok {
+				explainReserve(s, node.Name, g, f, maps, v)
+				return true
 			}
 		}
 	}
@@ -305,10 +320,18 @@ func placementInput(s *snapshot.Snapshot, pod *corev1.Pod, profile, claim string
 			want.Nodes = append(want.Nodes, n.Name)
 		}
 		supply := inventory.DynamicMIGSupply(n, reportOf(s, n.Name), s.Claims, s.Slices)
+		// A tainted partition is no opening or landing, as the policy controller plans
+		// (controllers/policy_placement.go, planPlacements).
+		supply.ApplyDeviceTaints(s.TaintRules)
 		for _, g := range supply.GPUs {
 			pg := placement.GPU{Node: n.Name, Index: g.Index, Product: g.Product, FreeCounters: g.FreeCounters}
-			for _, p := range g.Partitions() {
-				pg.Partitions = append(pg.Partitions, placement.Partition{Profile: p.Profile, Placement: p.Placement, Device: p.Name, Counters: p.Counters})
+			if parts := g.Partitions(); parts != nil {
+				pg.Partitions = []placement.Partition{} // every one tainted still says where the driver allows none
+				for _, p := range parts {
+					if p.Taint == "" {
+						pg.Partitions = append(pg.Partitions, placement.Partition{Profile: p.Profile, Placement: p.Placement, Device: p.Name, Counters: p.Counters})
+					}
+				}
 			}
 			for _, h := range g.Holders {
 				ph := placement.Holder{Claim: h.Claim, Profile: h.Profile, Placement: h.Placement, Device: h.Device}
