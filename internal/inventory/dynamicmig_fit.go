@@ -154,8 +154,12 @@ func (g *DynamicMIGGPU) Fit(profile string) PlacementFit {
 		for i, pl := range legal {
 			starts[i] = rangeOf(pl)
 		}
+		held := g.blockers(legal)
+		if held == "" {
+			held, closed = strings.TrimPrefix(closed, "; "), ""
+		}
 		f.Reason = fmt.Sprintf("GPU %d has %d free memory slices, enough for %s (%d), but none of its placements (memory slices %s) is free: %s",
-			g.Index, f.FreeSlices, f.Profile, f.NeedSlices, strings.Join(starts, ", "), g.blockers(legal)) + closed
+			g.Index, f.FreeSlices, f.Profile, f.NeedSlices, strings.Join(starts, ", "), held) + closed
 		for _, pl := range legal {
 			if _, ok := published[pl]; !ok && len(g.partitions) > 0 {
 				continue
@@ -236,6 +240,9 @@ func (g *DynamicMIGGPU) blockers(legal []mig.Placement) string {
 					who = append(who, w)
 				}
 			}
+		}
+		if len(who) == 0 {
+			continue // free, but closed by a taint: the reason says so after the holders
 		}
 		parts = append(parts, rangeOf(pl)+" holds "+strings.Join(who, " and "))
 	}

@@ -134,6 +134,10 @@ func TestDynamicMIGTaints(t *testing.T) {
 				if !strings.Contains(v.Reason, w) {
 					t.Errorf("reason %q lacks %q", v.Reason, w)
 				}
+				// A free placement closed by a taint is named once, not listed as held by nobody.
+				if strings.Contains(v.Reason, "holds ;") || strings.HasSuffix(v.Reason, "holds ") {
+					t.Errorf("reason %q lists a placement held by nobody", v.Reason)
+				}
 			}
 			for _, w := range tc.nextHas {
 				if !strings.Contains(v.Next, w) {
