@@ -52,6 +52,36 @@ type GPUPoolPolicySpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Planning PlanningPolicy `json:"planning,omitempty"`
+
+	// Rightsizing tunes the recommendations made for the pool's GPU workloads (kubectl gpupool
+	// rightsize, what-if --rightsized and the manager's metrics). They are recommendations
+	// only: no workload is ever changed.
+	// +kubebuilder:default={}
+	// +optional
+	Rightsizing RightsizingPolicy `json:"rightsizing,omitempty"`
+}
+
+// RightsizeBasis is the statistic of each pod's GPU memory use that a recommended profile
+// must hold, plus headroom.
+// +kubebuilder:validation:Enum=P95;Peak
+type RightsizeBasis string
+
+const (
+	// RightsizeP95 holds the 95th percentile of use, as VPA's memory target does.
+	RightsizeP95 RightsizeBasis = "P95"
+	// RightsizePeak holds the highest use seen, for workloads that must never run out of
+	// memory.
+	RightsizePeak RightsizeBasis = "Peak"
+)
+
+// RightsizingPolicy tunes the right-sizing recommendations for a pool.
+type RightsizingPolicy struct {
+	// Basis is the statistic of each pod's GPU memory use a recommended profile must hold:
+	// P95, or Peak for workloads that must never run out of memory. kubectl gpupool
+	// rightsize --basis overrides it for one run.
+	// +kubebuilder:default=P95
+	// +optional
+	Basis RightsizeBasis `json:"basis,omitempty"`
 }
 
 // CatalogEntry is what gpupool may configure on one GPU product.

@@ -289,6 +289,8 @@ var _ = Describe("GPUPoolPolicy validation", func() {
 			"spec.disruption.drainTimeout", "should match"),
 		Entry("duration without a unit", []string{"spec", "planning", "stabilizationWindow"}, "120",
 			"spec.planning.stabilizationWindow", "should match"),
+		Entry("right-sizing basis that is no statistic gpupool keeps", []string{"spec", "rightsizing", "basis"}, "p50",
+			"spec.rightsizing.basis", "Unsupported value"),
 		Entry("approval mode in the wrong case", []string{"spec", "disruption", "approval"}, "manual",
 			"spec.disruption.approval", `supported values: "Manual", "AutoIdle", "Auto"`),
 		// The old pattern accepted it; Go cannot decode it, which once kept the manager's

@@ -85,7 +85,7 @@ func (c *cli) rightsizeCommand() *cobra.Command {
 	cmd.Flags().BoolVarP(&f.all, "all-namespaces", "A", false, "List the workloads of every namespace.")
 	cmd.Flags().DurationVar(&f.minWindow, "min-window", rightsize.DefaultMinWindow, "How long a pod must have been measured before its use counts.")
 	cmd.Flags().Int64Var(&f.minSamples, "min-samples", rightsize.DefaultMinSamples, "How many samples a pod needs before its use counts.")
-	cmd.Flags().StringVar(&f.basis, "basis", string(rightsize.BasisP95), "The statistic a profile must hold: p95, or peak for workloads that must never run out.")
+	cmd.Flags().StringVar(&f.basis, "basis", "", "The statistic a profile must hold: p95, or peak for workloads that must never run out (default: the pool's spec.rightsizing.basis, P95 unless set).")
 	cmd.Flags().Float64Var(&f.headroom, "headroom", rightsize.DefaultHeadroom, "The fraction added to the basis before a profile is picked.")
 	compute := addComputeFlags(cmd)
 	cmd.RunE = func(*cobra.Command, []string) error {
@@ -125,7 +125,7 @@ func (c *cli) rightsizeCommand() *cobra.Command {
 // options checks the flags and turns them into the recommender's options.
 func (f *rightsizeFlags) options() (rightsize.Options, error) {
 	o := rightsize.Options{Basis: rightsize.Basis(f.basis), MinWindow: f.minWindow, MinSamples: f.minSamples, Headroom: f.headroom}
-	if o.Basis != rightsize.BasisP95 && o.Basis != rightsize.BasisPeak {
+	if o.Basis != "" && o.Basis != rightsize.BasisP95 && o.Basis != rightsize.BasisPeak {
 		return o, usageError("--basis=%q: want p95 or peak", f.basis)
 	}
 	if f.minWindow <= 0 || f.minSamples <= 0 {

@@ -172,6 +172,7 @@ func TestRightsizeFlags(t *testing.T) {
 		err bool
 	}{
 		{rightsizeFlags{basis: "p95", minWindow: time.Hour, minSamples: 1, headroom: 0.2}, false},
+		{rightsizeFlags{basis: "", minWindow: time.Hour, minSamples: 1, headroom: 0.2}, false}, // the pool's policy decides
 		{rightsizeFlags{basis: "p50", minWindow: time.Hour, minSamples: 1}, true},
 		{rightsizeFlags{basis: "peak", minWindow: 0, minSamples: 1}, true},
 		{rightsizeFlags{basis: "peak", minWindow: time.Hour, minSamples: 1, headroom: -1}, true},

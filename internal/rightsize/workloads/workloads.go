@@ -125,10 +125,19 @@ func Recommend(in Input, opts rightsize.Options) []Result {
 	}
 	out := make([]Result, 0, len(groups))
 	for key, g := range groups {
-		catalog, poolName := catalogFor(g.node, inv, in.Policies)
+		catalog, policy := catalogFor(g.node, inv, in.Policies)
+		poolName := ""
+		o := opts
+		if policy != nil {
+			poolName = policy.Name
+			// The pool's policy says which statistic to hold, unless the caller chose one.
+			if o.Basis == "" && policy.Spec.Rightsizing.Basis == v1alpha1.RightsizePeak {
+				o.Basis = rightsize.BasisPeak
+			}
+		}
 		slices.SortFunc(g.pods, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
 		w := rightsize.Workload{Name: key.String(), Requested: g.requested, Pods: g.summaries, ComputeActivity: in.Compute.Of(g.pods)}
-		r := rightsize.Recommend(w, catalog, opts)
+		r := rightsize.Recommend(w, catalog, o)
 		res := Result{Key: key, Pool: poolName, Pods: g.pods, Recommendation: r, Measured: len(g.summaries),
 			Requested: cmp.Or(r.Requested, g.requested, WholeGPU), FreedSlices: r.FreedMemorySlices * len(g.pods)}
 		if r.Verdict == rightsize.CannotTell {
@@ -206,17 +215,17 @@ func deviceOf(r corev1.ResourceName) (device string, ok bool) {
 
 // catalogFor is the catalog of the pool holding node: the GPU product the agent reports there,
 // narrowed to the catalog entry of the one policy selecting the node (pool.CatalogEntry, as the
-// planner applies it). A node no policy, or several, select gets the product's profiles
-// without extras.
-func catalogFor(node string, inv *inventory.Snapshot, policies []v1alpha1.GPUPoolPolicy) (rightsize.Catalog, string) {
+// planner applies it), with that policy (whose spec.rightsizing applies). A node no policy, or
+// several, select gets the product's profiles without extras, and no policy.
+func catalogFor(node string, inv *inventory.Snapshot, policies []v1alpha1.GPUPoolPolicy) (rightsize.Catalog, *v1alpha1.GPUPoolPolicy) {
 	i := slices.IndexFunc(inv.Nodes, func(n *inventory.Node) bool { return n.Name == node })
 	if i < 0 {
-		return rightsize.Catalog{}, ""
+		return rightsize.Catalog{}, nil
 	}
 	n := inv.Nodes[i]
 	j := slices.IndexFunc(n.GPUs, func(g *inventory.GPU) bool { return g.Product != nil })
 	if j < 0 {
-		return rightsize.Catalog{}, ""
+		return rightsize.Catalog{}, nil
 	}
 	gpu := n.GPUs[j]
 	catalog := rightsize.Catalog{Product: gpu.Product}
@@ -228,12 +237,12 @@ func catalogFor(node string, inv *inventory.Snapshot, policies []v1alpha1.GPUPoo
 		}
 	}
 	if len(selecting) != 1 {
-		return catalog, ""
+		return catalog, nil
 	}
 	if _, entry := gpupoolpool.CatalogEntry(selecting[0].Spec.Catalog, n, gpu); entry != nil {
 		for _, p := range entry.MIGProfiles {
 			catalog.Allowed = append(catalog.Allowed, string(p))
 		}
 	}
-	return catalog, selecting[0].Name
+	return catalog, selecting[0]
 }

@@ -183,3 +183,27 @@ func TestRecommendComputeNote(t *testing.T) {
 		t.Errorf("with 10%% compute: measured %v, profile %s (%s)", r.ComputeMeasured, r.Profile, r.ComputeNote)
 	}
 }
+
+// TestThePoolsPolicyChoosesTheBasis: a pod using 9 GiB at p95 and 20 GiB at its peak is
+// recommended 1g.18gb when its pool holds the p95 (the default), 2g.35gb when the pool's policy
+// asks for the peak (spec.rightsizing.basis), and 1g.18gb again when the caller asks for p95
+// for one run (kubectl gpupool rightsize --basis p95).
+func TestThePoolsPolicyChoosesTheBasis(t *testing.T) {
+	in := base()
+	in.pods = []corev1.Pod{pod("a", fixture.Unowned())}
+	in.GPUNodes[0].Status.Usage = []v1alpha1.PodUsage{use("a", 9*gib, 20*gib)}
+	if r := in.recommend()[0]; r.Profile != "1g.18gb" {
+		t.Fatalf("default basis: %s (%s), want 1g.18gb", r.Profile, r.Message)
+	}
+	in.Policies[0].Spec.Rightsizing.Basis = v1alpha1.RightsizePeak
+	if r := in.recommend()[0]; r.Profile != "2g.35gb" {
+		t.Fatalf("the pool holds the peak: %s (%s), want 2g.35gb", r.Profile, r.Message)
+	}
+	ptrs := []*corev1.Pod{&in.pods[0]}
+	in.Pods = podrecord.FromPods(ptrs)
+	p95 := opts
+	p95.Basis = rightsize.BasisP95
+	if r := workloads.Recommend(in.Input, p95)[0]; r.Profile != "1g.18gb" {
+		t.Fatalf("--basis p95 over the pool's peak: %s (%s), want 1g.18gb", r.Profile, r.Message)
+	}
+}
