@@ -75,18 +75,7 @@ func TestInstallPageRuns(t *testing.T) {
 	tools := buildPageTools(t, root, binDir, pathDir)
 	t.Logf("kubectl, helm, kubectl-gpupool and the manager ready after %s", since(started))
 
-	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Components: localcluster.WithKwok})
-	if err != nil {
-		t.Fatalf("starting the local cluster (make test-assets builds it): %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			keepLogs(t, cluster)
-		}
-		if err := cluster.Stop(); err != nil {
-			t.Errorf("stopping the cluster: %v", err)
-		}
-	})
+	cluster := startKwokCluster(ctx, t, binDir)
 	cs, err := kubernetes.NewForConfig(cluster.Config)
 	must(t, err)
 	dyn, err := dynamic.NewForConfig(cluster.Config)

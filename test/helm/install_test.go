@@ -59,20 +59,7 @@ func TestInstallOnKwokCluster(t *testing.T) {
 	if err != nil {
 		t.Fatalf("hack/control-plane.sh --print-dir: %v", err)
 	}
-	cluster, err := localcluster.Start(ctx, localcluster.Options{
-		BinDir: strings.TrimSpace(string(out)), Components: localcluster.WithKwok,
-	})
-	if err != nil {
-		t.Fatalf("starting the local cluster (make test-assets builds it): %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			keepLogs(t, cluster)
-		}
-		if err := cluster.Stop(); err != nil {
-			t.Errorf("stopping the cluster: %v", err)
-		}
-	})
+	cluster := startKwokCluster(ctx, t, strings.TrimSpace(string(out)))
 	t.Logf("cluster up after %s", since(started))
 	cs, err := kubernetes.NewForConfig(cluster.Config)
 	if err != nil {
@@ -382,6 +369,25 @@ func must(t *testing.T, err error) {
 func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }
 
 // keepLogs copies the control plane's logs out of its work folder, which Stop removes.
+// startKwokCluster starts a local control plane with kwok from the binaries in binDir, and
+// stops it when the test ends, keeping its logs when the test failed.
+func startKwokCluster(ctx context.Context, t *testing.T, binDir string) *localcluster.Cluster {
+	t.Helper()
+	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Components: localcluster.WithKwok})
+	if err != nil {
+		t.Fatalf("starting the local cluster (make test-assets builds it): %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			keepLogs(t, cluster)
+		}
+		if err := cluster.Stop(); err != nil {
+			t.Errorf("stopping the cluster: %v", err)
+		}
+	})
+	return cluster
+}
+
 func keepLogs(t *testing.T, c *localcluster.Cluster) {
 	dir, err := os.MkdirTemp("", "gpupool-helm-logs-")
 	if err != nil {
